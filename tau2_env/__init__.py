@@ -1,0 +1,22 @@
+"""τ²-bench, framework-free: the catalogue, the episode engine and the OpenEnv face.
+
+Nothing in this package imports Django. Heavy imports (τ²-bench pulls in litellm,
+~3 s) happen lazily, so ``from tau2_env import Tau2Env`` in a client stays cheap.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tau2_env.client import Tau2Env
+
+__all__ = ["Tau2Env"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "Tau2Env":
+        from tau2_env.client import Tau2Env
+
+        return Tau2Env
+    raise AttributeError(f"module 'tau2_env' has no attribute {name!r}")
