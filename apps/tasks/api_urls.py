@@ -1,0 +1,15 @@
+from django.urls import path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from apps.tasks import api
+
+app_name = "api"
+
+urlpatterns = [
+    path("schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("docs/", SpectacularSwaggerView.as_view(url_name="api:schema"), name="docs"),
+    path("domains/", api.DomainList.as_view(), name="domains"),
+    path("domains/<slug:domain>/", api.DomainDetail.as_view(), name="domain"),
+    path("tasks/", api.TaskList.as_view(), name="tasks"),
+    path("tasks/<slug:domain>/<path:task_id>/", api.TaskDetail.as_view(), name="task"),
+]

@@ -1,0 +1,102 @@
+"""Reads of the catalogue: what the explorer, the task pages and the API show."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.conf import settings
+from django.db.models import Prefetch, QuerySet
+from django.http import Http404
+
+from apps.tasks.models import CatalogueLoad, Domain, Split, Task, Tool
+
+KINDS = {"write": True, "read": False}
+
+
+@dataclass(frozen=True)
+class TaskFilters:
+    """The explorer's query: domain and split (with defaults), search text, kind."""
+
+    domain: str
+    split: str
+    q: str = ""
+    kind: str = ""
+
+    @classmethod
+    def from_params(cls, params) -> TaskFilters:
+        kind = (params.get("kind") or "").strip().lower()
+        return cls(
+            domain=(params.get("domain") or settings.TAU2_DOMAIN).strip(),
+            split=(params.get("split") or settings.TAU2_SPLIT).strip(),
+            q=" ".join((params.get("q") or "").split())[:200],
+            kind=kind if kind in KINDS else "",
+        )
+
+    def as_query(self) -> dict[str, str]:
+        return {k: v for k, v in vars(self).items() if v}
+
+
+def domain_list() -> QuerySet[Domain]:
+    return Domain.objects.prefetch_related(
+        Prefetch("splits", queryset=Split.objects.order_by("-size", "name"))
+    )
+
+
+def domain_get(*, name: str) -> Domain:
+    try:
+        return domain_list().get(name=name)
+    except Domain.DoesNotExist:
+        raise Http404(f"No domain {name!r}") from None
+
+
+def split_get(*, domain: str, name: str) -> Split | None:
+    return Split.objects.filter(domain_id=domain, name=name).first()
+
+
+def task_list(*, filters: TaskFilters) -> QuerySet[Task]:
+    """Tasks of the filters' domain and split matching the search and kind, in τ²'s order.
+
+    Every word of ``q`` must appear (case-insensitive) in the title, the reason for
+    call, the task id or the names of the expected tools. An unknown split matches
+    nothing.
+    """
+    tasks = Task.objects.filter(
+        domain_id=filters.domain, splits__domain_id=filters.domain, splits__name=filters.split
+    )
+    for word in filters.q.lower().split():
+        tasks = tasks.filter(search_text__contains=word)
+    if filters.kind:
+        tasks = tasks.filter(changes_db=KINDS[filters.kind])
+    return tasks.order_by("position")
+
+
+def task_card_fields(tasks: QuerySet[Task]) -> QuerySet[Task]:
+    """Only the columns a task card shows (keeps the big JSON columns out of list pages)."""
+    return tasks.only(
+        "domain_id",
+        "task_id",
+        "title",
+        "reward_basis",
+        "expected_calls",
+        "changes_db",
+        "position",
+    )
+
+
+def task_get(*, domain: str, task_id: str) -> Task:
+    try:
+        return (
+            Task.objects.select_related("domain")
+            .prefetch_related("splits")
+            .get(domain_id=domain, task_id=task_id)
+        )
+    except Task.DoesNotExist:
+        raise Http404(f"No task {task_id!r} in {domain!r}") from None
+
+
+def tool_list(*, domain: str) -> QuerySet[Tool]:
+    return Tool.objects.filter(domain_id=domain).order_by("requestor", "position")
+
+
+def catalogue_latest() -> CatalogueLoad | None:
+    return CatalogueLoad.objects.order_by("-created_at", "-id").first()

@@ -1,0 +1,57 @@
+import functools
+import json
+
+import bleach
+import markdown as md
+from django import template
+from django.utils.safestring import mark_safe
+
+register = template.Library()
+
+_TAGS = bleach.sanitizer.ALLOWED_TAGS | {
+    "p",
+    "pre",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "table",
+    "thead",
+    "tbody",
+    "tr",
+    "th",
+    "td",
+    "hr",
+    "br",
+    "ul",
+    "ol",
+    "li",
+    "code",
+    "blockquote",
+    "em",
+    "strong",
+}
+
+
+@functools.lru_cache(maxsize=64)
+def _render(text: str) -> str:
+    html = md.markdown(text, extensions=["tables", "fenced_code", "sane_lists"])
+    return bleach.clean(html, tags=_TAGS, attributes={"a": ["href", "title"]}, strip=True)
+
+
+@register.filter
+def markdown(text: str | None) -> str:
+    """Markdown rendered to sanitised HTML (policies, customer and agent messages)."""
+    return mark_safe(_render(text or ""))  # noqa: S308 - bleach-sanitised above
+
+
+@register.filter
+def pretty_json(value) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False)
+
+
+@register.filter
+def compact_json(value) -> str:
+    return json.dumps(value, ensure_ascii=False)

@@ -1,0 +1,278 @@
+"""The catalogue of τ²-bench: domains, splits, tasks, policies and tools.
+
+A read-only view of what the installed τ² provides, shaped for people (titles,
+chips, "changes the database") and for storage. Framework-free: the Django app
+`apps.tasks` copies it into its tables with `manage.py load_tasks`, and the engine
+reads tasks from here.
+
+τ²'s task loaders re-read their JSON on every call (telecom's 2,285 tasks take
+about a second), so everything here is cached per process.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tau2_env._tau2 import registry, tau2_version
+
+__all__ = [
+    "DomainInfo",
+    "TaskInfo",
+    "ToolInfo",
+    "catalogue_hash",
+    "domain_names",
+    "get_domain",
+    "get_task",
+    "load_domain_tasks",
+    "tau2_version",
+    "title_from",
+]
+
+# The split every domain has: all of its tasks. τ²'s mock domain declares no
+# splits, so it gets this one only.
+BASE_SPLIT = "base"
+
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s")
+
+
+@dataclass(frozen=True)
+class ToolInfo:
+    """One tool of a domain, as the agent (or, in telecom, the customer) sees it."""
+
+    name: str
+    description: str
+    schema: dict[str, Any]  # the OpenAI function schema τ² sends to models
+    kind: str  # "read" | "write" | "think" | "generic", from τ²'s ToolType
+    requestor: str  # "assistant" (the agent's tools) or "user" (the customer's phone)
+
+
+@dataclass(frozen=True)
+class TaskInfo:
+    """A task with the fields the explorer and the task page show.
+
+    ``raw`` is τ²'s own ``Task.model_dump(mode="json")``; everything else is derived
+    from it and from the domain's tool types.
+    """
+
+    domain: str
+    task_id: str
+    title: str
+    purpose: str
+    reason_for_call: str
+    known_info: str
+    unknown_info: str
+    task_instructions: str
+    persona: str
+    ticket: str
+    reward_basis: tuple[str, ...]
+    expected_actions: tuple[dict[str, Any], ...]
+    tool_names: tuple[str, ...]
+    changes_db: bool
+    raw: dict[str, Any] = field(repr=False)
+
+    @property
+    def expected_calls(self) -> int:
+        return len(self.expected_actions)
+
+    @property
+    def evaluation_criteria(self) -> dict[str, Any]:
+        return self.raw.get("evaluation_criteria") or {}
+
+
+@dataclass(frozen=True)
+class DomainInfo:
+    name: str
+    policy: str
+    tools: tuple[ToolInfo, ...]
+    user_tools: tuple[ToolInfo, ...]
+    splits: dict[str, tuple[str, ...]]  # split name -> task ids, in τ²'s order
+    content_hash: str  # sha256 over tasks, splits, policy and tool schemas
+
+    def tool_kinds(self) -> dict[tuple[str, str], str]:
+        """``{(requestor, tool name): kind}`` for the agent's and the customer's tools."""
+        return {(t.requestor, t.name): t.kind for t in (*self.tools, *self.user_tools)}
+
+
+def title_from(text: str) -> str:
+    """The first sentence of ``text``, on one line; the whole text if it has one sentence."""
+    flat = " ".join((text or "").split())
+    if not flat:
+        return ""
+    return _SENTENCE_END.split(flat, maxsplit=1)[0]
+
+
+def domain_names() -> list[str]:
+    """Every domain the installed τ² registers, in its order (mock, airline, retail, …)."""
+    return list(registry.get_domains())
+
+
+@functools.cache
+def _environment(domain: str):
+    return registry.get_env_constructor(domain)()
+
+
+def _tool_infos(toolkit, requestor: str) -> tuple[ToolInfo, ...]:
+    if toolkit is None:
+        return ()
+    from tau2.environment.toolkit import get_tool_types
+
+    kinds = get_tool_types(toolkit)
+    infos = []
+    for name, tool in toolkit.get_tools().items():
+        schema = tool.openai_schema
+        infos.append(
+            ToolInfo(
+                name=name,
+                description=schema.get("function", {}).get("description", "") or "",
+                schema=schema,
+                kind=str(getattr(kinds.get(name), "value", kinds.get(name) or "generic")),
+                requestor=requestor,
+            )
+        )
+    return tuple(infos)
+
+
+@functools.cache
+def _raw_tasks(domain: str) -> tuple[Any, ...]:
+    """τ²'s Task objects of a domain, all of them (every split)."""
+    loader = registry.get_tasks_loader(domain)
+    if registry.get_task_splits_loader(domain) is None:
+        return tuple(loader())
+    return tuple(loader(task_split_name=None))
+
+
+@functools.cache
+def get_domain(domain: str) -> DomainInfo:
+    """The domain's policy, tools and splits. Raises ``KeyError`` for an unknown domain."""
+    if domain not in domain_names():
+        raise KeyError(f"Unknown τ²-bench domain {domain!r}; known: {', '.join(domain_names())}")
+    env = _environment(domain)
+    tools = _tool_infos(env.tools, "assistant")
+    user_tools = _tool_infos(getattr(env, "user_tools", None), "user")
+    tasks = _raw_tasks(domain)
+    splits_loader = registry.get_task_splits_loader(domain)
+    known = {t.id for t in tasks}
+    if splits_loader is None:
+        splits = {BASE_SPLIT: tuple(t.id for t in tasks)}
+    else:
+        # Keep τ²'s order of ids, and only ids that exist as tasks.
+        splits = {
+            name: tuple(i for i in ids if i in known) for name, ids in splits_loader().items()
+        }
+    policy = env.get_policy()
+    digest = hashlib.sha256()
+    for part in (
+        [_stable(t.model_dump(mode="json")) for t in tasks],
+        splits,
+        policy,
+        [t.schema for t in (*tools, *user_tools)],
+    ):
+        digest.update(json.dumps(part, sort_keys=True, ensure_ascii=False).encode())
+    return DomainInfo(
+        name=domain,
+        policy=policy,
+        tools=tools,
+        user_tools=user_tools,
+        splits=splits,
+        content_hash=digest.hexdigest(),
+    )
+
+
+def _stable(value: Any) -> Any:
+    """``value`` without message timestamps, which τ² stamps with the time of loading."""
+    if isinstance(value, dict):
+        return {k: _stable(v) for k, v in value.items() if k != "timestamp"}
+    if isinstance(value, list):
+        return [_stable(v) for v in value]
+    return value
+
+
+def catalogue_hash(domains: Iterable[str] | None = None) -> str:
+    """A short hash of the whole task set (every domain's tasks, splits, policy and tools)."""
+    digest = hashlib.sha256()
+    for name in sorted(domains or domain_names()):
+        digest.update(f"{name}:{get_domain(name).content_hash}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, list | tuple):
+        return "\n".join(str(v) for v in value)
+    return str(value)
+
+
+def _task_info(domain: str, task: Any, kinds: dict[tuple[str, str], str]) -> TaskInfo:
+    raw = task.model_dump(mode="json")
+    scenario = raw.get("user_scenario") or {}
+    instructions = scenario.get("instructions")
+    if isinstance(instructions, dict):
+        reason = _text(instructions.get("reason_for_call"))
+        known = _text(instructions.get("known_info"))
+        unknown = _text(instructions.get("unknown_info"))
+        task_instructions = _text(instructions.get("task_instructions"))
+    else:  # τ²'s mock domain gives its instructions as one free text
+        reason, known, unknown, task_instructions = _text(instructions), "", "", ""
+    description = raw.get("description") or {}
+    criteria = raw.get("evaluation_criteria") or {}
+    actions = tuple(criteria.get("actions") or ())
+    changes_db = any(
+        kinds.get((a.get("requestor") or "assistant", a.get("name"))) == "write" for a in actions
+    )
+    return TaskInfo(
+        domain=domain,
+        task_id=str(raw["id"]),
+        title=title_from(reason) or title_from(_text(description.get("purpose"))) or raw["id"],
+        purpose=_text(description.get("purpose")),
+        reason_for_call=reason,
+        known_info=known,
+        unknown_info=unknown,
+        task_instructions=task_instructions,
+        persona=_text(scenario.get("persona")),
+        ticket=_text(raw.get("ticket")),
+        reward_basis=tuple(criteria.get("reward_basis") or ()),
+        expected_actions=actions,
+        tool_names=tuple(dict.fromkeys(a.get("name") for a in actions if a.get("name"))),
+        changes_db=changes_db,
+        raw=raw,
+    )
+
+
+@functools.cache
+def load_domain_tasks(domain: str) -> tuple[TaskInfo, ...]:
+    """Every task of ``domain`` (all splits), in τ²'s order."""
+    kinds = get_domain(domain).tool_kinds()
+    return tuple(_task_info(domain, t, kinds) for t in _raw_tasks(domain))
+
+
+@functools.cache
+def _tasks_by_id(domain: str) -> dict[str, TaskInfo]:
+    return {t.task_id: t for t in load_domain_tasks(domain)}
+
+
+@functools.cache
+def _raw_by_id(domain: str) -> dict[str, Any]:
+    return {t.id: t for t in _raw_tasks(domain)}
+
+
+def get_task(domain: str, task_id: str) -> TaskInfo:
+    """One task. Raises ``KeyError`` with a readable message when it does not exist."""
+    try:
+        return _tasks_by_id(domain)[str(task_id)]
+    except KeyError:
+        raise KeyError(f"No task {task_id!r} in domain {domain!r}") from None
+
+
+def get_tau2_task(domain: str, task_id: str):
+    """τ²'s own ``Task`` object (shared, do not mutate). Raises ``KeyError`` if unknown."""
+    try:
+        return _raw_by_id(domain)[str(task_id)]
+    except KeyError:
+        raise KeyError(f"No task {task_id!r} in domain {domain!r}") from None

@@ -1,0 +1,71 @@
+"""One ASGI application for the whole product.
+
+* OpenEnv's API (FastAPI, from ``tau2_env.server``) at OpenEnv's own paths:
+  ``/ws`` ``/reset`` ``/step`` ``/state`` ``/schema`` ``/metadata`` ``/health`` ``/mcp``;
+* Channels WebSockets under ``/ws/…`` (live runs, play sessions);
+* Django for every other page.
+
+Lifespan events go to the OpenEnv app (its idle-session reaper starts there) and start
+the embedded Celery worker when there is no broker.
+
+Serve with ``uvicorn tau2site.asgi:application``.
+"""
+
+from __future__ import annotations
+
+import os
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tau2site.settings")
+
+from django.core.asgi import get_asgi_application  # noqa: E402
+
+django_http = get_asgi_application()  # sets Django up before anything imports models
+
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.routing import URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+
+from tau2site import embedded_worker  # noqa: E402
+from tau2site.routing import websocket_urlpatterns  # noqa: E402
+
+# OpenEnv's routes, matched exactly so that /ws/runs/<id>/ stays with Channels.
+OPENENV_PATHS = frozenset(
+    {"/ws", "/reset", "/step", "/state", "/schema", "/metadata", "/health", "/mcp"}
+)
+
+
+class Application:
+    """Routes each ASGI connection to OpenEnv, Channels or Django."""
+
+    def __init__(self) -> None:
+        from tau2_env.server import create_openenv_app
+
+        self.openenv = create_openenv_app()
+        self.channels_ws = AllowedHostsOriginValidator(
+            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+        )
+
+    async def __call__(self, scope, receive, send):
+        kind = scope["type"]
+        if kind == "lifespan":
+            return await self._lifespan(scope, receive, send)
+        path = scope.get("path", "")
+        if path.rstrip("/") in OPENENV_PATHS or path in OPENENV_PATHS:
+            return await self.openenv(scope, receive, send)
+        if kind == "websocket":
+            return await self.channels_ws(scope, receive, send)
+        return await django_http(scope, receive, send)
+
+    async def _lifespan(self, scope, receive, send):
+        async def receive_and_start():
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                embedded_worker.start()
+            elif message["type"] == "lifespan.shutdown":
+                embedded_worker.stop()
+            return message
+
+        await self.openenv(scope, receive_and_start, send)
+
+
+application = Application()

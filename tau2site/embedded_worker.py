@@ -1,0 +1,57 @@
+"""A Celery worker inside the web process, for the one-command laptop setup.
+
+With no REDIS_URL the broker is kombu's in-memory transport, which only reaches
+consumers in the same process; this starts one there, on a daemon thread with a
+thread pool, when the ASGI application starts. Production runs real workers
+(``celery -A tau2site worker``) and never starts this.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from django.conf import settings
+
+logger = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_worker = None
+
+
+def start() -> bool:
+    """Start the in-process worker once. Returns True if one is running after the call."""
+    global _worker
+    if not settings.TAU2_EMBEDDED_WORKER:
+        return False
+    with _lock:
+        if _worker is not None:
+            return True
+        from celery.worker import WorkController
+
+        from tau2site.celery import app
+
+        _worker = WorkController(
+            app=app,
+            pool="threads",
+            concurrency=settings.TAU2_EMBEDDED_WORKER_CONCURRENCY,
+            hostname="embedded@localhost",
+            queues=[settings.CELERY_TASK_DEFAULT_QUEUE],
+            without_heartbeat=True,
+            without_mingle=True,
+            without_gossip=True,
+        )
+        threading.Thread(target=_worker.start, name="celery-embedded", daemon=True).start()
+        logger.info(
+            "Embedded Celery worker started (%s threads); set REDIS_URL to use real workers",
+            settings.TAU2_EMBEDDED_WORKER_CONCURRENCY,
+        )
+        return True
+
+
+def stop() -> None:
+    global _worker
+    with _lock:
+        if _worker is not None:
+            _worker.stop(in_sighandler=False)
+            _worker = None

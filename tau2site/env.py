@@ -1,0 +1,73 @@
+"""Strict readers of settings from the environment (after healthchecks' hc/settings.py).
+
+Each reader raises ``ImproperlyConfigured`` on a value it cannot read instead of
+guessing, and every secret can also be given as a file (``NAME_FILE``), as Docker and
+Kubernetes secrets are.
+"""
+
+from __future__ import annotations
+
+import os
+
+from django.core.exceptions import ImproperlyConfigured
+
+_TRUE = {"true", "1", "yes", "on"}
+_FALSE = {"false", "0", "no", "off"}
+
+
+def envstr(name: str, default: str | None = None) -> str | None:
+    """The variable's value, or the content of the file named by ``NAME_FILE``, or ``default``.
+
+    An empty value counts as unset.
+    """
+    value = os.environ.get(name)
+    if value:
+        return value
+    path = os.environ.get(f"{name}_FILE")
+    if path:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                return fh.read().strip()
+        except OSError as exc:
+            raise ImproperlyConfigured(f"{name}_FILE={path!r} cannot be read: {exc}") from exc
+    return default
+
+
+def envbool(name: str, default: bool) -> bool:
+    value = envstr(name)
+    if value is None:
+        return default
+    lowered = value.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise ImproperlyConfigured(f"{name} must be true or false, not {value!r}")
+
+
+def envint(name: str, default: int, *, minimum: int | None = None) -> int:
+    value = envstr(name)
+    if value is None:
+        return default
+    try:
+        number = int(value)
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be an integer, not {value!r}") from None
+    if minimum is not None and number < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, not {number}")
+    return number
+
+
+def envlist(name: str, default: list[str] | None = None) -> list[str]:
+    """A comma-separated list, blanks dropped."""
+    value = envstr(name)
+    if value is None:
+        return list(default or [])
+    return [item.strip() for item in value.split(",") if item.strip()]
+
+
+def envchoice(name: str, default: str, choices: set[str]) -> str:
+    value = (envstr(name) or default).strip()
+    if value not in choices:
+        raise ImproperlyConfigured(f"{name} must be one of {sorted(choices)}, not {value!r}")
+    return value

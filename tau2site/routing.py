@@ -1,0 +1,3 @@
+"""WebSocket routes served by Channels (everything under /ws/ except OpenEnv's /ws)."""
+
+websocket_urlpatterns: list = []
