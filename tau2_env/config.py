@@ -1,0 +1,154 @@
+"""Settings of the engine and the OpenEnv server, read from ``os.environ`` when asked.
+
+Nothing is frozen at import: every function reads the environment when called, so a
+test (or a long-lived worker whose environment changes) sees the current values. An
+episode reads its settings once, when it is created, and keeps them.
+
+Secrets are returned inside :class:`ProviderSettings`, whose ``repr`` never shows them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+__all__ = [
+    "DEFAULT_HF_ROUTER_URL",
+    "DEFAULT_MODELS",
+    "PROVIDERS",
+    "ConfigError",
+    "ProviderSettings",
+    "default_domain",
+    "default_split",
+    "llm_timeout",
+    "max_concurrent_envs",
+    "nl_judge_mode",
+    "provider_settings",
+]
+
+PROVIDERS = ("hf", "openai", "anthropic")
+DEFAULT_MODELS = {
+    "hf": "deepseek-ai/DeepSeek-V4.1-Flash",
+    "openai": "gpt-4.1",
+    "anthropic": "claude-sonnet-4-5",
+}
+DEFAULT_HF_ROUTER_URL = "https://router.huggingface.co/v1"
+# The variable holding each provider's server-side credential.
+CREDENTIAL_VARS = {"hf": "HF_TOKEN", "openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
+
+
+class ConfigError(ValueError):
+    """A setting has a value we cannot use; the message names the variable."""
+
+
+@dataclass(frozen=True)
+class ProviderSettings:
+    """The customer's (and judge's) provider as the server is configured.
+
+    ``server_credential`` is the server's own key for that provider, or ``None``.
+    ``base_url`` is where requests go (``None``: the provider's public endpoint).
+    """
+
+    provider: str
+    model: str
+    base_url: str | None
+    server_credential: str | None = field(repr=False, default=None)
+
+    @property
+    def credential_var(self) -> str:
+        return CREDENTIAL_VARS[self.provider]
+
+
+def _env(name: str) -> str | None:
+    """The variable's value stripped, or ``None`` when unset or blank."""
+    value = os.environ.get(name)
+    if value is None:
+        return None
+    value = value.strip()
+    return value or None
+
+
+def _env_int(name: str, default: int, *, minimum: int = 1) -> int:
+    raw = _env(name)
+    if raw is None:
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
+    if value < minimum:
+        raise ConfigError(f"{name} must be at least {minimum}, got {value}")
+    return value
+
+
+def provider_settings() -> ProviderSettings:
+    """The provider named by ``TAU2_USER_PROVIDER`` (default ``hf``) with its model and key.
+
+    Raises :class:`ConfigError` for an unknown provider.
+    """
+    provider = (_env("TAU2_USER_PROVIDER") or "hf").lower()
+    if provider not in PROVIDERS:
+        raise ConfigError(
+            f"TAU2_USER_PROVIDER must be one of {', '.join(PROVIDERS)}, got {provider!r}"
+        )
+    model = _env("TAU2_USER_MODEL") or DEFAULT_MODELS[provider]
+    if provider == "hf":
+        base_url = (_env("TAU2_HF_ROUTER_URL") or DEFAULT_HF_ROUTER_URL).rstrip("/")
+    elif provider == "openai":
+        base_url = _env("OPENAI_BASE_URL")
+    else:
+        base_url = _env("ANTHROPIC_BASE_URL")
+    return ProviderSettings(
+        provider=provider,
+        model=model,
+        base_url=base_url,
+        server_credential=_env(CREDENTIAL_VARS[provider]),
+    )
+
+
+def hf_router_url() -> str:
+    """The Hugging Face router's OpenAI-compatible base URL (``TAU2_HF_ROUTER_URL``)."""
+    return (_env("TAU2_HF_ROUTER_URL") or DEFAULT_HF_ROUTER_URL).rstrip("/")
+
+
+def llm_timeout() -> float:
+    """Seconds one LLM request may take (``TAU2_LLM_TIMEOUT``, default 120)."""
+    raw = _env("TAU2_LLM_TIMEOUT")
+    if raw is None:
+        return 120.0
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(f"TAU2_LLM_TIMEOUT must be a number of seconds, got {raw!r}") from None
+    if value <= 0:
+        raise ConfigError(f"TAU2_LLM_TIMEOUT must be positive, got {raw!r}")
+    return value
+
+
+def default_domain() -> str:
+    """``TAU2_DOMAIN``, default ``airline``."""
+    return _env("TAU2_DOMAIN") or "airline"
+
+
+def default_split() -> str:
+    """``TAU2_SPLIT``, default ``test``."""
+    return _env("TAU2_SPLIT") or "test"
+
+
+def max_concurrent_envs() -> int:
+    """``MAX_CONCURRENT_ENVS``, default 64: OpenEnv sessions at once, and LLM worker threads."""
+    return _env_int("MAX_CONCURRENT_ENVS", 64)
+
+
+def nl_judge_mode() -> str:
+    """``TAU2_NL_JUDGE``: when τ²'s natural-language judge runs.
+
+    ``basis`` (default) runs it only for tasks whose reward basis includes NL assertions,
+    exactly as ``tau2 run`` scores (no base task of airline/retail/telecom has one).
+    ``always`` also runs it for tasks that list NL assertions; their verdicts are then
+    reported in ``reward_info.nl_assertions`` without changing the reward.
+    """
+    mode = (_env("TAU2_NL_JUDGE") or "basis").lower()
+    if mode not in ("basis", "always"):
+        raise ConfigError(f"TAU2_NL_JUDGE must be 'basis' or 'always', got {mode!r}")
+    return mode

@@ -1,0 +1,285 @@
+"""The one door every LLM call goes through.
+
+τ² calls litellm from ``tau2.utils.llm_utils.generate`` through that module's global
+``completion``; the simulated customer (``UserSimulator``), τ²'s own agent (``LLMAgent``)
+and the natural-language judge (a fixed model from ``tau2.config``, with no key of its
+own) all end up there. :func:`install` replaces that global with :func:`routed_completion`,
+which takes the provider, model and key from the *conversation* being served, kept in a
+``contextvars.ContextVar`` set by :func:`conversation`. So:
+
+* each conversation's customer and judge run on that conversation's credentials, and
+  concurrent conversations (threads or tasks) never see each other's;
+* a call made outside any conversation fails instead of falling back to the server's
+  environment keys (litellm does that when ``api_key`` is ``None``);
+* every call has temperature 0, a timeout, litellm's cache off, and retries for rate
+  limits and timeouts only (never for 401/402).
+
+Tests point :class:`Route` at a local scripted server through ``TAU2_HF_ROUTER_URL`` (or
+``OPENAI_BASE_URL``/``ANTHROPIC_BASE_URL``), so litellm and the wire stay real.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import re
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import litellm  # noqa: E402  (after _tau2 set LITELLM_LOCAL_MODEL_COST_MAP)
+from litellm.types.router import RetryPolicy  # noqa: E402
+
+from tau2_env import config
+from tau2_env._tau2 import registry  # noqa: F401  (imports τ² quietly, before litellm)
+
+__all__ = [
+    "ROLE_KEY",
+    "LLMCallError",
+    "MissingCredentialsError",
+    "Route",
+    "conversation",
+    "describe_error",
+    "install",
+    "litellm_kwargs",
+    "redact",
+    "resolve_route",
+    "routed_completion",
+]
+
+# The extra keyword our callers put in τ²'s ``llm_args`` to say whose call it is. It is
+# removed before litellm sees the call. A call without it is the NL-assertion judge's.
+ROLE_KEY = "tau2_llm_role"
+ROLE_USER = "user"
+ROLE_AGENT = "agent"
+ROLE_JUDGE = "judge"
+
+# Retries for transient failures only. 401 (AuthenticationError) and 402
+# (PaymentRequiredError, a BadRequestError) are never retried: a retry cannot fix them
+# and each one costs the visitor a request.
+RETRIES = 2
+_RETRY_POLICY = RetryPolicy(
+    RateLimitErrorRetries=RETRIES,
+    TimeoutErrorRetries=RETRIES,
+    ServiceUnavailableErrorRetries=RETRIES,
+    AuthenticationErrorRetries=0,
+    BadRequestErrorRetries=0,
+    ContentPolicyViolationErrorRetries=0,
+    InternalServerErrorRetries=0,
+    NotFoundErrorRetries=0,
+    DefaultRetries=0,
+)
+
+# Keys a caller must not choose: they are the route's.
+_ROUTE_KEYS = (
+    "model",
+    "api_key",
+    "api_base",
+    "base_url",
+    "temperature",
+    "timeout",
+    "num_retries",
+    "retry_policy",
+    "max_retries",
+    "caching",
+    "extra_headers",
+    "custom_llm_provider",
+)
+
+_TOKEN_PATTERNS = re.compile(r"\b(hf_[A-Za-z0-9_]{6,}|sk-[A-Za-z0-9_\-]{8,})")
+
+
+class MissingCredentialsError(RuntimeError):
+    """No credential for the customer's provider; the message says what to do."""
+
+
+class LLMCallError(RuntimeError):
+    """An LLM call failed; ``str()`` is a readable reason with no secret in it."""
+
+    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+
+
+@dataclass(frozen=True)
+class Route:
+    """Where one role's calls go: provider, model, endpoint and the key to use.
+
+    ``api_key`` never shows in ``repr``; a Route cannot be built without one.
+    """
+
+    provider: str
+    model: str
+    base_url: str | None
+    api_key: str = field(repr=False)
+    timeout: float = 120.0
+    temperature: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.provider not in config.PROVIDERS:
+            raise ValueError(f"Unknown provider {self.provider!r}")
+        if not self.api_key:
+            # litellm would fall back to HF_TOKEN/OPENAI_API_KEY from the environment.
+            raise ValueError("A Route needs an api_key")
+
+    @property
+    def litellm_model(self) -> str:
+        """The model name as litellm wants it (``openai/<org>/<model>`` for the router)."""
+        if self.provider == "anthropic":
+            return self.model if self.model.startswith("anthropic/") else f"anthropic/{self.model}"
+        # Hugging Face's router and OpenAI both speak OpenAI's API.
+        return self.model if self.model.startswith("openai/") else f"openai/{self.model}"
+
+    def describe(self) -> str:
+        """``provider:model`` for messages and logs."""
+        return f"{self.provider}:{self.model}"
+
+
+def resolve_route(*, hf_token: str | None = None) -> Route:
+    """The customer's route for a new conversation, from the server's settings.
+
+    A token given for the conversation wins and runs on Hugging Face's router (with
+    ``TAU2_USER_MODEL`` when the provider is ``hf``, else the hf default model); the
+    server's own ``HF_TOKEN`` is then never used. Otherwise the configured provider's
+    server-side key is used. Raises :class:`MissingCredentialsError` when there is none.
+    """
+    settings = config.provider_settings()
+    timeout = config.llm_timeout()
+    token = (hf_token or "").strip()
+    if token:
+        model = settings.model if settings.provider == "hf" else config.DEFAULT_MODELS["hf"]
+        return Route(
+            provider="hf",
+            model=model,
+            base_url=config.hf_router_url(),
+            api_key=token,
+            timeout=timeout,
+        )
+    if settings.server_credential:
+        return Route(
+            provider=settings.provider,
+            model=settings.model,
+            base_url=settings.base_url,
+            api_key=settings.server_credential,
+            timeout=timeout,
+        )
+    raise MissingCredentialsError(
+        "No credentials for the simulated customer: pass your Hugging Face token with "
+        "reset(hf_token=...), or set HF_TOKEN on the server, or choose another provider "
+        f"with TAU2_USER_PROVIDER (hf, openai, anthropic) and set its key "
+        f"({settings.credential_var} for {settings.provider!r} is not set)."
+    )
+
+
+def litellm_kwargs(route: Route) -> dict[str, Any]:
+    """The keyword arguments that send a litellm ``completion`` along ``route``.
+
+    Always: the route's key and endpoint, temperature, a timeout, the retry policy,
+    no OpenAI-SDK retries of its own and no litellm cache (its key may ignore
+    ``api_key``). ``num_retries`` is left out on purpose: litellm hands it to the OpenAI
+    SDK as ``max_retries``, which retries 5xx behind the policy's back.
+    """
+    kwargs: dict[str, Any] = {
+        "model": route.litellm_model,
+        "api_key": route.api_key,
+        "temperature": route.temperature,
+        "timeout": route.timeout,
+        "retry_policy": _RETRY_POLICY,
+        "max_retries": 0,
+        "caching": False,
+    }
+    if route.base_url:
+        kwargs["api_base"] = route.base_url
+    return kwargs
+
+
+_routes: contextvars.ContextVar[Mapping[str, Route] | None] = contextvars.ContextVar(
+    "tau2_llm_routes", default=None
+)
+
+
+@contextmanager
+def conversation(
+    *, user: Route, judge: Route | None = None, agent: Route | None = None
+) -> Iterator[None]:
+    """Within the block, τ²'s LLM calls of this thread/task use these routes.
+
+    The judge defaults to the customer's route (the issue's rule: same provider, model
+    and credentials as the conversation's user).
+    """
+    routes: dict[str, Route] = {ROLE_USER: user, ROLE_JUDGE: judge or user}
+    if agent is not None:
+        routes[ROLE_AGENT] = agent
+    token = _routes.set(routes)
+    try:
+        yield
+    finally:
+        _routes.reset(token)
+
+
+def routed_completion(*args: Any, **kwargs: Any) -> Any:
+    """Drop-in for ``litellm.completion`` that sends the call along the current route.
+
+    Raises :class:`LLMCallError` (readable, key-free) when the call fails, and
+    :class:`MissingCredentialsError` when called outside :func:`conversation`.
+    """
+    if args:
+        raise TypeError("routed_completion takes keyword arguments only")
+    role = kwargs.pop(ROLE_KEY, ROLE_JUDGE)
+    routes = _routes.get()
+    route = routes.get(role) if routes else None
+    if route is None:
+        raise MissingCredentialsError(
+            f"LLM call for {role!r} made outside a conversation with credentials; refused "
+            "rather than falling back to the server's environment keys"
+        )
+    call = {k: v for k, v in kwargs.items() if k not in _ROUTE_KEYS}
+    call.update(litellm_kwargs(route))
+    try:
+        return litellm.completion(**call)
+    except Exception as exc:
+        raise LLMCallError(
+            describe_error(exc, route=route), status_code=getattr(exc, "status_code", None)
+        ) from None
+
+
+def describe_error(exc: BaseException, *, route: Route) -> str:
+    """A one-line reason for a failed call, naming the model, with every secret removed."""
+    status = getattr(exc, "status_code", None)
+    hint = {
+        401: "the credentials were refused (HTTP 401); check the token",
+        402: "the account has no credits left (HTTP 402)",
+        403: "the token may not call this model (HTTP 403)",
+        404: "the model was not found (HTTP 404)",
+        429: "rate limited (HTTP 429), still after retries",
+    }.get(status)
+    if hint is None and isinstance(exc, litellm.Timeout):
+        hint = f"no answer within {route.timeout:g} s"
+    if hint is None:
+        hint = f"HTTP {status}" if status else type(exc).__name__
+    detail = " ".join(str(exc).split())[:300]
+    return redact(f"{route.describe()} failed: {hint}. {detail}", route.api_key)
+
+
+def redact(text: str, *secrets: str | None) -> str:
+    """``text`` without the given secrets nor anything shaped like an HF/OpenAI token."""
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "[redacted]")
+    return _TOKEN_PATTERNS.sub("[redacted]", text)
+
+
+def install() -> None:
+    """Route τ²'s LLM calls through :func:`routed_completion`; idempotent.
+
+    Also turns litellm's cache off for good: its cache key may ignore ``api_key``, so
+    one visitor could be served another's answer.
+    """
+    import tau2.utils.llm_utils as llm_utils
+
+    litellm.cache = None
+    litellm.disable_cache()
+    llm_utils.completion = routed_completion
+
+
+install()

@@ -1,0 +1,359 @@
+"""A local, scripted, OpenAI-compatible LLM server for tests.
+
+Every LLM call of the product goes through ``tau2_env.llm`` and litellm; tests point them
+here (``TAU2_HF_ROUTER_URL=http://127.0.0.1:<port>/v1``) so that litellm, HTTP and the
+headers are real and only the model is scripted.
+
+* ``POST /v1/chat/completions`` (and ``/chat/completions``): answers with the next reply
+  of :attr:`ScriptedLLM.script`, or, when :attr:`ScriptedLLM.responder` is set, with what
+  it returns for the request. A reply is text (``str``), :func:`tool_call` /
+  :func:`tool_calls`, :func:`error` (an HTTP error status), optionally :func:`delayed`.
+  ``stream=True`` is answered as server-sent events with a final usage chunk.
+* ``GET /v1/models``: :attr:`ScriptedLLM.catalogue`, shaped like the Hugging Face router's.
+* Every request is recorded (:attr:`ScriptedLLM.requests`) with its ``Authorization``.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+__all__ = [
+    "DEFAULT_CATALOGUE",
+    "RecordedRequest",
+    "Reply",
+    "ScriptedLLM",
+    "delayed",
+    "error",
+    "text",
+    "tool_call",
+    "tool_calls",
+]
+
+DEFAULT_CATALOGUE: dict[str, Any] = {
+    "object": "list",
+    "data": [
+        {
+            "id": "deepseek-ai/DeepSeek-V4.1-Flash",
+            "object": "model",
+            "owned_by": "deepseek-ai",
+            "providers": [
+                {
+                    "provider": "novita",
+                    "status": "live",
+                    "context_length": 131072,
+                    "pricing": {"input": 0.27, "output": 1.1},
+                    "supports_tools": True,
+                    "supports_structured_output": True,
+                }
+            ],
+        },
+        {
+            "id": "Qwen/Qwen3-32B",
+            "object": "model",
+            "owned_by": "Qwen",
+            "providers": [
+                {
+                    "provider": "cerebras",
+                    "status": "live",
+                    "context_length": 32768,
+                    "supports_tools": True,
+                },
+                {"provider": "nscale", "status": "error", "supports_tools": False},
+            ],
+        },
+    ],
+}
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One scripted answer: a text, tool calls, or an HTTP error; after ``delay`` seconds."""
+
+    content: str | None = None
+    calls: tuple[tuple[str, dict[str, Any]], ...] = ()
+    status: int = 200
+    error_message: str = ""
+    delay: float = 0.0
+    usage: tuple[int, int] = (10, 5)  # prompt, completion tokens
+
+
+def text(content: str, *, delay: float = 0.0) -> Reply:
+    return Reply(content=content, delay=delay)
+
+
+def tool_call(name: str, /, **arguments: Any) -> Reply:
+    return Reply(calls=((name, arguments),))
+
+
+def tool_calls(*calls: tuple[str, dict[str, Any]]) -> Reply:
+    return Reply(calls=tuple(calls))
+
+
+def error(status: int, message: str = "scripted failure") -> Reply:
+    return Reply(status=status, error_message=message)
+
+
+def delayed(reply: Reply | str, seconds: float) -> Reply:
+    reply = text(reply) if isinstance(reply, str) else reply
+    return Reply(**{**reply.__dict__, "delay": seconds})
+
+
+@dataclass
+class RecordedRequest:
+    """What the server received: path, headers, the JSON body and the bearer token."""
+
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: dict[str, Any]
+    received_at: float = field(default_factory=time.monotonic)
+
+    @property
+    def authorization(self) -> str | None:
+        for key, value in self.headers.items():
+            if key.lower() == "authorization":
+                return value
+        return None
+
+    @property
+    def token(self) -> str | None:
+        auth = self.authorization or ""
+        return auth[len("Bearer ") :] if auth.startswith("Bearer ") else None
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return self.body.get("messages") or []
+
+    @property
+    def tool_names(self) -> list[str]:
+        return [t.get("function", {}).get("name") for t in self.body.get("tools") or []]
+
+    def text(self) -> str:
+        """All message contents of the request joined, for matching in responders."""
+        return "\n".join(str(m.get("content") or "") for m in self.messages)
+
+
+class ScriptedLLM:
+    """The scripted server; start with :meth:`start`, stop with :meth:`stop`.
+
+    ``script`` is consumed in order; with ``responder`` set it decides instead (it may
+    return a ``str`` or a :class:`Reply`). With neither, the server answers 500 so a test
+    never silently gets an unplanned answer.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.script: deque[Reply | str] = deque()
+        self.responder: Callable[[RecordedRequest], Reply | str] | None = None
+        self.requests: list[RecordedRequest] = []
+        self.catalogue: dict[str, Any] = json.loads(json.dumps(DEFAULT_CATALOGUE))
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # --------------------------------------------------------------- control
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "server not started"
+        return self._server.server_address[1]
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:<port>/v1`` — what ``TAU2_HF_ROUTER_URL`` should be."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> ScriptedLLM:
+        handler = _make_handler(self)
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(
+            target=self._server.serve_forever, name="scripted-llm", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def reset(self) -> None:
+        """Forget the script, the responder and the recorded requests."""
+        with self._lock:
+            self.script.clear()
+            self.responder = None
+            self.requests.clear()
+            self.catalogue = json.loads(json.dumps(DEFAULT_CATALOGUE))
+
+    def add(self, *replies: Reply | str) -> None:
+        """Append replies to the script."""
+        with self._lock:
+            self.script.extend(replies)
+
+    def chat_requests(self) -> list[RecordedRequest]:
+        with self._lock:
+            return [r for r in self.requests if r.path.endswith("/chat/completions")]
+
+    # -------------------------------------------------------------- internal
+
+    def _record(self, request: RecordedRequest) -> None:
+        with self._lock:
+            self.requests.append(request)
+
+    def _next_reply(self, request: RecordedRequest) -> Reply:
+        with self._lock:
+            responder = self.responder
+            scripted = self.script.popleft() if (responder is None and self.script) else None
+        if responder is not None:
+            reply = responder(request)
+        elif scripted is not None:
+            reply = scripted
+        else:
+            reply = error(500, "scripted LLM: no reply left in the script")
+        return text(reply) if isinstance(reply, str) else reply
+
+
+def _completion_body(reply: Reply, model: str) -> dict[str, Any]:
+    message: dict[str, Any] = {"role": "assistant", "content": reply.content}
+    if reply.calls:
+        message["content"] = None
+        message["tool_calls"] = [
+            {
+                "id": f"call_{uuid.uuid4().hex[:20]}",
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(arguments)},
+            }
+            for name, arguments in reply.calls
+        ]
+    prompt, completion = reply.usage
+    return {
+        "id": f"chatcmpl-{uuid.uuid4().hex[:20]}",
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "finish_reason": "tool_calls" if reply.calls else "stop",
+            }
+        ],
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        },
+    }
+
+
+def _stream_chunks(reply: Reply, model: str) -> list[dict[str, Any]]:
+    base = {
+        "id": f"chatcmpl-{uuid.uuid4().hex[:20]}",
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+    }
+    chunks: list[dict[str, Any]] = []
+    if reply.calls:
+        for index, (name, arguments) in enumerate(reply.calls):
+            call = {
+                "index": index,
+                "id": f"call_{uuid.uuid4().hex[:20]}",
+                "type": "function",
+                "function": {"name": name, "arguments": json.dumps(arguments)},
+            }
+            delta = {"role": "assistant", "tool_calls": [call]}
+            chunks.append({**base, "choices": [{"index": 0, "delta": delta}]})
+    else:
+        words = (reply.content or "").split(" ")
+        for i, word in enumerate(words):
+            piece = word if i == 0 else " " + word
+            chunks.append({**base, "choices": [{"index": 0, "delta": {"content": piece}}]})
+    finish = "tool_calls" if reply.calls else "stop"
+    chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
+    prompt, completion = reply.usage
+    usage = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+    chunks.append({**base, "choices": [], "usage": usage})
+    return chunks
+
+
+def _make_handler(llm: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
+            return
+
+        def _send_json(self, status: int, payload: dict[str, Any]) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _read_body(self) -> dict[str, Any]:
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            try:
+                return json.loads(raw or b"{}")
+            except json.JSONDecodeError:
+                return {"_raw": raw.decode(errors="replace")}
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's naming
+            llm._record(RecordedRequest("GET", self.path, dict(self.headers.items()), {}))
+            if self.path.rstrip("/").split("?")[0] in ("/v1/models", "/models"):
+                self._send_json(200, llm.catalogue)
+            else:
+                self._send_json(404, {"error": {"message": f"no route {self.path}"}})
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            body = self._read_body()
+            request = RecordedRequest("POST", self.path, dict(self.headers.items()), body)
+            llm._record(request)
+            if not self.path.split("?")[0].endswith("/chat/completions"):
+                self._send_json(404, {"error": {"message": f"no route {self.path}"}})
+                return
+            try:
+                reply = llm._next_reply(request)
+            except Exception as exc:  # a broken responder must show up in the test
+                self._send_json(500, {"error": {"message": f"responder failed: {exc!r}"}})
+                return
+            if reply.delay:
+                time.sleep(reply.delay)
+            if reply.status != 200:
+                self._send_json(
+                    reply.status,
+                    {"error": {"message": reply.error_message, "type": "scripted_error"}},
+                )
+                return
+            model = str(body.get("model") or "scripted")
+            if body.get("stream"):
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.send_header("Cache-Control", "no-cache")
+                self.send_header("Connection", "close")
+                self.end_headers()
+                for chunk in _stream_chunks(reply, model):
+                    self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                    self.wfile.flush()
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+                self.close_connection = True
+                return
+            self._send_json(200, _completion_body(reply, model))
+
+    return Handler
