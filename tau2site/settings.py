@@ -155,6 +155,7 @@ TAU2_EXPLORER_PAGE_SIZE = envint("TAU2_EXPLORER_PAGE_SIZE", 48, minimum=1)
 # --- Static files -------------------------------------------------------------------------
 STATIC_URL = "/static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"
+STATIC_ROOT.mkdir(exist_ok=True)  # whitenoise warns on every request when it is missing
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},

@@ -1,0 +1,104 @@
+"""Fixtures shared by the whole suite.
+
+The suite runs on the production path (see ``[tool.pytest.ini_options] env`` in
+pyproject.toml): PostgreSQL, Redis, DEBUG off. The τ² catalogue is loaded once per
+session into the test database, and ``asgi_server`` serves the project's real ASGI
+application (Django pages, Channels, OpenEnv) with uvicorn on a free local port.
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+
+
+def pytest_collection_modifyitems(config, items):
+    """Browser tests last: Playwright's event loop stays in the main thread once started."""
+    items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """The test database with τ²-bench's whole catalogue in it (loaded once, committed)."""
+    from apps.tasks.services import catalogue_load
+
+    with django_db_blocker.unblock():
+        catalogue_load()
+    yield
+
+
+@pytest.fixture
+def catalogue(db):
+    """Tests that read the catalogue say so; the data itself comes from django_db_setup."""
+    from apps.tasks.models import Domain
+
+    assert Domain.objects.exists(), "the catalogue should have been loaded for the session"
+    return Domain.objects.all()
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@dataclass
+class LiveServer:
+    url: str
+    server: object
+
+    def ws_url(self, path: str) -> str:
+        return self.url.replace("http://", "ws://", 1) + path
+
+
+def serve_asgi(app, *, port: int | None = None) -> Iterator[LiveServer]:
+    """Serve ``app`` with uvicorn on a thread until the generator is closed."""
+    import uvicorn
+
+    port = port or free_port()
+    config = uvicorn.Config(
+        app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", ws="websockets-sansio"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 60
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("uvicorn did not start")
+        time.sleep(0.05)
+    try:
+        yield LiveServer(url=f"http://127.0.0.1:{port}", server=server)
+    finally:
+        server.should_exit = True
+        thread.join(timeout=15)
+
+
+@pytest.fixture(scope="session")
+def asgi_server(django_db_setup, django_db_blocker) -> Iterator[LiveServer]:
+    """The project's real ASGI application (``tau2site.asgi.application``) on a local port.
+
+    It shares this process's settings, so it reads and writes the test database.
+    """
+    from tau2site.asgi import application
+
+    with django_db_blocker.unblock():
+        yield from serve_asgi(application)
+        _close_server_connections()
+
+
+def _close_server_connections() -> None:
+    """Close what the server's threads left open, so the test database can be dropped."""
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
