@@ -327,8 +327,8 @@ class Tau2Environment(MCPEnvironment):
         return _tool_result(name, result.content or "", is_error=result.error)
 
     def _final(self, cls: type[Observation], *, text: str | None = None, **fields: Any):
-        """The observation of an ended episode: done, τ²'s reward and ``reward_info``,
-        or no reward and the reason (``metadata["error"]``)."""
+        """The observation of an ended episode: done, τ²'s reward and ``reward_info``
+        (or no reward and the reason in ``metadata["error"]``), and ``metadata["messages"]``."""
         episode = self._episode
         assert episode is not None
         metadata = dict(fields.pop("metadata", {}))
@@ -339,6 +339,8 @@ class Tau2Environment(MCPEnvironment):
             metadata["reward_info"] = episode.reward_info.model_dump(mode="json")
         if episode.error is not None:
             metadata["error"] = episode.error
+        # The whole conversation (τ²'s message dicts) so a client can keep or re-score it.
+        metadata["messages"] = episode.messages_json()
         if text is not None:
             fields["result"] = _result_payload(text, is_error=episode.error is not None)
             fields["data"] = text
