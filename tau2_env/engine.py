@@ -28,8 +28,11 @@ from contextlib import contextmanager
 from copy import deepcopy
 from typing import Any
 
-from tau2.config import DEFAULT_MAX_ERRORS, DEFAULT_MAX_STEPS  # noqa: E402
-from tau2.data_model.message import (  # noqa: E402
+# isort: off
+# τ² only through tau2_env._tau2 first (quiet import, local litellm price list).
+from tau2_env._tau2 import registry
+from tau2.config import DEFAULT_MAX_ERRORS, DEFAULT_MAX_STEPS
+from tau2.data_model.message import (
     AssistantMessage,
     Message,
     MultiToolMessage,
@@ -38,15 +41,15 @@ from tau2.data_model.message import (  # noqa: E402
     ToolMessage,
     UserMessage,
 )
-from tau2.data_model.simulation import RewardInfo, SimulationRun, TerminationReason  # noqa: E402
-from tau2.data_model.tasks import RewardType, Task  # noqa: E402
-from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation  # noqa: E402
-from tau2.user.base import is_valid_user_history_message  # noqa: E402
-from tau2.user.user_simulator import UserSimulator  # noqa: E402
-from tau2.utils.utils import get_now  # noqa: E402
+from tau2.data_model.simulation import RewardInfo, SimulationRun, TerminationReason
+from tau2.data_model.tasks import RewardType, Task
+from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
+from tau2.user.base import is_valid_user_history_message
+from tau2.user.user_simulator import UserSimulator
+from tau2.utils.utils import get_now
 
+# isort: on
 from tau2_env import catalog, config, llm
-from tau2_env._tau2 import registry
 
 __all__ = [
     "AGENT_STOP",

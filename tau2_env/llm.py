@@ -27,11 +27,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-import litellm  # noqa: E402  (after _tau2 set LITELLM_LOCAL_MODEL_COST_MAP)
-from litellm.types.router import RetryPolicy  # noqa: E402
+# isort: off
+# _tau2 must come before litellm: it sets LITELLM_LOCAL_MODEL_COST_MAP, without which
+# importing litellm tries (and, offline, retries for seconds) to download its price list.
+from tau2_env._tau2 import registry  # noqa: F401
+import litellm
+from litellm.types.router import RetryPolicy
 
+# isort: on
 from tau2_env import config
-from tau2_env._tau2 import registry  # noqa: F401  (imports τ² quietly, before litellm)
 
 __all__ = [
     "ROLE_KEY",

@@ -10,10 +10,14 @@ from __future__ import annotations
 from collections import deque
 from typing import Any
 
+# isort: off
+from tau2_env._tau2 import registry  # noqa: F401  (τ² through its quiet import, first)
 from tau2.data_model.simulation import SimulationRun, TerminationReason
 from tau2.data_model.tasks import Task
 from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
 from tau2.utils.utils import get_now
+
+# isort: on
 
 from tau2_env.engine import messages_from_json
 from tests.support.llm_server import Reply, ScriptedLLM, text, tool_call
