@@ -212,8 +212,6 @@ if not DEBUG:
     # Preloading is a commitment for the whole domain; an operator opts in with
     # SECURE_HSTS_PRELOAD=true, so its reminder stays silent.
     SILENCED_SYSTEM_CHECKS = ["security.W021"]
-# Local end-to-end tests serve plain HTTP on 127.0.0.1 with production settings.
-SECURE_REDIRECT_EXEMPT = [r"^health$"]
 
 # --- Logging --------------------------------------------------------------------------------
 LOG_LEVEL = envstr("LOG_LEVEL", "INFO")

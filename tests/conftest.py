@@ -102,3 +102,57 @@ def _close_server_connections() -> None:
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                 "WHERE datname = current_database() AND pid <> pg_backend_pid()"
             )
+
+
+@pytest.fixture(scope="session")
+def celery_worker(django_db_setup):
+    """A real ``celery -A tau2site worker`` process on the test Redis and the test database."""
+    import os
+    import subprocess
+    import sys
+
+    from django.conf import settings
+
+    from tau2site.celery import app
+
+    db = settings.DATABASES["default"]
+    environ = {
+        **os.environ,
+        "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+    }
+    environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+    app.control.purge()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "tau2site",
+            "worker",
+            "--pool",
+            "threads",
+            "--concurrency",
+            "4",
+            "--loglevel",
+            "WARNING",
+            "--without-gossip",
+            "--without-mingle",
+            "-Q",
+            settings.CELERY_TASK_DEFAULT_QUEUE,
+            "-n",
+            f"test-{os.getpid()}@localhost",
+        ],
+        env=environ,
+    )
+    deadline = time.monotonic() + 60
+    while not app.control.ping(timeout=0.5):
+        if proc.poll() is not None or time.monotonic() > deadline:
+            proc.kill()
+            raise RuntimeError("the Celery worker did not start")
+    yield proc
+    proc.terminate()
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()

@@ -84,6 +84,14 @@ class Task(models.Model):
     splits = models.ManyToManyField(Split, related_name="tasks", blank=True)
 
     title = models.CharField(max_length=500, help_text="First sentence of the reason for call.")
+    reward_basis = models.JSONField(default=list)
+    expected_calls = models.PositiveIntegerField(default=0)
+    changes_db = models.BooleanField(
+        default=False, help_text="One of the expected actions is a write tool."
+    )
+    tool_names = models.JSONField(default=list)
+    # Lower-cased title, reason for call, id and tool names: what the explorer's `q` searches.
+    search_text = models.TextField(blank=True, editable=False)
     purpose = models.TextField(blank=True)
     reason_for_call = models.TextField(blank=True)
     known_info = models.TextField(blank=True)
@@ -91,17 +99,10 @@ class Task(models.Model):
     task_instructions = models.TextField(blank=True)
     persona = models.TextField(blank=True)
     ticket = models.TextField(blank=True)
-
-    reward_basis = models.JSONField(default=list)
-    expected_calls = models.PositiveIntegerField(default=0)
-    changes_db = models.BooleanField(
-        default=False, help_text="One of the expected actions is a write tool."
-    )
-    tool_names = models.JSONField(default=list)
+    # Long texts and big JSON after the columns the explorer reads: SQLite reads a row's
+    # columns in order, so its scan of search_text never walks through them.
     evaluation_criteria = models.JSONField(default=dict)
     raw = models.JSONField(help_text="τ²'s Task.model_dump(mode='json').")
-    # Lower-cased title, reason for call, id and tool names: what the explorer's `q` searches.
-    search_text = models.TextField(blank=True, editable=False)
 
     class Meta:
         ordering = ["domain", "position"]

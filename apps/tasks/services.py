@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from django.db import transaction
+from django.db import connection, transaction
 
 from apps.tasks.models import CatalogueLoad, Domain, Split, Task, Tool
 from tau2_env import catalog
@@ -153,6 +153,10 @@ def catalogue_load(*, domains: list[str] | None = None, force: bool = False) -> 
         report.changed.append(name)
         logger.info("Loaded τ² domain %s: %s", name, report.counts[name])
 
+    if report.changed:
+        # Fresh statistics, or the planner guesses a 2,285-task split holds a dozen rows.
+        with connection.cursor() as cursor:
+            cursor.execute("ANALYZE")
     report.record = CatalogueLoad.objects.create(
         tau2_version=report.tau2_version,
         task_set_hash=report.task_set_hash,

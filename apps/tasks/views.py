@@ -34,7 +34,10 @@ def explorer(request):
         next((s for s in domain.splits.all() if s.name == filters.split), None) if domain else None
     )
     tasks = selectors.task_card_fields(selectors.task_list(filters=filters))
-    page = Paginator(tasks, settings.TAU2_EXPLORER_PAGE_SIZE).get_page(request.GET.get("page"))
+    paginator = Paginator(tasks, settings.TAU2_EXPLORER_PAGE_SIZE)
+    if split and not filters.q and not filters.kind:
+        paginator.count = split.size  # the whole split: no need to count it again
+    page = paginator.get_page(request.GET.get("page"))
     query = filters.as_query()
     context = {
         "filters": filters,
@@ -44,6 +47,8 @@ def explorer(request):
         "page": page,
         "total": split.size if split else 0,
         "query": urlencode(query),
+        # Cards link to detail_prefix + quoted task id: one reverse() per page, not per card.
+        "detail_prefix": reverse("tasks:domain", kwargs={"domain": filters.domain}),
     }
     if request.htmx and not request.htmx.history_restore_request:
         response = render(request, "includes/task_results.html", context)

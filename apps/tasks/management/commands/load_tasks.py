@@ -1,6 +1,8 @@
 from django.core.management.base import BaseCommand, CommandError
 
+from apps.tasks.selectors import catalogue_latest
 from apps.tasks.services import catalogue_load
+from tau2_env._tau2 import tau2_version
 
 
 class Command(BaseCommand):
@@ -12,8 +14,19 @@ class Command(BaseCommand):
     def add_arguments(self, parser):
         parser.add_argument("domains", nargs="*", help="Only these domains (default: all).")
         parser.add_argument("--force", action="store_true", help="Reload unchanged domains too.")
+        parser.add_argument(
+            "--if-needed",
+            action="store_true",
+            help="Do nothing if the catalogue was already loaded from this same τ² version "
+            "(fast start-up; a plain run compares every domain's content).",
+        )
 
-    def handle(self, *args, domains, force, **options):
+    def handle(self, *args, domains, force, if_needed, **options):
+        if if_needed and not force and not domains:
+            latest = catalogue_latest()
+            if latest is not None and latest.tau2_version == tau2_version():
+                self.stdout.write(f"Catalogue already loaded from {latest.tau2_version}.")
+                return
         try:
             report = catalogue_load(domains=domains or None, force=force)
         except KeyError as exc:

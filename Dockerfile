@@ -1,0 +1,27 @@
+# The production image: one image for web, worker and beat (docker-compose.yml).
+FROM python:3.11-slim-bookworm
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    LITELLM_LOCAL_MODEL_COST_MAP=True \
+    STATIC_MANIFEST=true
+
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends curl \
+ && rm -rf /var/lib/apt/lists/* \
+ && useradd --create-home --uid 1000 app
+
+WORKDIR /app
+COPY pyproject.toml constraints.txt README.md ./
+COPY tau2site tau2site
+COPY tau2_env tau2_env
+COPY apps apps
+RUN pip install -c constraints.txt .
+COPY . .
+RUN DEBUG=true TAU2_VAR_DIR=/tmp/build python manage.py collectstatic --noinput \
+ && mkdir -p /app/var && chown -R app:app /app/var
+
+USER app
+EXPOSE 8000
+CMD ["sh", "-c", "python manage.py migrate --noinput && python manage.py load_tasks --if-needed && exec uvicorn tau2site.asgi:application --host 0.0.0.0 --port 8000 --proxy-headers --forwarded-allow-ips='*'"]

@@ -1,0 +1,60 @@
+# The front door. `make run` installs and serves on embedded defaults; `make test` runs
+# the whole suite (needs PostgreSQL and Redis on 127.0.0.1, as .ci/run starts them).
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+.PHONY: run install install-dev system-deps test lint format migrations-check worker beat bench clean
+
+$(VENV)/.installed: pyproject.toml constraints.txt
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e .
+	touch $@
+
+$(VENV)/.installed-dev: $(VENV)/.installed
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+	touch $@
+
+install: $(VENV)/.installed
+
+install-dev: $(VENV)/.installed-dev system-deps
+
+# Debian's Chromium for the browser tests (`playwright install` cannot download here).
+system-deps:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  echo "Installing Debian's chromium for the browser tests"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+
+run: install
+	DEBUG=$${DEBUG:-true} $(BIN)/python manage.py migrate --noinput
+	DEBUG=$${DEBUG:-true} $(BIN)/python manage.py load_tasks --if-needed
+	DEBUG=$${DEBUG:-true} $(BIN)/uvicorn tau2site.asgi:application --host $(HOST) --port $(PORT)
+
+test: install-dev
+	$(BIN)/pytest
+
+lint: install-dev
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+format: install-dev
+	$(BIN)/ruff check --fix .
+	$(BIN)/ruff format .
+
+migrations-check: install
+	DEBUG=true $(BIN)/python manage.py makemigrations --check --dry-run
+
+worker: install
+	$(BIN)/celery -A tau2site worker --loglevel INFO
+
+beat: install
+	$(BIN)/celery -A tau2site beat --loglevel INFO
+
+bench: install-dev
+	$(BIN)/python bench/explorer.py
+
+clean:
+	rm -rf $(VENV) staticfiles .pytest_cache .ruff_cache
