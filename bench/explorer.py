@@ -102,7 +102,7 @@ def run_child(backend: str, rounds: int) -> dict:
     environ = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
     environ.update(
         DJANGO_SETTINGS_MODULE="tau2site.settings",
-        DJANGO_SECRET_KEY="bench-only-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz",
+        DJANGO_SECRET_KEY="bench-only-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz",  # noqa: S106
         DEBUG="false",
         ALLOWED_HOSTS="testserver",
         SECURE_SSL_REDIRECT="false",
