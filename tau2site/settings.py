@@ -59,6 +59,8 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_htmx",
+    "apps.accounts",
+    "social_django",
     "apps.tasks",
     "apps.runs",
     "apps.play",
@@ -72,7 +74,10 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "social_django.middleware.SocialAuthExceptionMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # After XFrameOptionsMiddleware, so it sees the response first (Space iframe framing).
+    "apps.accounts.middleware.FramePolicyMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
 ]
 
@@ -91,6 +96,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
                 "apps.tasks.context_processors.catalogue",
+                "apps.accounts.context_processors.account",
             ],
         },
     },
@@ -212,6 +218,93 @@ if not DEBUG:
     # Preloading is a commitment for the whole domain; an operator opts in with
     # SECURE_HSTS_PRELOAD=true, so its reminder stays silent.
     SILENCED_SYSTEM_CHECKS = ["security.W021"]
+
+# --- Sign-in (apps.accounts) ---------------------------------------------------------------
+# Hugging Face OAuth / OpenID Connect. On a Space, HF injects OAUTH_CLIENT_ID,
+# OAUTH_CLIENT_SECRET, OPENID_PROVIDER_URL and SPACE_HOST; elsewhere set
+# SOCIAL_AUTH_HUGGINGFACE_KEY / _SECRET. Endpoints come from OPENID_PROVIDER_URL's discovery
+# document, read at request time (tests point it at a local fake).
+OPENID_PROVIDER_URL = envstr("OPENID_PROVIDER_URL", "https://huggingface.co").rstrip("/")
+SPACE_HOST = envstr("SPACE_HOST")
+SOCIAL_AUTH_HUGGINGFACE_KEY = envstr("OAUTH_CLIENT_ID") or envstr("SOCIAL_AUTH_HUGGINGFACE_KEY")
+SOCIAL_AUTH_HUGGINGFACE_SECRET = envstr("OAUTH_CLIENT_SECRET") or envstr(
+    "SOCIAL_AUTH_HUGGINGFACE_SECRET"
+)
+AUTHENTICATION_BACKENDS = [
+    "apps.accounts.backends.HuggingFaceOAuth2",
+    "django.contrib.auth.backends.ModelBackend",
+]
+SOCIAL_AUTH_PIPELINE = (
+    "social_core.pipeline.social_auth.social_details",
+    "social_core.pipeline.social_auth.social_names",
+    "social_core.pipeline.social_auth.social_uid",
+    "social_core.pipeline.social_auth.auth_allowed",
+    "apps.accounts.pipeline.require_allowed_org",
+    "social_core.pipeline.social_auth.social_user",
+    "social_core.pipeline.user.get_username",
+    "social_core.pipeline.user.create_user",
+    "social_core.pipeline.social_auth.associate_user",
+    "social_core.pipeline.social_auth.load_extra_data",
+    # Moves the tokens into the encrypted vault and out of UserSocialAuth.extra_data.
+    "apps.accounts.pipeline.store_tokens_in_vault",
+    "social_core.pipeline.user.user_details",
+)
+SOCIAL_AUTH_URL_NAMESPACE = "social"
+SOCIAL_AUTH_LOGIN_REDIRECT_URL = "/"
+# Behind the TLS proxy the request is already https (SECURE_PROXY_SSL_HEADER); where the
+# site forces https anyway, the callback URL given to HF is https whatever the proxy says.
+SOCIAL_AUTH_REDIRECT_IS_HTTPS = not DEBUG and SECURE_SSL_REDIRECT
+SOCIAL_AUTH_RAISE_EXCEPTIONS = False  # a failed sign-in is a page, not a traceback
+SOCIAL_AUTH_REQUESTS_TIMEOUT = envint("TAU2_HF_OAUTH_TIMEOUT", 10, minimum=1)
+LOGIN_URL = "accounts:signin"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "/"
+if SPACE_HOST:
+    # A Space is reached as https://<SPACE_HOST> through HF's TLS proxy.
+    ALLOWED_HOSTS = [*ALLOWED_HOSTS, SPACE_HOST]
+    CSRF_TRUSTED_ORIGINS = [*CSRF_TRUSTED_ORIGINS, f"https://{SPACE_HOST}"]
+
+# Inside a Space the app is framed by huggingface.co: cookies must be SameSite=None; Secure
+# and frame-ancestors must allow HF (apps.accounts.middleware) instead of X-Frame-Options.
+TAU2_EMBED_IN_SPACE = envbool("TAU2_EMBED_IN_SPACE", bool(SPACE_HOST))
+TAU2_FRAME_ANCESTORS = envlist(
+    "TAU2_FRAME_ANCESTORS", ["https://huggingface.co", "https://*.hf.space"]
+)
+if TAU2_EMBED_IN_SPACE:
+    SESSION_COOKIE_SAMESITE = "None"
+    CSRF_COOKIE_SAMESITE = "None"
+    SESSION_COOKIE_SECURE = True
+    CSRF_COOKIE_SECURE = True
+
+
+def _vault_keys() -> list[str]:
+    keys = envlist("TAU2_VAULT_KEYS")
+    if keys:
+        return keys
+    if not DEBUG:
+        raise ImproperlyConfigured(
+            "TAU2_VAULT_KEYS must be set when DEBUG is off: it encrypts visitors' Hugging Face "
+            'tokens (python -c "from cryptography.fernet import Fernet; '
+            'print(Fernet.generate_key().decode())").'
+        )
+    # A laptop: one random key per checkout, kept so stored tokens survive restarts.
+    from cryptography.fernet import Fernet
+
+    path = VAR_DIR / "dev-vault-key"
+    if not path.exists():
+        path.write_text(Fernet.generate_key().decode(), encoding="utf-8")
+        path.chmod(0o600)
+    return [path.read_text(encoding="utf-8").strip()]
+
+
+# Fernet keys, comma-separated: the first encrypts, all decrypt (rotate_vault_keys re-encrypts).
+TAU2_VAULT_KEYS = _vault_keys()
+TAU2_TOKEN_REFRESH_MARGIN = envint("TAU2_TOKEN_REFRESH_MARGIN", 300, minimum=0)  # seconds
+TAU2_PUBLIC_RUNS = envbool("TAU2_PUBLIC_RUNS", False)
+TAU2_ALLOWED_ORGS = envlist("TAU2_ALLOWED_ORGS")
+# A sign-in without Hugging Face for laptops; refused (404) unless DEBUG is on too.
+TAU2_DEV_LOGIN = envbool("TAU2_DEV_LOGIN", False)
+# --- end Sign-in (apps.accounts) -----------------------------------------------------------
 
 # --- Logging --------------------------------------------------------------------------------
 LOG_LEVEL = envstr("LOG_LEVEL", "INFO")

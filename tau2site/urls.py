@@ -2,9 +2,14 @@ from django.contrib import admin
 from django.urls import include, path
 from django.views.generic import RedirectView
 
+from apps.accounts import views as accounts_views
+
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="tasks:explorer", permanent=False)),
     path("tasks/", include("apps.tasks.urls")),
     path("api/", include("apps.tasks.api_urls")),
+    path("accounts/", include("apps.accounts.urls")),
+    path("auth/", include("social_django.urls", namespace="social")),
+    path("admin/login/", accounts_views.admin_login, name="admin_login"),
     path("admin/", admin.site.urls),
 ]

@@ -1,0 +1,30 @@
+from django.core.management.base import BaseCommand, CommandError
+
+from apps.accounts.services import user_grant_staff
+
+
+class Command(BaseCommand):
+    help = (
+        "Make the person who signed in with Hugging Face as <hf_username> staff (and superuser, "
+        "so they see everything in the admin). They must have signed in once."
+    )
+
+    def add_arguments(self, parser):
+        parser.add_argument("hf_username")
+        parser.add_argument(
+            "--no-superuser", action="store_true", help="Staff only: admin access, no permissions."
+        )
+        parser.add_argument("--revoke", action="store_true", help="Take staff rights away.")
+
+    def handle(self, *args, hf_username, no_superuser, revoke, **options):
+        try:
+            user = user_grant_staff(
+                hf_username=hf_username, superuser=not no_superuser, revoke=revoke
+            )
+        except LookupError as exc:
+            raise CommandError(str(exc)) from None
+        if revoke:
+            self.stdout.write(f"{user.get_username()} is no longer staff.")
+        else:
+            role = "staff" if no_superuser else "staff and superuser"
+            self.stdout.write(self.style.SUCCESS(f"{user.get_username()} is now {role}."))

@@ -1,0 +1,53 @@
+"""Reads of the accounts app."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.conf import settings
+from social_django.models import UserSocialAuth
+
+from apps.accounts.models import HFCredential
+
+
+@dataclass(frozen=True)
+class AccountHeader:
+    """What the page header shows of a signed-in person (no token, ever)."""
+
+    username: str
+    name: str
+    picture: str
+    via_hugging_face: bool
+
+
+def account_header_for(*, user) -> AccountHeader | None:
+    """The header's view of ``user``, or None for anonymous visitors."""
+    if user is None or not user.is_authenticated:
+        return None
+    social = (
+        UserSocialAuth.objects.filter(user_id=user.pk, provider="huggingface")
+        .only("extra_data")
+        .first()
+    )
+    extra = social.extra_data if social else {}
+    picture = extra.get("picture") or ""
+    if not str(picture).startswith("https://") and not settings.DEBUG:
+        picture = ""  # only https images from the provider in production
+    return AccountHeader(
+        username=extra.get("username") or user.get_username(),
+        name=extra.get("name") or "",
+        picture=picture,
+        via_hugging_face=social is not None,
+    )
+
+
+def credential_status_for(*, user) -> HFCredential | None:
+    """The person's vault row (metadata use only: the token fields stay encrypted)."""
+    if user is None or not user.is_authenticated:
+        return None
+    return HFCredential.objects.filter(user_id=user.pk).first()
+
+
+def dev_login_enabled() -> bool:
+    """The developer sign-in exists only with DEBUG on and TAU2_DEV_LOGIN=true."""
+    return bool(settings.DEBUG and settings.TAU2_DEV_LOGIN)
