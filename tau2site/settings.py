@@ -64,6 +64,7 @@ INSTALLED_APPS = [
     "apps.tasks",
     "apps.runs",
     "apps.play",
+    "apps.inference",
 ]
 
 MIDDLEWARE = [
@@ -305,6 +306,37 @@ TAU2_ALLOWED_ORGS = envlist("TAU2_ALLOWED_ORGS")
 # A sign-in without Hugging Face for laptops; refused (404) unless DEBUG is on too.
 TAU2_DEV_LOGIN = envbool("TAU2_DEV_LOGIN", False)
 # --- end Sign-in (apps.accounts) -----------------------------------------------------------
+
+# --- Inference Providers catalogue (apps.inference) ---------------------------------------
+# The agent models: copied from {TAU2_HF_ROUTER_URL}/models by Celery beat every
+# TAU2_MODELS_REFRESH_SECONDS, and on demand (`manage.py refresh_models`, staff's Refresh).
+TAU2_MODELS_REFRESH_SECONDS = envint("TAU2_MODELS_REFRESH_SECONDS", 3600, minimum=60)
+TAU2_MODELS_TIMEOUT = envint("TAU2_MODELS_TIMEOUT", 15, minimum=1)  # seconds per router read
+# Installed (unpriced, providers unknown) only when the router cannot be read and nothing
+# is stored yet: well-known chat models that call tools.
+TAU2_MODELS_FALLBACK = envlist(
+    "TAU2_MODELS_FALLBACK",
+    [
+        "deepseek-ai/DeepSeek-V4.1-Flash",
+        "deepseek-ai/DeepSeek-V3.1",
+        "Qwen/Qwen3-235B-A22B-Instruct-2507",
+        "meta-llama/Llama-3.3-70B-Instruct",
+        "openai/gpt-oss-120b",
+        "moonshotai/Kimi-K2-Instruct",
+    ],
+)
+for _name in TAU2_MODELS_FALLBACK:
+    if _name.count("/") != 1 or ":" in _name:
+        raise ImproperlyConfigured(f"TAU2_MODELS_FALLBACK holds {_name!r}, not an org/model id")
+# Merged, so another app's beat entries (before or after this block) are kept.
+CELERY_BEAT_SCHEDULE = globals().get("CELERY_BEAT_SCHEDULE", {})
+CELERY_BEAT_SCHEDULE["inference-refresh-catalogue"] = {
+    "task": "apps.inference.tasks.refresh_catalogue",
+    "schedule": float(TAU2_MODELS_REFRESH_SECONDS),
+    # A tick nobody took in time is dropped: the next one does the same work.
+    "options": {"expires": float(TAU2_MODELS_REFRESH_SECONDS)},
+}
+# --- end Inference Providers catalogue (apps.inference) -----------------------------------
 
 # --- Logging --------------------------------------------------------------------------------
 LOG_LEVEL = envstr("LOG_LEVEL", "INFO")

@@ -11,5 +11,6 @@ urlpatterns = [
     path("accounts/", include("apps.accounts.urls")),
     path("auth/", include("social_django.urls", namespace="social")),
     path("admin/login/", accounts_views.admin_login, name="admin_login"),
+    path("", include("apps.inference.urls")),  # /models/, /api/models/
     path("admin/", admin.site.urls),
 ]

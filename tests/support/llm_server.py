@@ -9,7 +9,8 @@ headers are real and only the model is scripted.
   it returns for the request. A reply is text (``str``), :func:`tool_call` /
   :func:`tool_calls`, :func:`error` (an HTTP error status), optionally :func:`delayed`.
   ``stream=True`` is answered as server-sent events with a final usage chunk.
-* ``GET /v1/models``: :attr:`ScriptedLLM.catalogue`, shaped like the Hugging Face router's.
+* ``GET /v1/models``: :attr:`ScriptedLLM.catalogue`, shaped like the Hugging Face router's;
+  set it to :func:`error` to answer an HTTP error, or to a ``str`` to answer that raw body.
 * Every request is recorded (:attr:`ScriptedLLM.requests`) with its ``Authorization``.
 """
 
@@ -154,7 +155,7 @@ class ScriptedLLM:
         self.script: deque[Reply | str] = deque()
         self.responder: Callable[[RecordedRequest], Reply | str] | None = None
         self.requests: list[RecordedRequest] = []
-        self.catalogue: dict[str, Any] = json.loads(json.dumps(DEFAULT_CATALOGUE))
+        self.catalogue: dict[str, Any] | Reply | str = json.loads(json.dumps(DEFAULT_CATALOGUE))
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -316,7 +317,19 @@ def _make_handler(llm: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
             llm._record(RecordedRequest("GET", self.path, dict(self.headers.items()), {}))
             if self.path.rstrip("/").split("?")[0] in ("/v1/models", "/models"):
-                self._send_json(200, llm.catalogue)
+                catalogue = llm.catalogue
+                if isinstance(catalogue, Reply):
+                    body = {"error": {"message": catalogue.error_message}}
+                    self._send_json(catalogue.status, body)
+                elif isinstance(catalogue, str):
+                    data = catalogue.encode()
+                    self.send_response(200)
+                    self.send_header("Content-Type", "text/html")
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
+                else:
+                    self._send_json(200, catalogue)
             else:
                 self._send_json(404, {"error": {"message": f"no route {self.path}"}})
 
