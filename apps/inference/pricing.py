@@ -14,9 +14,6 @@ __all__ = ["Priced", "cheapest_offer", "cost_usd", "price_label"]
 
 PricePair = tuple[Decimal, Decimal]
 MILLION = Decimal(1_000_000)
-# Costs are kept to a millionth of a dollar: a short turn of a cheap model costs less
-# than a cent, and rounding it to 0 would read as free.
-COST_QUANTUM = Decimal("0.000001")
 
 
 class Priced(Protocol):
@@ -43,7 +40,11 @@ def cheapest_offer(offers: Iterable[T]) -> T | None:
 def cost_usd(
     *, prompt_tokens: int, completion_tokens: int, prices: PricePair | None
 ) -> Decimal | None:
-    """USD for the tokens at ``prices`` (input, output per 1M), or ``None`` when unpriced."""
+    """USD for the tokens at ``prices`` (input, output per 1M), or ``None`` when unpriced.
+
+    Exact (not rounded): a short turn of a cheap model costs far less than a cent, and a
+    rounded 0 would read as free. Round where it is stored or shown.
+    """
     if prices is None or prices[0] is None or prices[1] is None:
         return None
     if prompt_tokens < 0 or completion_tokens < 0:
@@ -52,7 +53,7 @@ def cost_usd(
     cost = (
         Decimal(prompt_tokens) * input_price + Decimal(completion_tokens) * output_price
     ) / MILLION
-    return cost.quantize(COST_QUANTUM)
+    return cost
 
 
 def _dollars(price: Decimal) -> str:
