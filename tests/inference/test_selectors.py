@@ -203,3 +203,20 @@ def test_an_unpriced_cost_is_none_not_zero():
     assert cost_usd(prompt_tokens=12_000, completion_tokens=800, prices=None) is None
     with pytest.raises(ValueError):
         cost_usd(prompt_tokens=-1, completion_tokens=0, prices=(D("0.1"), D("0.5")))
+
+
+def test_the_form_field_cleans_to_a_resolved_model_or_says_why_not(refreshed):
+    from django import forms
+
+    from apps.inference.forms import AgentModelField
+
+    class RunForm(forms.Form):
+        agent_model = AgentModelField()
+
+    good = RunForm({"agent_model": "openai/gpt-oss-120b:cheapest"})
+    assert good.is_valid()
+    assert good.cleaned_data["agent_model"].prices == (D("0.1"), D("0.5"))
+    bad = RunForm({"agent_model": "deepseek-ai/DeepSeek-V3.1:sambanova"})
+    assert not bad.is_valid()
+    assert "sambanova is not live for" in bad.errors["agent_model"][0]
+    assert 'value="openai/gpt-oss-120b:fastest"' in str(bad["agent_model"])
