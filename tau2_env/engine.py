@@ -56,6 +56,7 @@ __all__ = [
     "FIRST_AGENT_MESSAGE",
     "Episode",
     "EpisodeOver",
+    "customer_for",
     "messages_from_json",
     "messages_to_json",
     "pick_task_id",
@@ -132,6 +133,24 @@ def pick_task_id(*, domain: str, split: str, seed: int | None = None) -> str:
     return random.Random(seed).choice(list(ids))  # noqa: S311 - task choice, not security
 
 
+def customer_for(*, environment: Any, task: Task, user_llm: llm.Route) -> UserSimulator:
+    """τ²'s simulated customer for ``task`` in ``environment`` (with its phone tools, if any).
+
+    Its LLM calls carry the customer's role marker, so they go along ``user_llm``'s route
+    inside :func:`tau2_env.llm.conversation`; no key is ever put in its arguments.
+    """
+    try:
+        user_tools = environment.get_user_tools()
+    except Exception:  # τ² raises when the domain gives the customer no tools
+        user_tools = None
+    return UserSimulator(
+        tools=user_tools or None,
+        instructions=str(task.user_scenario),
+        llm=user_llm.model,
+        llm_args={llm.ROLE_KEY: llm.ROLE_USER},
+    )
+
+
 class Episode:
     """One conversation between an agent and τ²'s simulated customer over one task.
 
@@ -173,17 +192,7 @@ class Episode:
         )
 
         self.environment = registry.get_env_constructor(domain)()
-        try:
-            user_tools = self.environment.get_user_tools()
-        except Exception:  # τ² raises when the domain gives the customer no tools
-            user_tools = None
-        self.user = UserSimulator(
-            tools=user_tools or None,
-            instructions=str(task.user_scenario),
-            llm=user_llm.model,
-            # The marker tells tau2_env.llm whose call it is; never a key in here.
-            llm_args={llm.ROLE_KEY: llm.ROLE_USER},
-        )
+        self.user = customer_for(environment=self.environment, task=task, user_llm=user_llm)
 
         history = messages_from_json(messages or ())
         if not history and task.initial_state is not None and task.initial_state.message_history:

@@ -13,6 +13,7 @@ Serve with ``uvicorn tau2site.asgi:application``.
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tau2site.settings")
@@ -59,10 +60,11 @@ class Application:
     async def _lifespan(self, scope, receive, send):
         async def receive_and_start():
             message = await receive()
+            # Off the event loop: Celery's Django fixup touches the database on start.
             if message["type"] == "lifespan.startup":
-                embedded_worker.start()
+                await asyncio.to_thread(embedded_worker.start)
             elif message["type"] == "lifespan.shutdown":
-                embedded_worker.stop()
+                await asyncio.to_thread(embedded_worker.stop)
             return message
 
         await self.openenv(scope, receive_and_start, send)

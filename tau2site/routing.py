@@ -1,3 +1,5 @@
 """WebSocket routes served by Channels (everything under /ws/ except OpenEnv's /ws)."""
 
-websocket_urlpatterns: list = []
+from apps.runs.routing import websocket_urlpatterns as runs_websockets
+
+websocket_urlpatterns: list = [*runs_websockets]

@@ -159,6 +159,17 @@ TAU2_DOMAIN = envstr("TAU2_DOMAIN", "airline")
 TAU2_SPLIT = envstr("TAU2_SPLIT", "test")
 TAU2_EXPLORER_PAGE_SIZE = envint("TAU2_EXPLORER_PAGE_SIZE", 48, minimum=1)
 
+# --- Runs (apps.runs) -------------------------------------------------------------------
+TAU2_RUN_MAX_STEPS = envint("TAU2_RUN_MAX_STEPS", 200, minimum=1)
+# A worker renews its lease on a run every third of this; a run whose lease ran out lost
+# its worker and is resumed elsewhere by the reaper (beat, every TAU2_RUN_REAP_SECONDS).
+TAU2_RUN_LEASE_SECONDS = envint("TAU2_RUN_LEASE_SECONDS", 60, minimum=3)
+TAU2_RUN_REAP_SECONDS = envint("TAU2_RUN_REAP_SECONDS", 30, minimum=1)
+TAU2_RUN_MAX_ATTEMPTS = envint("TAU2_RUN_MAX_ATTEMPTS", 3, minimum=1)
+CELERY_BEAT_SCHEDULE = {
+    "runs-reap": {"task": "runs.reap", "schedule": float(TAU2_RUN_REAP_SECONDS)},
+}
+
 # --- Static files -------------------------------------------------------------------------
 STATIC_URL = "/static/"
 STATIC_ROOT = BASE_DIR / "staticfiles"

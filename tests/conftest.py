@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from tests.support.fixtures import llm_server, scripted_llm_session  # noqa: F401
+
 
 def pytest_collection_modifyitems(config, items):
     """Browser tests last: Playwright's event loop stays in the main thread once started."""
@@ -23,13 +25,52 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
-def django_db_setup(django_db_setup, django_db_blocker):
-    """The test database with τ²-bench's whole catalogue in it (loaded once, committed)."""
+def django_db_setup(request, django_test_environment, django_db_blocker, django_db_keepdb):
+    """The test database with τ²-bench's whole catalogue in it (loaded once, committed).
+
+    Always set up (pytest-django would skip it when no selected test asks for ``db``):
+    tests on the production path use it through ``committed_db``, the live server and
+    the Celery worker process.
+    """
+    from django.test.utils import setup_databases, teardown_databases
+
     from apps.tasks.services import catalogue_load
 
     with django_db_blocker.unblock():
+        config = setup_databases(
+            verbosity=request.config.option.verbose,
+            interactive=False,
+            keepdb=django_db_keepdb,
+            aliases={"default"},
+        )
         catalogue_load()
     yield
+    if not django_db_keepdb:
+        with django_db_blocker.unblock():
+            _close_server_connections()
+            teardown_databases(config, verbosity=request.config.option.verbose)
+
+
+@pytest.fixture
+def committed_db(django_db_setup, django_db_blocker):
+    """Database access without a wrapping transaction: what the test writes is committed,
+    so other processes (the Celery worker) and threads (the live server) see it.
+
+    Afterwards the rows tests create (people, runs and what hangs off them) are deleted;
+    the catalogue stays.
+    """
+    with django_db_blocker.unblock():
+        yield
+        _delete_people_and_runs()
+
+
+def _delete_people_and_runs() -> None:
+    from django.apps import apps
+    from django.contrib.auth import get_user_model
+
+    for label in ("runs.Run", "runs.RunEvent"):
+        apps.get_model(label).objects.all().delete()
+    get_user_model().objects.all().delete()
 
 
 @pytest.fixture
@@ -89,7 +130,6 @@ def asgi_server(django_db_setup, django_db_blocker) -> Iterator[LiveServer]:
 
     with django_db_blocker.unblock():
         yield from serve_asgi(application)
-        _close_server_connections()
 
 
 def _close_server_connections() -> None:
@@ -105,8 +145,9 @@ def _close_server_connections() -> None:
 
 
 @pytest.fixture(scope="session")
-def celery_worker(django_db_setup):
-    """A real ``celery -A tau2site worker`` process on the test Redis and the test database."""
+def celery_worker(django_db_setup, scripted_llm_session):
+    """A real ``celery -A tau2site worker`` process on the test Redis and the test database,
+    with every provider URL pointed at the session's scripted LLM server."""
     import os
     import subprocess
     import sys
@@ -119,8 +160,12 @@ def celery_worker(django_db_setup):
     environ = {
         **os.environ,
         "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
+        "TAU2_HF_ROUTER_URL": scripted_llm_session.base_url,
+        "OPENAI_BASE_URL": scripted_llm_session.base_url,
+        "TAU2_LLM_TIMEOUT": "30",
     }
-    environ.pop("DJANGO_ALLOW_ASYNC_UNSAFE", None)
+    for name in ("DJANGO_ALLOW_ASYNC_UNSAFE", "HF_TOKEN", "OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
+        environ.pop(name, None)
     app.control.purge()
     proc = subprocess.Popen(
         [

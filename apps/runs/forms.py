@@ -1,0 +1,34 @@
+from django import forms
+from django.conf import settings
+
+from apps.tasks.models import Task
+
+
+class RunForm(forms.Form):
+    domain = forms.CharField(widget=forms.HiddenInput)
+    task_id = forms.CharField(label="Task", max_length=255)
+    agent_model = forms.CharField(
+        label="Agent model",
+        max_length=255,
+        help_text="org/model, org/model:provider, or org/model:fastest / :cheapest",
+    )
+    user_model = forms.CharField(label="Customer model", max_length=255, required=False)
+    max_steps = forms.IntegerField(label="Step limit", min_value=1, initial=100)
+    seed = forms.IntegerField(label="Seed", required=False)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["max_steps"].max_value = settings.TAU2_RUN_MAX_STEPS
+        self.fields["max_steps"].validators.append(
+            forms.IntegerField(max_value=settings.TAU2_RUN_MAX_STEPS).validators[-1]
+        )
+
+    def clean(self):
+        data = super().clean()
+        domain, task_id = data.get("domain"), data.get("task_id")
+        if domain and task_id:
+            task = Task.objects.filter(domain_id=domain, task_id=task_id).first()
+            if task is None:
+                self.add_error("task_id", f"No task {task_id!r} in {domain}.")
+            data["task"] = task
+        return data

@@ -1,0 +1,162 @@
+"""Runs: one conversation over one τ²-bench task, by a model or by a person, kept for the team."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+from django.urls import reverse
+
+
+class Run(models.Model):
+    class Kind(models.TextChoices):
+        MODEL = "model", "model"
+        HUMAN = "human", "human"
+
+    class Status(models.TextChoices):
+        """Where a run is. Allowed transitions:
+
+        QUEUED → RUNNING (a worker claims it) or STOPPED (stopped before it started);
+        RUNNING → RUNNING (another worker takes over once the lease expired),
+        COMPLETED (the conversation ended and τ² scored it), FAILED (a provider or
+        system error; ``error`` says why) or STOPPED (someone pressed Stop).
+        COMPLETED, FAILED and STOPPED are final.
+        """
+
+        QUEUED = "queued", "queued"
+        RUNNING = "running", "running"
+        COMPLETED = "completed", "completed"
+        FAILED = "failed", "failed"
+        STOPPED = "stopped", "stopped"
+
+    FINAL = (Status.COMPLETED, Status.FAILED, Status.STOPPED)
+
+    kind = models.CharField(max_length=8, choices=Kind.choices, default=Kind.MODEL)
+    status = models.CharField(
+        max_length=12, choices=Status.choices, default=Status.QUEUED, db_index=True
+    )
+    task = models.ForeignKey("tasks.Task", on_delete=models.PROTECT, related_name="runs")
+    domain = models.CharField(max_length=64, db_index=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="runs"
+    )
+
+    agent_model = models.CharField(max_length=255, help_text="org/model[:provider|:policy]")
+    agent_provider = models.CharField(max_length=64, blank=True)
+    user_model = models.CharField(max_length=255)
+    user_provider = models.CharField(max_length=32, default="hf")
+    max_steps = models.PositiveIntegerField(default=100)
+    seed = models.BigIntegerField(null=True, blank=True)
+
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    stop_requested = models.BooleanField(default=False)
+    worker = models.CharField(max_length=255, blank=True, help_text="Who holds the run now.")
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveIntegerField(default=0)
+
+    termination_reason = models.CharField(max_length=32, blank=True)
+    error = models.TextField(blank=True)
+    reward = models.FloatField(null=True, blank=True, db_index=True)
+    reward_info = models.JSONField(null=True, blank=True)
+
+    n_messages = models.PositiveIntegerField(default=0)
+    n_tool_calls = models.PositiveIntegerField(default=0)
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    completion_tokens = models.PositiveBigIntegerField(default=0)
+    cost_usd = models.DecimalField(
+        max_digits=12, decimal_places=6, null=True, blank=True, help_text="Empty when unpriced."
+    )
+    provenance = models.JSONField(default=dict, help_text="τ² version, task set, models, args.")
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(reward__isnull=True) | Q(reward__gte=0, reward__lte=1),
+                name="run_reward_in_unit_interval",
+            ),
+            models.CheckConstraint(
+                condition=~Q(status="failed") | ~Q(error=""), name="run_failure_has_a_reason"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Run {self.pk} {self.domain}/{self.task.task_id if self.task_id else '?'}"
+
+    def get_absolute_url(self) -> str:
+        return reverse("runs:detail", kwargs={"pk": self.pk})
+
+    @property
+    def is_final(self) -> bool:
+        return self.status in self.FINAL
+
+    @property
+    def elapsed_seconds(self) -> float | None:
+        if not self.started_at:
+            return None
+        from django.utils import timezone
+
+        end = self.finished_at or timezone.now()
+        return (end - self.started_at).total_seconds()
+
+
+class RunEvent(models.Model):
+    """One τ² message of a run's conversation, in order (``seq`` from 0, no gaps)."""
+
+    class Kind(models.TextChoices):
+        CUSTOMER = "customer", "customer"
+        AGENT = "agent", "agent"
+        TOOL_RESULT = "tool_result", "tool result"
+        CUSTOMER_TOOL_RESULT = "customer_tool_result", "customer's phone result"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="events")
+    seq = models.PositiveIntegerField()
+    kind = models.CharField(max_length=24, choices=Kind.choices)
+    message = models.JSONField(help_text="τ²'s message, model_dump(mode='json').")
+    latency_ms = models.PositiveIntegerField(null=True, blank=True)
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["run", "seq"]
+        constraints = [models.UniqueConstraint(fields=["run", "seq"], name="run_event_seq_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.run_id}#{self.seq} {self.kind}"
+
+
+class ReviewLabel(models.Model):
+    """A reviewer's verdict on a run or on one of its events."""
+
+    class Category(models.TextChoices):
+        AGENT_ERROR = "agent_error", "agent error"
+        USER_SIM_ERROR = "user_sim_error", "user-simulator error"
+        TASK_BUG = "task_bug", "task bug"
+        GRADER_BUG = "grader_bug", "grader bug"
+
+    class Severity(models.TextChoices):
+        CRITICAL = "critical", "critical"
+        BENIGN = "benign", "benign"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="labels")
+    event = models.ForeignKey(
+        RunEvent, on_delete=models.CASCADE, null=True, blank=True, related_name="labels"
+    )
+    category = models.CharField(max_length=24, choices=Category.choices)
+    severity = models.CharField(max_length=12, choices=Severity.choices)
+    note = models.TextField(blank=True)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+
+    def __str__(self) -> str:
+        return f"{self.get_category_display()} ({self.severity}) on run {self.run_id}"

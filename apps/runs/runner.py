@@ -1,0 +1,328 @@
+"""The worker side of a model run: τ²'s own agent against the simulated customer.
+
+:func:`run_execute` claims a run atomically, builds τ²'s ``Orchestrator`` with τ²'s
+``LLMAgent`` (the agent ``tau2 run`` and the leaderboard use) and the engine's customer,
+and drives it hop by hop on the starter's token. After every hop the new messages are
+stored and published (``apps.runs.events``); between hops a stop request is honoured.
+At the end τ²'s evaluator scores the conversation.
+
+A run is held under a lease that a heartbeat renews. If the worker dies (even
+``kill -9``) the lease runs out and :func:`runs_reap` hands the run to another worker,
+which rebuilds the conversation from the stored events and goes on. Events are written
+only while the writer holds the lease, so no turn is ever recorded twice.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.db import close_old_connections
+from django.db.models import F, Q
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from apps.runs.events import LostRun, events_publish, status_publish
+from apps.runs.models import Run
+
+logger = logging.getLogger(__name__)
+
+
+def _lease() -> timedelta:
+    return timedelta(seconds=settings.TAU2_RUN_LEASE_SECONDS)
+
+
+def run_claim(*, run_id: int, worker: str) -> Run | None:
+    """Take the run for ``worker`` if it is queued, or running under an expired lease.
+
+    One UPDATE decides: of two workers racing for the same run, exactly one gets it.
+    Returns the claimed run, or ``None`` if someone else holds it or it is over.
+    """
+    now = timezone.now()
+    claimed = (
+        Run.objects.filter(pk=run_id, kind=Run.Kind.MODEL, stop_requested=False)
+        .filter(
+            Q(status=Run.Status.QUEUED) | Q(status=Run.Status.RUNNING, lease_expires_at__lt=now)
+        )
+        .update(
+            status=Run.Status.RUNNING,
+            worker=worker,
+            lease_expires_at=now + _lease(),
+            attempts=F("attempts") + 1,
+            started_at=Coalesce(F("started_at"), now),
+        )
+    )
+    return Run.objects.select_related("task", "created_by").get(pk=run_id) if claimed else None
+
+
+def run_finish(
+    *,
+    run: Run,
+    status: str,
+    worker: str | None = None,
+    error: str = "",
+    termination_reason: str = "",
+    reward_info: dict | None = None,
+) -> bool:
+    """Move a run to a final status (once). Returns False if it was already final or
+    ``worker`` no longer holds it."""
+    rows = Run.objects.filter(pk=run.pk).exclude(status__in=Run.FINAL)
+    if worker is not None:
+        rows = rows.filter(worker=worker)
+    done = rows.update(
+        status=status,
+        error=error,
+        termination_reason=termination_reason,
+        reward=reward_info.get("reward") if reward_info else None,
+        reward_info=reward_info,
+        finished_at=timezone.now(),
+        lease_expires_at=None,
+    )
+    if done:
+        status_publish(run_id=run.pk)
+    return bool(done)
+
+
+class _Heartbeat:
+    """Renews the run's lease while the worker holds it; notices when it is lost."""
+
+    def __init__(self, *, run_id: int, worker: str) -> None:
+        self.run_id, self.worker = run_id, worker
+        self.lost = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"lease-{run_id}", daemon=True)
+
+    def __enter__(self) -> _Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _beat(self) -> None:
+        interval = max(1.0, settings.TAU2_RUN_LEASE_SECONDS / 3)
+        try:
+            while not self._stop.wait(interval):
+                renewed = Run.objects.filter(
+                    pk=self.run_id, worker=self.worker, status=Run.Status.RUNNING
+                ).update(lease_expires_at=timezone.now() + _lease())
+                if not renewed:
+                    self.lost = True
+                    return
+        finally:
+            close_old_connections()
+
+
+def _agent_prices(run: Run) -> tuple[Decimal, Decimal] | None:
+    prices = (run.provenance or {}).get("agent_prices")
+    if not prices or prices[0] is None or prices[1] is None:
+        return None
+    return Decimal(str(prices[0])), Decimal(str(prices[1]))
+
+
+def run_execute(*, run_id: int, worker: str) -> str:
+    """Claim and drive one model run to its end. Returns the run's status afterwards.
+
+    Never raises for a provider or conversation error: those end the run as failed with
+    a readable reason. Returns without touching the run if another worker holds it.
+    """
+    from apps.accounts.vault import SignInRequired, hf_token_for
+    from tau2_env import config, llm
+
+    run = run_claim(run_id=run_id, worker=worker)
+    if run is None:
+        return Run.objects.filter(pk=run_id).values_list("status", flat=True).first() or "missing"
+    try:
+        token = hf_token_for(user=run.created_by)
+    except SignInRequired as exc:
+        run_finish(run=run, status=Run.Status.FAILED, worker=worker, error=str(exc))
+        return Run.Status.FAILED
+
+    router, timeout = config.hf_router_url(), config.llm_timeout()
+    user_route = llm.Route(
+        provider="hf", model=run.user_model, base_url=router, api_key=token, timeout=timeout
+    )
+    agent_route = llm.Route(
+        provider="hf", model=run.agent_model, base_url=router, api_key=token, timeout=timeout
+    )
+    try:
+        with (
+            _Heartbeat(run_id=run.pk, worker=worker) as heartbeat,
+            llm.conversation(user=user_route, agent=agent_route),
+        ):
+            return _drive(run=run, worker=worker, user_route=user_route, heartbeat=heartbeat)
+    except LostRun:
+        logger.info("Run %s was taken over or stopped; %s lets go", run.pk, worker)
+        return _status(run.pk)
+    except Exception as exc:  # a bug, not a provider error: still never a stuck "running"
+        logger.exception("Run %s failed in the worker", run.pk)
+        reason = llm.redact(f"Internal error: {type(exc).__name__}: {exc}", token)[:1000]
+        run_finish(run=run, status=Run.Status.FAILED, worker=worker, error=reason)
+        return Run.Status.FAILED
+
+
+def _status(run_id: int) -> str:
+    return Run.objects.filter(pk=run_id).values_list("status", flat=True).first() or "missing"
+
+
+def _drive(*, run: Run, worker: str, user_route, heartbeat: _Heartbeat) -> str:
+    # isort: off
+    from tau2_env import catalog, engine, llm
+    from tau2_env._tau2 import registry
+    from tau2.agent.llm_agent import LLMAgent
+    from tau2.data_model.message import ToolMessage
+    from tau2.orchestrator.orchestrator import Orchestrator, Role
+
+    # isort: on
+
+    stored = list(run.events.order_by("seq").values_list("message", flat=True))
+    history = engine.messages_from_json(stored)
+    task = catalog.get_tau2_task(run.domain, run.task.task_id).model_copy(deep=True)
+    if history:
+        # Continue a stored conversation: τ²'s orchestrator replays it and works out
+        # whose turn it is.
+        from tau2.data_model.tasks import InitialState
+
+        if task.initial_state is None:
+            task.initial_state = InitialState(
+                initialization_data=None, initialization_actions=None, message_history=None
+            )
+        task.initial_state.message_history = history
+
+    # A fresh environment: the orchestrator's initialize() applies the task's initial
+    # state and replays the stored history onto it, once.
+    environment = registry.get_env_constructor(run.domain)()
+    customer = engine.customer_for(environment=environment, task=task, user_llm=user_route)
+    agent = LLMAgent(
+        tools=environment.get_tools(),
+        domain_policy=environment.get_policy(),
+        llm=run.agent_model,
+        llm_args={llm.ROLE_KEY: llm.ROLE_AGENT},
+    )
+    orchestrator = Orchestrator(
+        domain=run.domain,
+        agent=agent,
+        user=customer,
+        environment=environment,
+        task=task,
+        max_steps=run.max_steps,
+        seed=run.seed,
+    )
+    orchestrator.initialize()
+    if history:  # τ² counts hops from zero after a replay; carry the stored ones over
+        orchestrator.step_count = engine._count_hops(history)
+        orchestrator.num_errors = sum(1 for m in history if isinstance(m, ToolMessage) and m.error)
+    prices = _agent_prices(run)
+    written = len(stored)
+
+    def publish(latency_ms: int | None) -> None:
+        nonlocal written
+        new = orchestrator.trajectory[written:]
+        if new:
+            events_publish(
+                run=run,
+                messages=engine.messages_to_json(new),
+                latency_ms=latency_ms,
+                agent_prices=prices,
+                worker=worker,
+            )
+            written += len(new)
+
+    publish(None)
+    while not orchestrator.done:
+        if heartbeat.lost:
+            raise LostRun(f"lease of run {run.pk} lost")
+        if Run.objects.filter(pk=run.pk, stop_requested=True).exists():
+            run_finish(
+                run=run, status=Run.Status.STOPPED, worker=worker, termination_reason="stopped"
+            )
+            return Run.Status.STOPPED
+        speaker = "agent" if orchestrator.to_role == Role.AGENT else "customer"
+        started = time.perf_counter()
+        try:
+            orchestrator.step()
+        except (llm.LLMCallError, llm.MissingCredentialsError) as exc:
+            publish(None)
+            run_finish(
+                run=run,
+                status=Run.Status.FAILED,
+                worker=worker,
+                error=f"The {speaker}'s model call failed: {exc}",
+                termination_reason=f"{'agent' if speaker == 'agent' else 'user'}_error",
+            )
+            return Run.Status.FAILED
+        publish(int((time.perf_counter() - started) * 1000))
+        # τ²'s own limits, checked as Orchestrator.run() checks them.
+        if orchestrator.to_role == Role.ENV:
+            continue
+        if orchestrator.step_count >= orchestrator.max_steps:
+            orchestrator.done = True
+            orchestrator.termination_reason = engine.TerminationReason.MAX_STEPS
+        elif orchestrator.num_errors >= orchestrator.max_errors:
+            orchestrator.done = True
+            orchestrator.termination_reason = engine.TerminationReason.TOO_MANY_ERRORS
+
+    reason = orchestrator.termination_reason
+    scored = engine.Episode(
+        domain=run.domain,
+        task=catalog.get_tau2_task(run.domain, run.task.task_id),
+        user_llm=user_route,
+        messages=orchestrator.trajectory,
+        termination_reason=reason,
+    )
+    try:
+        reward_info = scored.evaluate().model_dump(mode="json")
+    except Exception as exc:
+        run_finish(
+            run=run,
+            status=Run.Status.FAILED,
+            worker=worker,
+            error=f"The conversation could not be scored: {engine._reason(exc, user_route)}",
+            termination_reason=getattr(reason, "value", str(reason)),
+        )
+        return Run.Status.FAILED
+    run_finish(
+        run=run,
+        status=Run.Status.COMPLETED,
+        worker=worker,
+        termination_reason=getattr(reason, "value", str(reason)),
+        reward_info=reward_info,
+    )
+    return Run.Status.COMPLETED
+
+
+def runs_reap(*, now=None) -> list[int]:
+    """Hand runs whose worker vanished to another worker, or fail them.
+
+    A run still "running" after its lease expired lost its worker (crash, ``kill -9``,
+    deploy). Below ``TAU2_RUN_MAX_ATTEMPTS`` it is queued again, to resume from its
+    stored events; beyond, it fails with the reason. Returns the ids re-queued.
+    """
+    from apps.runs.tasks import execute_run
+
+    now = now or timezone.now()
+    stale = Run.objects.filter(
+        kind=Run.Kind.MODEL, status=Run.Status.RUNNING, lease_expires_at__lt=now
+    )
+    requeued = []
+    for run in stale:
+        if run.attempts >= settings.TAU2_RUN_MAX_ATTEMPTS:
+            Run.objects.filter(pk=run.pk, status=Run.Status.RUNNING).update(
+                status=Run.Status.FAILED,
+                error=(
+                    f"The worker running it stopped {run.attempts} times; "
+                    "giving up rather than leaving it running."
+                ),
+                finished_at=now,
+                lease_expires_at=None,
+            )
+            status_publish(run_id=run.pk)
+        else:
+            execute_run.delay(run.pk)
+            requeued.append(run.pk)
+    return requeued

@@ -1,0 +1,25 @@
+"""Celery tasks of runs: thin, JSON, ids only (never a token)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+
+from celery import shared_task
+
+from apps.runs import runner
+
+
+@shared_task(name="runs.execute", acks_late=True, ignore_result=True)
+def execute_run(run_id: int) -> str:
+    """Drive run ``run_id`` to its end (or let go if another worker holds it)."""
+    # One name per execution: a redelivered message must not pass for the old holder.
+    worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    return runner.run_execute(run_id=run_id, worker=worker)
+
+
+@shared_task(name="runs.reap", ignore_result=True)
+def reap_runs() -> list[int]:
+    """Re-queue runs whose worker vanished (beat, every TAU2_RUN_REAP_SECONDS)."""
+    return runner.runs_reap()

@@ -1,0 +1,52 @@
+// The live run page: events over /ws/runs/<id>/?after=<last seq>, resuming after drops.
+(() => {
+  const root = document.getElementById("run");
+  if (!root) return;
+  const runId = root.dataset.runId;
+  const events = document.getElementById("events");
+  const live = document.getElementById("live-indicator");
+  let lastSeq = parseInt(root.dataset.lastSeq, 10);
+  let final = root.dataset.final === "true";
+  let retry = 0;
+
+  function fragment(html) {
+    const t = document.createElement("template");
+    t.innerHTML = html.trim();
+    return t.content.firstElementChild;
+  }
+
+  function connect() {
+    if (final) return;
+    const scheme = location.protocol === "https:" ? "wss" : "ws";
+    const ws = new WebSocket(`${scheme}://${location.host}/ws/runs/${runId}/?after=${lastSeq}`);
+    ws.onopen = () => { retry = 0; live.textContent = "Live…"; };
+    ws.onmessage = (msg) => {
+      const data = JSON.parse(msg.data);
+      if (data.type === "event" && data.seq > lastSeq) {
+        events.appendChild(fragment(data.html));
+        lastSeq = data.seq;
+        root.dataset.lastSeq = String(lastSeq);
+        window.scrollTo({ top: document.body.scrollHeight, behavior: "smooth" });
+      } else if (data.type === "status") {
+        const current = document.getElementById("run-status");
+        const next = fragment(data.html);
+        current.replaceWith(next);
+        if (window.htmx) window.htmx.process(next);
+        if (data.final) {
+          final = true;
+          root.dataset.final = "true";
+          live.textContent = "";
+          ws.close();
+        }
+      }
+    };
+    ws.onclose = () => {
+      if (final) return;
+      live.textContent = "Reconnecting…";
+      retry = Math.min(retry + 1, 6);
+      setTimeout(connect, 250 * 2 ** retry);
+    };
+  }
+  window.tau2Run = { get lastSeq() { return lastSeq; } };
+  connect();
+})();

