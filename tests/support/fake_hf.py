@@ -106,6 +106,16 @@ class FakeHF:
                 if grant.person.sub == sub:
                     grant.revoked = True
 
+    def issue_for(self, person: Person) -> dict:
+        """A token response for ``person`` as if they had just signed in (for direct setups)."""
+        with self._lock:
+            return self._issue(person, self.scope)
+
+    def refresh_is_accepted(self, refresh_token: str) -> bool:
+        with self._lock:
+            grant = self.refresh.get(refresh_token)
+            return bool(grant and not grant.revoked)
+
     def token_is_valid(self, token: str) -> bool:
         with self._lock:
             grant = self.access.get(token)
