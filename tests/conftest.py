@@ -145,7 +145,7 @@ def _close_server_connections() -> None:
 
 
 @pytest.fixture(scope="session")
-def celery_worker(django_db_setup, scripted_llm_session):
+def celery_worker(django_db_setup, scripted_llm_session):  # noqa: F811
     """A real ``celery -A tau2site worker`` process on the test Redis and the test database,
     with every provider URL pointed at the session's scripted LLM server."""
     import os

@@ -1,16 +1,17 @@
 from django import forms
 from django.conf import settings
 
+from apps.inference.forms import AgentModelField
 from apps.tasks.models import Task
 
 
 class RunForm(forms.Form):
     domain = forms.CharField(widget=forms.HiddenInput)
     task_id = forms.CharField(label="Task", max_length=255)
-    agent_model = forms.CharField(
+    agent_model = AgentModelField(
         label="Agent model",
-        max_length=255,
-        help_text="org/model, org/model:provider, or org/model:fastest / :cheapest",
+        help_text="A model on Hugging Face Inference Providers; pin a provider, or let the "
+        "router pick the fastest or the cheapest.",
     )
     user_model = forms.CharField(label="Customer model", max_length=255, required=False)
     max_steps = forms.IntegerField(label="Step limit", min_value=1, initial=100)

@@ -58,15 +58,16 @@ def run_new(request):
     form = RunForm(request.POST or None, initial=initial)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
+        model = data["agent_model"]  # a ResolvedModel: what to send, what to charge
         try:
             run = services.run_create(
                 user=request.user,
                 task=data["task"],
-                agent_model=data["agent_model"],
+                agent_model=model.value,
                 user_model=data.get("user_model"),
                 max_steps=data["max_steps"],
                 seed=data.get("seed"),
-                agent_prices=_prices_for(data["agent_model"]),
+                agent_prices=model.prices,
             )
         except ValidationError as exc:
             for field, errors in exc.message_dict.items():
@@ -76,19 +77,6 @@ def run_new(request):
     domain = form["domain"].value() or "airline"
     task = Task.objects.filter(domain_id=domain, task_id=form["task_id"].value()).first()
     return render(request, "runs/new.html", {"form": form, "task": task, "domain": domain})
-
-
-def _prices_for(agent_model: str):
-    """USD per 1M input/output tokens for the chosen model, if the catalogue knows them."""
-    try:
-        from apps.inference.selectors import resolve_agent_model
-    except ImportError:
-        return None
-    try:
-        resolved = resolve_agent_model(agent_model)
-    except ValueError:
-        return None
-    return getattr(resolved, "prices", None)
 
 
 def run_detail(request, pk: int):

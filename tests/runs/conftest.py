@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pytest
 from django.test import Client
 
-from tests.support.llm_server import Reply, RecordedRequest, ScriptedLLM, error, text, tool_call
+from tests.support.llm_server import RecordedRequest, Reply, ScriptedLLM, error, text, tool_call
 
 ALICE_TOKEN = "hf_oauth_alice_0123456789abcdef"
 BOB_TOKEN = "hf_oauth_bob_fedcba9876543210"
@@ -37,6 +37,16 @@ def _person(username: str, token: str):
         },
     )
     return user
+
+
+@pytest.fixture(autouse=True)
+def agent_models(committed_db, llm_server):
+    """The Inference Providers catalogue, as the scripted router lists it."""
+    from apps.inference.services import catalogue_refresh
+
+    report = catalogue_refresh()
+    assert report.source == "router", report.summary()
+    return report
 
 
 @pytest.fixture
@@ -108,8 +118,10 @@ def wait_for(run, predicate: Callable, *, timeout: float = 60.0, what: str = "th
         if predicate(run):
             return run
         if time.monotonic() > deadline:
-            pytest.fail(f"{what} did not happen: status={run.status} error={run.error!r} "
-                        f"events={run.events.count()}")
+            pytest.fail(
+                f"{what} did not happen: status={run.status} error={run.error!r} "
+                f"events={run.events.count()}"
+            )
         time.sleep(0.1)
 
 

@@ -6,7 +6,6 @@ from decimal import Decimal
 import pytest
 
 from apps.runs.models import Run, RunEvent
-from apps.tasks.models import Task
 from tests.runs.conftest import (
     AGENT_MODEL,
     ALICE_TOKEN,
@@ -26,15 +25,22 @@ pytestmark = pytest.mark.slow
 def start(client, *, task=GOLD_TASK, agent_model=AGENT_MODEL, max_steps=30, seed=7) -> Run:
     response = client.post(
         "/runs/new/",
-        {"domain": task[0], "task_id": task[1], "agent_model": agent_model,
-         "user_model": "deepseek-ai/DeepSeek-V4.1-Flash", "max_steps": max_steps, "seed": seed},
+        {
+            "domain": task[0],
+            "task_id": task[1],
+            "agent_model": agent_model,
+            "user_model": "deepseek-ai/DeepSeek-V4.1-Flash",
+            "max_steps": max_steps,
+            "seed": seed,
+        },
     )
     assert response.status_code == 302, response.content.decode()[:2000]
     return Run.objects.get(pk=int(response["Location"].rstrip("/").split("/")[-1]))
 
 
-def test_alice_runs_a_model_and_the_worker_scores_it(celery_worker, llm_server, alice,
-                                                     alice_client):
+def test_alice_runs_a_model_and_the_worker_scores_it(
+    celery_worker, llm_server, alice, alice_client
+):
     gold_script(llm_server)
 
     run = wait_for(start(alice_client), finished)
@@ -48,9 +54,12 @@ def test_alice_runs_a_model_and_the_worker_scores_it(celery_worker, llm_server, 
     assert [e.kind for e in events] == [
         "agent",  # τ²'s greeting
         "customer",
-        "agent", "tool_result",  # get_user_details
-        "agent", "tool_result",  # send_certificate
-        "agent", "customer",  # the agent's answer, the customer's stop
+        "agent",
+        "tool_result",  # get_user_details
+        "agent",
+        "tool_result",  # send_certificate
+        "agent",
+        "customer",  # the agent's answer, the customer's stop
     ]
     assert run.n_tool_calls == 2 and run.n_messages == len(events)
     requests = llm_server.chat_requests()
@@ -65,8 +74,10 @@ def test_alice_runs_a_model_and_the_worker_scores_it(celery_worker, llm_server, 
 def test_a_run_that_skips_the_write_scores_zero(celery_worker, llm_server, alice, alice_client):
     play(
         llm_server,
-        agent=[tool_call("get_user_details", user_id="ethan_martin_2396"),
-               text("Sorry, I cannot help with that.")],
+        agent=[
+            tool_call("get_user_details", user_id="ethan_martin_2396"),
+            text("Sorry, I cannot help with that."),
+        ],
         customer=[text("My flight was delayed, I'm ethan_martin_2396."), text("Bye ###STOP###")],
     )
     run = wait_for(start(alice_client), finished)
@@ -80,10 +91,12 @@ def test_a_wrong_tool_argument_is_a_tool_error_inside_the_conversation(
 ):
     play(
         llm_server,
-        agent=[tool_call("get_user_details", uid="nobody"),
-               tool_call("get_user_details", user_id="ethan_martin_2396"),
-               tool_call("send_certificate", user_id="ethan_martin_2396", amount=150),
-               text("Done: a $150 certificate.")],
+        agent=[
+            tool_call("get_user_details", uid="nobody"),
+            tool_call("get_user_details", user_id="ethan_martin_2396"),
+            tool_call("send_certificate", user_id="ethan_martin_2396", amount=150),
+            text("Done: a $150 certificate."),
+        ],
         customer=[text("Delayed flight, I'm ethan_martin_2396."), text("Thanks ###STOP###")],
     )
     run = wait_for(start(alice_client), finished)
@@ -127,8 +140,7 @@ def test_stop_ends_a_running_run_between_hops(celery_worker, llm_server, alice, 
     assert run.events.count() == count
 
 
-def test_each_person_runs_on_their_own_token(celery_worker, llm_server, alice, bob,
-                                             alice_client):
+def test_each_person_runs_on_their_own_token(celery_worker, llm_server, alice, bob, alice_client):
     from django.test import Client
 
     bob_client = Client()
@@ -151,24 +163,33 @@ def test_each_person_runs_on_their_own_token(celery_worker, llm_server, alice, b
     assert all(run.status == Run.Status.COMPLETED for run in runs)
 
 
-def test_cost_is_tokens_times_the_chosen_providers_price(celery_worker, llm_server, alice):
-    from apps.runs.services import run_create
-
+def test_cost_is_tokens_times_the_chosen_providers_price(
+    celery_worker, llm_server, alice, alice_client
+):
     gold_script(llm_server)
-    task = Task.objects.get(domain_id=GOLD_TASK[0], task_id=GOLD_TASK[1])
-    run = run_create(user=alice, task=task, agent_model=AGENT_MODEL,
-                     agent_prices=(Decimal("0.27"), Decimal("1.10")))
-    run = wait_for(run, finished)
+    run = wait_for(start(alice_client), finished)  # deepseek…:novita at $0.27 / $1.10
+    assert [Decimal(p) for p in run.provenance["agent_prices"]] == [Decimal("0.27"), Decimal("1.1")]
     agent_events = run.events.filter(kind=RunEvent.Kind.AGENT).exclude(prompt_tokens=0)
     prompt = sum(e.prompt_tokens for e in agent_events)
     completion = sum(e.completion_tokens for e in agent_events)
-    assert prompt > 0
-    expected = (Decimal(prompt) * Decimal("0.27") + Decimal(completion) * Decimal("1.10")) / 10**6
+    assert prompt > 0 and (prompt, completion) == (run.prompt_tokens, run.completion_tokens)
+    expected = (Decimal(prompt) * Decimal("0.27") + Decimal(completion) * Decimal("1.1")) / 10**6
     assert run.cost_usd == expected.quantize(Decimal("0.000001"))
 
 
-def test_an_unpriced_model_has_no_cost_rather_than_zero(celery_worker, llm_server, alice,
-                                                         alice_client):
+def test_an_unknown_model_is_refused_with_a_clear_error(alice_client):
+    response = alice_client.post(
+        "/runs/new/",
+        {"domain": "airline", "task_id": "27", "agent_model": "nobody/nothing", "max_steps": 30},
+    )
+    assert response.status_code == 200
+    assert "nobody/nothing" in response.content.decode()
+    assert not Run.objects.exists()
+
+
+def test_an_unpriced_model_has_no_cost_rather_than_zero(
+    celery_worker, llm_server, alice, alice_client
+):
     gold_script(llm_server)
     run = wait_for(start(alice_client, agent_model="Qwen/Qwen3-32B"), finished)
     assert run.status == Run.Status.COMPLETED
