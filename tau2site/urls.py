@@ -8,6 +8,7 @@ urlpatterns = [
     path("", RedirectView.as_view(pattern_name="tasks:explorer", permanent=False)),
     path("tasks/", include("apps.tasks.urls")),
     path("runs/", include("apps.runs.urls")),
+    path("play/", include("apps.play.urls")),
     path("api/", include("apps.tasks.api_urls")),
     path("accounts/", include("apps.accounts.urls")),
     path("auth/", include("social_django.urls", namespace="social")),

@@ -1,0 +1,51 @@
+import json
+
+from django import forms
+
+from apps.tasks.models import Domain, Split, Task
+
+
+class PlayStartForm(forms.Form):
+    """Which task to play: a task id, or a random one of a split (reproducible with a seed)."""
+
+    domain = forms.ChoiceField(label="Domain")
+    split = forms.CharField(label="Split", max_length=32, initial="base")
+    task_id = forms.CharField(
+        label="Task", max_length=255, required=False, help_text="Empty: a random task of the split."
+    )
+    seed = forms.IntegerField(label="Seed", required=False, help_text="Picks the same task again.")
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["domain"].choices = [
+            (name, name) for name in Domain.objects.values_list("name", flat=True)
+        ]
+
+    def clean(self):
+        data = super().clean()
+        domain, task_id, split = data.get("domain"), data.get("task_id"), data.get("split")
+        if domain and task_id:
+            data["task"] = Task.objects.filter(domain_id=domain, task_id=task_id).first()
+            if data["task"] is None:
+                self.add_error("task_id", f"No task {task_id!r} in {domain}.")
+        elif domain and split and not Split.objects.filter(domain_id=domain, name=split).exists():
+            self.add_error("split", f"No split {split!r} in {domain}.")
+        return data
+
+
+class SayForm(forms.Form):
+    text = forms.CharField(max_length=20_000, strip=True)
+
+
+class ToolForm(forms.Form):
+    """A tool call as the page sends it: the tool's name and its arguments as JSON text."""
+
+    name = forms.CharField(max_length=128)
+    arguments = forms.CharField(required=False, initial="{}")
+
+    def clean_arguments(self):
+        raw = self.cleaned_data.get("arguments") or "{}"
+        try:
+            return json.loads(raw)
+        except ValueError as exc:
+            raise forms.ValidationError(f"Not JSON: {exc}") from None

@@ -1,0 +1,28 @@
+"""Celery tasks of play sessions: thin, JSON, ids only (never a token)."""
+
+from __future__ import annotations
+
+import os
+import socket
+import uuid
+
+from celery import shared_task
+
+from apps.play import worker
+
+
+def _execution() -> str:
+    # One name per execution: a redelivered message must not pass for the old one.
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+@shared_task(name="play.customer_turn", acks_late=True, ignore_result=True)
+def customer_turn(run_id: int, nonce: str) -> str:
+    """The customer of play session ``run_id`` answers (``nonce`` names the request)."""
+    return worker.customer_turn(run_id=run_id, nonce=nonce, execution=_execution())
+
+
+@shared_task(name="play.score", acks_late=True, ignore_result=True)
+def score(run_id: int, nonce: str) -> str:
+    """End and score play session ``run_id``."""
+    return worker.score(run_id=run_id, nonce=nonce, execution=_execution())

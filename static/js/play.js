@@ -1,0 +1,305 @@
+// The play page: live events over /ws/runs/<id>/, the player's actions as fetch POSTs,
+// and a tool form built from the tool's JSON schema (resolved on the server: no $ref).
+(() => {
+  const root = document.getElementById("play");
+  if (!root) return;
+  const runId = root.dataset.runId;
+  const events = document.getElementById("events");
+  const notice = document.getElementById("play-message");
+  const tools = JSON.parse(document.getElementById("tool-schemas").textContent);
+  let lastSeq = parseInt(root.dataset.lastSeq, 10);
+  let final = root.dataset.final === "true";
+  let socket = null;
+  let retry = 0;
+
+  // ------------------------------------------------------------ events and state
+
+  function fragment(html) {
+    const t = document.createElement("template");
+    t.innerHTML = html.trim();
+    return t.content.firstElementChild;
+  }
+
+  function addEvent(seq, html) {
+    if (seq <= lastSeq) return null;
+    const node = fragment(html);
+    events.appendChild(node);
+    lastSeq = seq;
+    root.dataset.lastSeq = String(lastSeq);
+    node.scrollIntoView({ block: "nearest" });
+    return node;
+  }
+
+  function say(text) {
+    notice.textContent = text || "";
+    notice.hidden = !text;
+  }
+
+  function setEnabled(enabled) {
+    root.querySelectorAll("#say-form textarea, #say-form button, #tool-name, #tool-form button, #tool-form input, #tool-form select, #tool-form textarea, #end-form button")
+      .forEach((el) => { el.disabled = !enabled; });
+  }
+
+  function applyState(state) {
+    const current = document.getElementById("play-state");
+    const next = fragment(state.html);
+    current.replaceWith(next);
+    bindForms(next);
+    setEnabled(state.can_act);
+    root.dataset.phase = state.phase;
+    if (state.final) {
+      final = true;
+      root.dataset.final = "true";
+      if (socket) socket.close();
+    }
+  }
+
+  async function refreshState() {
+    const response = await fetch(root.dataset.stateUrl, { headers: { Accept: "application/json" } });
+    if (response.ok) applyState((await response.json()).state);
+  }
+
+  function connect() {
+    if (final) return;
+    const scheme = location.protocol === "https:" ? "wss" : "ws";
+    socket = new WebSocket(`${scheme}://${location.host}/ws/runs/${runId}/?after=${lastSeq}`);
+    socket.onopen = () => { retry = 0; };
+    socket.onmessage = (msg) => {
+      const data = JSON.parse(msg.data);
+      if (data.type === "event") addEvent(data.seq, data.html);
+      else if (data.type === "status") refreshState();
+    };
+    socket.onclose = () => {
+      if (final) return;
+      retry = Math.min(retry + 1, 6);
+      setTimeout(connect, 250 * 2 ** retry);
+    };
+  }
+
+  async function post(form, body) {
+    const response = await fetch(form.action, {
+      method: "POST",
+      body,
+      headers: { Accept: "application/json", "X-CSRFToken": form.querySelector("[name=csrfmiddlewaretoken]").value },
+    });
+    let data = {};
+    try { data = await response.json(); } catch (e) { data = { message: `The server answered ${response.status}.` }; }
+    const added = (data.events || []).map((e) => addEvent(e.seq, e.html)).filter(Boolean);
+    if (data.state) applyState(data.state);
+    say(data.message || (data.errors && !form.matches("#tool-form") ? Object.values(data.errors).join(" ") : ""));
+    return { ok: response.ok, status: response.status, data, added };
+  }
+
+  function bindForms(scope) {
+    scope.querySelectorAll("form[data-action]").forEach((form) => {
+      if (form.dataset.bound) return;
+      form.dataset.bound = "1";
+      form.addEventListener("submit", async (event) => {
+        event.preventDefault();
+        const body = new FormData(form);
+        if (form.dataset.action === "say") {
+          if (!body.get("text").trim()) return;
+          setEnabled(false);
+          const result = await post(form, body);
+          if (result.ok) form.querySelector("textarea").value = "";
+        } else {
+          setEnabled(false);
+          await post(form, body);
+        }
+      });
+    });
+  }
+
+  const textarea = document.getElementById("say-text");
+  textarea.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      document.getElementById("say-form").requestSubmit();
+    }
+  });
+
+  // ------------------------------------------------------------------- tool form
+
+  const select = document.getElementById("tool-name");
+  const fieldsBox = document.getElementById("tool-fields");
+  const preview = document.getElementById("tool-preview");
+  const description = document.getElementById("tool-description");
+  const toolForm = document.getElementById("tool-form");
+  const resultBox = document.getElementById("tool-result");
+  let form = null; // the root node of the current tool's fields
+
+  function el(tag, attrs = {}, ...children) {
+    const node = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs)) {
+      if (k === "text") node.textContent = v;
+      else if (v !== undefined && v !== null && v !== false) node.setAttribute(k, v === true ? "" : v);
+    }
+    children.forEach((c) => c && node.appendChild(c));
+    return node;
+  }
+
+  function typeName(schema) {
+    if (schema.enum) return "one of the choices";
+    return { integer: "integer", number: "number", boolean: "true / false", string: "text", array: "list", object: "object" }[schema.type] || "JSON";
+  }
+
+  // A node renders one value of `schema` and knows how to read it back:
+  // collect(path, errors, nodes) → the value, or undefined when left empty.
+  function makeNode(schema, label, required) {
+    const wrap = el("div", { class: "tool-field" });
+    const error = el("span", { class: "field-error", "data-testid": "field-error" });
+    const hint = el("span", { class: "hint", text: `${typeName(schema)} · ${required ? "required" : "optional"}${schema.description ? " — " + schema.description : ""}` });
+    const node = { wrap, setError(message) { error.textContent = message || ""; wrap.classList.toggle("invalid", !!message); } };
+
+    if (schema.type === "object" && schema.properties) {
+      const fieldset = el("fieldset", { class: "tool-group" }, el("legend", { text: label }), hint);
+      const children = Object.entries(schema.properties).map(([name, sub]) => {
+        const child = makeNode(sub, name, (schema.required || []).includes(name));
+        child.name = name;
+        fieldset.appendChild(child.wrap);
+        return child;
+      });
+      wrap.append(fieldset, error);
+      node.collect = (path, errors, nodes) => {
+        nodes[path || "__all__"] = node;
+        const value = {};
+        children.forEach((child) => {
+          const v = child.collect(path ? `${path}.${child.name}` : child.name, errors, nodes);
+          if (v !== undefined) value[child.name] = v;
+        });
+        if (!Object.keys(value).length && !required && path) return undefined;
+        return value;
+      };
+      node.testid = null;
+      return node;
+    }
+
+    if (schema.type === "array") {
+      const list = el("div", { class: "array-items" });
+      const items = [];
+      const add = el("button", { type: "button", class: "secondary", "data-testid": `add-${label}`, text: `Add to ${label}` });
+      add.addEventListener("click", () => {
+        const child = makeNode(schema.items || {}, `${label} item`, true);
+        const remove = el("button", { type: "button", class: "secondary", text: "Remove" });
+        const box = el("div", { class: "array-item" }, child.wrap, remove);
+        remove.addEventListener("click", () => { items.splice(items.indexOf(child), 1); box.remove(); update(); });
+        items.push(child);
+        list.appendChild(box);
+        update();
+      });
+      wrap.append(el("fieldset", { class: "tool-group" }, el("legend", { text: label }), hint, list, add), error);
+      node.collect = (path, errors, nodes) => {
+        nodes[path] = node;
+        if (!items.length) {
+          if (required) errors[path] = "Required: add at least one.";
+          return required ? [] : undefined;
+        }
+        return items.map((child, i) => child.collect(`${path}.${i}`, errors, nodes));
+      };
+      return node;
+    }
+
+    const id = `arg-${Math.random().toString(36).slice(2)}`;
+    let input;
+    if (schema.enum || schema.type === "boolean") {
+      const choices = schema.enum || [true, false];
+      input = el("select", { id }, el("option", { value: "", text: "—" }));
+      choices.forEach((c) => input.appendChild(el("option", { value: JSON.stringify(c), text: String(c) })));
+    } else if (schema.type === "object" || !schema.type) {
+      input = el("textarea", { id, rows: 3, placeholder: "JSON" });
+    } else {
+      input = el("input", { id, type: "text", inputmode: schema.type === "string" ? undefined : "decimal" });
+    }
+    wrap.append(el("label", { for: id, text: label }), hint, input, error);
+    node.input = input;
+    node.collect = (path, errors, nodes) => {
+      nodes[path] = node;
+      input.dataset.testid = `arg-${path}`;
+      const raw = input.value;
+      if (raw.trim() === "") {
+        if (required) errors[path] = "Required.";
+        return undefined;
+      }
+      if (input.tagName === "SELECT") return JSON.parse(raw);
+      if (schema.type === "integer") {
+        if (!/^-?\d+$/.test(raw.trim())) { errors[path] = "Must be an integer."; return raw; }
+        return parseInt(raw, 10);
+      }
+      if (schema.type === "number") {
+        const n = Number(raw);
+        if (!Number.isFinite(n)) { errors[path] = "Must be a number."; return raw; }
+        return n;
+      }
+      if (schema.type === "object" || !schema.type) {
+        try { return JSON.parse(raw); } catch (e) { errors[path] = "Must be JSON."; return raw; }
+      }
+      return raw;
+    };
+    return node;
+  }
+
+  function collect() {
+    const errors = {};
+    const nodes = {};
+    const value = form.collect("", errors, nodes) || {};
+    return { value, errors, nodes };
+  }
+
+  function update() {
+    if (!form) return;
+    const { value, nodes } = collect();
+    Object.values(nodes).forEach((n) => n.setError(""));
+    preview.textContent = JSON.stringify(value, null, 2);
+  }
+
+  function showErrors(errors, nodes) {
+    Object.values(nodes).forEach((n) => n.setError(""));
+    const general = [];
+    for (const [path, message] of Object.entries(errors)) {
+      const node = nodes[path];
+      if (node && path !== "__all__") node.setError(message);
+      else general.push(path === "__all__" ? message : `${path}: ${message}`);
+    }
+    say(general.join(" "));
+  }
+
+  function pickTool() {
+    const tool = tools.find((t) => t.name === select.value);
+    if (!tool) return;
+    description.textContent = tool.description;
+    fieldsBox.replaceChildren();
+    form = makeNode(tool.schema, tool.name, true);
+    fieldsBox.appendChild(form.wrap);
+    resultBox.replaceChildren();
+    update();
+    setEnabled(!select.disabled);
+  }
+
+  fieldsBox.addEventListener("input", update);
+  fieldsBox.addEventListener("change", update);
+  select.addEventListener("change", pickTool);
+
+  toolForm.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    const { value, errors, nodes } = collect();
+    if (Object.keys(errors).length) { showErrors(errors, nodes); return; } // nothing is sent
+    const body = new FormData();
+    body.append("name", select.value);
+    body.append("arguments", JSON.stringify(value));
+    setEnabled(false);
+    const result = await post(toolForm, body);
+    if (result.status === 400 && result.data.errors) showErrors(result.data.errors, nodes);
+    const answer = result.added.filter((n) => n.dataset.kind === "tool_result").pop();
+    if (answer) {
+      const copy = answer.cloneNode(true);
+      copy.querySelectorAll("details").forEach((d) => { d.open = true; });
+      resultBox.replaceChildren(copy);
+    }
+  });
+
+  bindForms(document);
+  pickTool();
+  setEnabled(root.querySelector("#play-state").dataset.phase === "your_turn");
+  window.tau2Play = { get lastSeq() { return lastSeq; } };
+  connect();
+})();

@@ -1,0 +1,50 @@
+"""People and helpers for play tests: alice plays, bob is on her team, charlie is anonymous.
+
+Every LLM request of a play session is the customer's (or the judge's): the person is
+the agent. The scripted LLM answers them in order.
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from tests.runs.conftest import ALICE_TOKEN, BOB_TOKEN, _person
+from tests.support.llm_server import ScriptedLLM, error, text
+
+__all__ = ["customer_says", "error", "text"]
+
+
+@pytest.fixture
+def alice(committed_db):
+    return _person("alice", ALICE_TOKEN)
+
+
+@pytest.fixture
+def bob(committed_db):
+    return _person("bob", BOB_TOKEN)
+
+
+@pytest.fixture
+def alice_client(alice) -> Client:
+    client = Client()
+    client.force_login(alice)
+    return client
+
+
+@pytest.fixture
+def bob_client(bob) -> Client:
+    client = Client()
+    client.force_login(bob)
+    return client
+
+
+def customer_says(llm: ScriptedLLM, *replies) -> list:
+    """Script the customer's replies, in order; returns the queue (what is left of it)."""
+    queue = [text(r) if isinstance(r, str) else r for r in replies]
+
+    def responder(request):
+        return queue.pop(0) if queue else error(500, "scripted customer: no reply left")
+
+    llm.responder = responder
+    return queue
