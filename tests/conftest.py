@@ -144,10 +144,9 @@ def _close_server_connections() -> None:
             )
 
 
-@pytest.fixture(scope="session")
-def celery_worker(django_db_setup, scripted_llm_session):  # noqa: F811
-    """A real ``celery -A tau2site worker`` process on the test Redis and the test database,
-    with every provider URL pointed at the session's scripted LLM server."""
+def start_celery_worker(*, llm, queue: str, name: str, extra_env: dict | None = None):
+    """Start a real ``celery -A tau2site worker`` process on the test Redis and database,
+    consuming ``queue``, with every provider URL pointed at the scripted ``llm``."""
     import os
     import subprocess
     import sys
@@ -160,13 +159,19 @@ def celery_worker(django_db_setup, scripted_llm_session):  # noqa: F811
     environ = {
         **os.environ,
         "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
-        "TAU2_HF_ROUTER_URL": scripted_llm_session.base_url,
-        "OPENAI_BASE_URL": scripted_llm_session.base_url,
+        "TAU2_HF_ROUTER_URL": llm.base_url,
+        "OPENAI_BASE_URL": llm.base_url,
         "TAU2_LLM_TIMEOUT": "30",
+        **(extra_env or {}),
     }
-    for name in ("DJANGO_ALLOW_ASYNC_UNSAFE", "HF_TOKEN", "OPENAI_API_KEY", "ANTHROPIC_API_KEY"):
-        environ.pop(name, None)
-    app.control.purge()
+    for variable in (
+        "DJANGO_ALLOW_ASYNC_UNSAFE",
+        "HF_TOKEN",
+        "OPENAI_API_KEY",
+        "ANTHROPIC_API_KEY",
+    ):
+        environ.pop(variable, None)
+    hostname = f"{name}-{os.getpid()}@localhost"
     proc = subprocess.Popen(
         [
             sys.executable,
@@ -184,20 +189,40 @@ def celery_worker(django_db_setup, scripted_llm_session):  # noqa: F811
             "--without-gossip",
             "--without-mingle",
             "-Q",
-            settings.CELERY_TASK_DEFAULT_QUEUE,
+            queue,
             "-n",
-            f"test-{os.getpid()}@localhost",
+            hostname,
         ],
         env=environ,
     )
     deadline = time.monotonic() + 60
-    while not app.control.ping(timeout=0.5):
+    while not app.control.ping(destination=[hostname], timeout=0.5):
         if proc.poll() is not None or time.monotonic() > deadline:
             proc.kill()
             raise RuntimeError("the Celery worker did not start")
-    yield proc
+    return proc
+
+
+def stop_celery_worker(proc) -> None:
+    import subprocess
+
     proc.terminate()
     try:
         proc.wait(timeout=20)
     except subprocess.TimeoutExpired:
         proc.kill()
+
+
+@pytest.fixture(scope="session")
+def celery_worker(django_db_setup, scripted_llm_session):  # noqa: F811
+    """The session's Celery worker process, on the default queue."""
+    from django.conf import settings
+
+    from tau2site.celery import app
+
+    app.control.purge()
+    proc = start_celery_worker(
+        llm=scripted_llm_session, queue=settings.CELERY_TASK_DEFAULT_QUEUE, name="test"
+    )
+    yield proc
+    stop_celery_worker(proc)

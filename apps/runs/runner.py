@@ -246,6 +246,11 @@ def _drive(*, run: Run, worker: str, user_route, heartbeat: _Heartbeat) -> str:
         started = time.perf_counter()
         try:
             orchestrator.step()
+            # A tool call is stored together with its results (τ²'s environment answers
+            # at once): a stored history never ends on an unanswered call, so a run picked
+            # up after a crash always replays.
+            while orchestrator.to_role == Role.ENV and not orchestrator.done:
+                orchestrator.step()
         except (llm.LLMCallError, llm.MissingCredentialsError) as exc:
             publish(None)
             run_finish(
@@ -257,9 +262,8 @@ def _drive(*, run: Run, worker: str, user_route, heartbeat: _Heartbeat) -> str:
             )
             return Run.Status.FAILED
         publish(int((time.perf_counter() - started) * 1000))
-        # τ²'s own limits, checked as Orchestrator.run() checks them.
-        if orchestrator.to_role == Role.ENV:
-            continue
+        # τ²'s own limits, checked as Orchestrator.run() checks them (never before a
+        # pending tool call is answered).
         if orchestrator.step_count >= orchestrator.max_steps:
             orchestrator.done = True
             orchestrator.termination_reason = engine.TerminationReason.MAX_STEPS

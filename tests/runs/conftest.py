@@ -94,20 +94,32 @@ def play(
 
 
 def gold_script(llm: ScriptedLLM, *, delay: float = 0.0) -> None:
-    """Task airline/27 solved: the agent looks the customer up and sends the certificate."""
-    play(
-        llm,
-        agent=[
-            tool_call("get_user_details", user_id="ethan_martin_2396"),
-            tool_call("send_certificate", user_id="ethan_martin_2396", amount=150),
-            text("I have sent you a $150 certificate. Anything else?"),
-        ],
-        customer=[
-            text("Hi, my flight was delayed and I want compensation. I'm ethan_martin_2396."),
-            text("Thanks, that's all. ###STOP###"),
-        ],
-        delay=delay,
-    )
+    """Task airline/27 solved: the agent looks the customer up and sends the certificate.
+
+    Stateless: each reply follows from the conversation in the request, so a hop that is
+    asked again (a worker died before storing it) gets the same answer.
+    """
+
+    def responder(request: RecordedRequest):
+        if delay:
+            time.sleep(delay)
+        if is_agent_request(request):
+            called = [
+                call["function"]["name"]
+                for message in request.messages
+                if message.get("role") == "assistant"
+                for call in message.get("tool_calls") or []
+            ]
+            if "get_user_details" not in called:
+                return tool_call("get_user_details", user_id="ethan_martin_2396")
+            if "send_certificate" not in called:
+                return tool_call("send_certificate", user_id="ethan_martin_2396", amount=150)
+            return text("I have sent you a $150 certificate. Anything else?")
+        if "certificate" in request.text():
+            return text("Thanks, that's all. ###STOP###")
+        return text("Hi, my flight was delayed and I want compensation. I'm ethan_martin_2396.")
+
+    llm.responder = responder
 
 
 def wait_for(run, predicate: Callable, *, timeout: float = 60.0, what: str = "the run"):
