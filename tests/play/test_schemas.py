@@ -1,4 +1,4 @@
-"""The tool form's schemas: τ²'s $defs resolved for the form, arguments validated as the form does."""
+"""The tool form's schemas: τ²'s $defs resolved for the form; arguments checked as it does."""
 
 import json
 
