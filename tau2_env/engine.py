@@ -30,7 +30,7 @@ from typing import Any
 
 # isort: off
 # τ² only through tau2_env._tau2 first (quiet import, local litellm price list).
-from tau2_env._tau2 import registry
+from tau2_env._tau2 import registry  # noqa: F401
 from tau2.config import DEFAULT_MAX_ERRORS, DEFAULT_MAX_STEPS
 from tau2.data_model.message import (
     AssistantMessage,
@@ -49,7 +49,7 @@ from tau2.user.user_simulator import UserSimulator
 from tau2.utils.utils import get_now
 
 # isort: on
-from tau2_env import catalog, config, llm
+from tau2_env import catalog, config, environments, llm
 
 __all__ = [
     "AGENT_STOP",
@@ -191,7 +191,8 @@ class Episode:
             TerminationReason(termination_reason) if termination_reason else None
         )
 
-        self.environment = registry.get_env_constructor(domain)()
+        # A fresh environment without re-validating the domain's database each time.
+        self.environment = environments.fresh_environment(domain)
         self.user = customer_for(environment=self.environment, task=task, user_llm=user_llm)
 
         history = messages_from_json(messages or ())
@@ -463,7 +464,9 @@ class Episode:
     def evaluate(self) -> RewardInfo:
         """τ²'s ``evaluate_simulation`` of the conversation as it stands (judge on our route)."""
         started = time.perf_counter()
-        with self.llm_context():
+        # τ²'s evaluator builds two fresh environments per score; copy-on-access ones
+        # instead of re-validating the database (see tau2_env.environments).
+        with self.llm_context(), environments.fresh_environments_for_tau2(self.domain):
             info = evaluate_simulation(
                 simulation=self.simulation_run(),
                 task=self.task,

@@ -39,7 +39,7 @@ from openenv.core.env_server.mcp_types import (
 from openenv.core.env_server.types import EnvironmentMetadata, Observation, State
 from pydantic import Field
 
-from tau2_env import catalog, config, engine, llm
+from tau2_env import catalog, config, engine, environments, llm
 
 __all__ = ["ENDED_MESSAGE", "Tau2Environment", "Tau2ToolObservation", "episode_executor"]
 
@@ -66,6 +66,17 @@ class Tau2ToolObservation(CallToolObservation):
 
 _executor: ThreadPoolExecutor | None = None
 _executor_lock = threading.Lock()
+_warmed = threading.Event()
+
+
+def _warm_default_domain() -> None:
+    """Validate the default domain's database in the background when the first session
+    opens, so that no reset pays for it (other domains: their first reset does)."""
+    with _executor_lock:
+        if _warmed.is_set():
+            return
+        _warmed.set()
+    environments.warm_in_background([config.default_domain()])
 
 
 def episode_executor() -> ThreadPoolExecutor:
@@ -133,6 +144,7 @@ class Tau2Environment(MCPEnvironment):
         self._episode: engine.Episode | None = None
         self._split: str | None = None
         self._steps = 0
+        _warm_default_domain()
 
     # ------------------------------------------------------------- openenv API
 

@@ -1,0 +1,280 @@
+"""Fresh τ² environments without validating a domain's database at every reset.
+
+τ²'s constructors load and validate the whole database (airline: ~3,000 pydantic rows,
+0.25–0.5 s and ~23 MiB each time). :func:`fresh_environment` validates it once per
+process and per domain (the *pristine* database, never mutated) and gives every new
+environment a database whose top-level collections are :class:`CopyOnAccessDict`s over
+the pristine rows: a row is copied the first time this environment reads it, so a
+conversation pays (in time and memory) only for the rows it touches, and no two
+environments ever share a row they can change.
+
+Domains whose database is not a set of ``dict[str, BaseModel]`` collections (telecom's
+are lists; building one takes ~10 ms) and domains whose constructor takes no ``db`` are
+built by τ²'s own constructor, as before.
+
+Equivalence: the environment is built by the domain's own ``get_environment(db=...)``;
+its database holds, for every key, either the pristine row or this environment's copy
+of it, so ``model_dump()`` (and τ²'s DB hash, which reads the dict directly) sees
+exactly what a freshly loaded database would, plus this conversation's changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import copy
+import functools
+import inspect
+import pickle
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from pydantic import BaseModel
+
+from tau2_env._tau2 import registry
+
+__all__ = [
+    "CopyOnAccessDict",
+    "fresh_environment",
+    "fresh_environments_for_tau2",
+    "warm",
+    "warm_in_background",
+]
+
+
+class CopyOnAccessDict(dict):
+    """A ``dict`` over shared rows that are never handed out: each row is replaced by a
+    private copy (``copy_row(key)``) the first time it is read through this dict.
+
+    Reads through Python (``d[k]``, ``get``, ``values``, ``items``, ``pop`` …) return
+    this dict's own copies; ``values()``/``items()`` copy every row first. C-level
+    readers that bypass the methods (pydantic's serializer, ``json``) see the shared
+    rows of untouched keys, which equal their copies. Copies and pickles are plain
+    ``dict``s. Not thread-safe (one episode, one caller at a time), like the rest of τ².
+    """
+
+    __slots__ = ("_copy_row", "_owned")
+
+    def __init__(self, shared: dict[Any, Any], copy_row: Callable[[Any], Any]) -> None:
+        super().__init__(shared)
+        self._copy_row = copy_row
+        self._owned: set[Any] = set()
+
+    def _own(self, key: Any) -> None:
+        if key not in self._owned and dict.__contains__(self, key):
+            dict.__setitem__(self, key, self._copy_row(key))
+            self._owned.add(key)
+
+    def _own_all(self) -> None:
+        if len(self._owned) < len(self):
+            for key in list(dict.keys(self)):
+                self._own(key)
+
+    def __getitem__(self, key: Any) -> Any:
+        self._own(key)
+        return dict.__getitem__(self, key)
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        self._own(key)
+        return dict.get(self, key, default)
+
+    def __setitem__(self, key: Any, value: Any) -> None:
+        dict.__setitem__(self, key, value)
+        self._owned.add(key)
+
+    def setdefault(self, key: Any, default: Any = None) -> Any:
+        self._own(key)
+        self._owned.add(key)
+        return dict.setdefault(self, key, default)
+
+    def pop(self, key: Any, *default: Any) -> Any:
+        self._own(key)
+        self._owned.discard(key)
+        return dict.pop(self, key, *default)
+
+    def popitem(self) -> tuple[Any, Any]:
+        if self:
+            self._own(next(reversed(dict.keys(self))))
+        key, value = dict.popitem(self)
+        self._owned.discard(key)
+        return key, value
+
+    def update(self, *args: Any, **kwargs: Any) -> None:
+        for key, value in dict(*args, **kwargs).items():
+            self[key] = value
+
+    def values(self):  # type: ignore[override]
+        self._own_all()
+        return dict.values(self)
+
+    def items(self):  # type: ignore[override]
+        self._own_all()
+        return dict.items(self)
+
+    def copy(self) -> dict[Any, Any]:  # type: ignore[override]
+        self._own_all()
+        return dict(dict.items(self))
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> dict[Any, Any]:
+        return {key: copy.deepcopy(value, memo) for key, value in self.items()}
+
+    def __reduce_ex__(self, protocol: Any) -> Any:
+        return (dict, (self.copy(),))
+
+    def __or__(self, other: Any) -> dict[Any, Any]:
+        return self.copy() | other
+
+    def __ior__(self, other: Any) -> CopyOnAccessDict:
+        self.update(other)
+        return self
+
+
+class _Pristine:
+    """One domain's validated database, its rows pickled on demand for cheap copies."""
+
+    def __init__(self, domain: str, constructor: Callable[..., Any]) -> None:
+        self.constructor = constructor
+        self.db = constructor().tools.db
+        self._collections = [
+            name for name in type(self.db).model_fields if isinstance(getattr(self.db, name), dict)
+        ]
+        self._pickles: dict[str, dict[Any, bytes]] = {name: {} for name in self._collections}
+
+    def _copier(self, name: str) -> Callable[[Any], Any]:
+        rows = getattr(self.db, name)
+        pickles = self._pickles[name]
+
+        def copy_row(key: Any) -> Any:
+            # A row's pickle is made once per process; loading it is 2–3× faster than
+            # deepcopy or model_copy(deep=True) and gives an equal, unshared row. These
+            # bytes never leave the process.
+            data = pickles.get(key)
+            if data is None:
+                data = pickles[key] = pickle.dumps(rows[key], pickle.HIGHEST_PROTOCOL)
+            return pickle.loads(data)  # noqa: S301 - our own bytes, made just above
+
+        return copy_row
+
+    def new_environment(self) -> Any:
+        update = {
+            name: CopyOnAccessDict(getattr(self.db, name), self._copier(name))
+            for name in self._collections
+        }
+        # A shallow copy: the new database shares nothing mutable with the pristine one
+        # but the rows, which the CopyOnAccessDicts never hand out.
+        return self.constructor(db=self.db.model_copy(update=update))
+
+
+_pristine: dict[str, _Pristine | None] = {}
+_locks: dict[str, threading.Lock] = {}
+_locks_lock = threading.Lock()
+_in_fresh_scope = contextvars.ContextVar("tau2_fresh_environments", default=False)
+
+
+def _original_constructor(domain: str) -> Callable[..., Any]:
+    constructor = registry.get_env_constructor(domain)
+    return getattr(constructor, "__tau2_original__", constructor)
+
+
+def _copy_on_access_ok(constructor: Callable[..., Any]) -> bool:
+    try:
+        return "db" in inspect.signature(constructor).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _pristine_for(domain: str) -> _Pristine | None:
+    """The domain's pristine database, built once (``None``: build environments whole)."""
+    if domain in _pristine:
+        return _pristine[domain]
+    with _locks_lock:
+        lock = _locks.setdefault(domain, threading.Lock())
+    with lock:
+        if domain not in _pristine:
+            constructor = _original_constructor(domain)
+            pristine: _Pristine | None = None
+            if _copy_on_access_ok(constructor):
+                candidate = _Pristine(domain, constructor)
+                rows_are_models = candidate._collections and all(
+                    isinstance(getattr(candidate.db, name), dict)
+                    and all(isinstance(v, BaseModel) for v in getattr(candidate.db, name).values())
+                    for name in type(candidate.db).model_fields
+                )
+                if rows_are_models:
+                    pristine = candidate
+            _pristine[domain] = pristine
+        return _pristine[domain]
+
+
+def fresh_environment(domain: str) -> Any:
+    """A new τ² ``Environment`` of ``domain``, as τ²'s constructor would build it.
+
+    Never the same object or the same mutable rows twice. The first call per domain
+    (or :func:`warm`) pays for validating the database once. Raises what τ²'s registry
+    raises for an unknown domain.
+    """
+    pristine = _pristine_for(domain)
+    if pristine is None:
+        return _original_constructor(domain)()
+    return pristine.new_environment()
+
+
+@contextlib.contextmanager
+def fresh_environments_for_tau2(domain: str) -> Iterator[None]:
+    """Inside this block, τ² code of this thread (or task) that builds ``domain``'s
+    environment through its registry with no arguments but ``solo_mode=False`` — its
+    evaluator builds two per score — gets :func:`fresh_environment` instead of
+    re-validating the database. Other threads, and every other call, get τ²'s own
+    constructor unchanged.
+    """
+    _route_registry(domain)
+    token = _in_fresh_scope.set(True)
+    try:
+        yield
+    finally:
+        _in_fresh_scope.reset(token)
+
+
+def _route_registry(domain: str) -> None:
+    """Put a dispatcher in front of ``domain``'s constructor in τ²'s registry, once.
+
+    τ²'s evaluator looks the constructor up in ``registry`` and offers no other hook.
+    The dispatcher calls the original constructor unless inside
+    :func:`fresh_environments_for_tau2`.
+    """
+    with _locks_lock:
+        current = registry._domains.get(domain)  # noqa: SLF001 - no public setter
+        if current is None or hasattr(current, "__tau2_original__"):
+            return
+
+        @functools.wraps(current)
+        def constructor(*args: Any, **kwargs: Any) -> Any:
+            plain = not args and not kwargs.get("solo_mode") and set(kwargs) <= {"solo_mode"}
+            if plain and _in_fresh_scope.get():
+                return fresh_environment(domain)
+            return current(*args, **kwargs)
+
+        constructor.__tau2_original__ = current  # type: ignore[attr-defined]
+        registry._domains[domain] = constructor  # noqa: SLF001
+
+
+def warm(domains: Iterable[str]) -> None:
+    """Validate the databases of ``domains`` now, so no reset pays for it."""
+    for domain in domains:
+        _pristine_for(domain)
+
+
+def warm_in_background(domains: Iterable[str]) -> threading.Thread:
+    """:func:`warm` in a daemon thread (errors surface later, at the first reset)."""
+
+    domains = list(domains)
+
+    def run() -> None:
+        # A failure here is raised again by the first reset that needs the domain.
+        with contextlib.suppress(Exception):
+            warm(domains)
+
+    thread = threading.Thread(target=run, name="tau2-warm", daemon=True)
+    thread.start()
+    return thread
