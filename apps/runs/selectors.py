@@ -59,3 +59,14 @@ def run_get(*, pk: int) -> Run:
 def run_events(*, run: Run, after: int = -1) -> QuerySet[RunEvent]:
     """The run's events with ``seq`` greater than ``after``, in order."""
     return run.events.filter(seq__gt=after).order_by("seq")
+
+
+def review_flags(*, task) -> list:
+    """The review labels that runs of ``task`` gathered, newest first (for the task page)."""
+    from apps.runs.models import ReviewLabel
+
+    return list(
+        ReviewLabel.objects.filter(run__task=task)
+        .select_related("run", "event", "created_by")
+        .order_by("-created_at")[:50]
+    )

@@ -7,6 +7,7 @@ from django.urls import reverse
 from django.utils.http import urlencode
 from django_htmx.http import push_url
 
+from apps.runs import selectors as run_selectors
 from apps.tasks import selectors
 from apps.tasks.scoring import scoring_components
 from apps.tasks.selectors import TaskFilters
@@ -74,6 +75,7 @@ def task_detail(request, domain: str, task_id: str):
                 for action in criteria.get("actions") or []
             ],
             "splits": task.split_names,
+            "review_flags": run_selectors.review_flags(task=task),
         },
     )
 
