@@ -24,4 +24,4 @@ RUN DEBUG=true TAU2_VAR_DIR=/tmp/build python manage.py collectstatic --noinput 
 
 USER app
 EXPOSE 8000
-CMD ["sh", "-c", "python manage.py migrate --noinput && python manage.py load_tasks --if-needed && exec uvicorn tau2site.asgi:application --host 0.0.0.0 --port 8000 --proxy-headers --forwarded-allow-ips='*'"]
+CMD ["sh", "-c", "python manage.py bootstrap && exec uvicorn tau2site.asgi:application --host 0.0.0.0 --port 8000 --proxy-headers --forwarded-allow-ips='*'"]

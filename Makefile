@@ -29,8 +29,7 @@ system-deps:
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
 run: install
-	DEBUG=$${DEBUG:-true} $(BIN)/python manage.py migrate --noinput
-	DEBUG=$${DEBUG:-true} $(BIN)/python manage.py load_tasks --if-needed
+	DEBUG=$${DEBUG:-true} $(BIN)/python manage.py bootstrap
 	DEBUG=$${DEBUG:-true} $(BIN)/uvicorn tau2site.asgi:application --host $(HOST) --port $(PORT)
 
 test: install-dev
