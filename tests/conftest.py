@@ -161,7 +161,8 @@ def start_celery_worker(*, llm, queue: str, name: str, extra_env: dict | None = 
         "DATABASE_URL": f"postgres://{db['USER']}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
         "TAU2_HF_ROUTER_URL": llm.base_url,
         "OPENAI_BASE_URL": llm.base_url,
-        "TAU2_LLM_TIMEOUT": "30",
+        # Short enough for the timeout test, long enough for a loaded 2-core machine.
+        "TAU2_LLM_TIMEOUT": "8",
         **(extra_env or {}),
     }
     for variable in (

@@ -47,6 +47,14 @@
       setTimeout(connect, 250 * 2 ** retry);
     };
   }
+  // The elapsed time ticks between status updates while the run is going.
+  setInterval(() => {
+    const el = document.querySelector("#run-status .elapsed");
+    if (!el || el.dataset.finished || !el.dataset.started) return;
+    const seconds = Math.max(0, (Date.now() - Date.parse(el.dataset.started)) / 1000);
+    el.textContent = `${Math.round(seconds)} s`;
+  }, 1000);
+
   window.tau2Run = { get lastSeq() { return lastSeq; } };
   connect();
 })();

@@ -107,20 +107,38 @@ def test_a_wrong_tool_argument_is_a_tool_error_inside_the_conversation(
 
 
 @pytest.mark.parametrize(
-    ("status", "words"),
-    [(402, "no credits left"), (401, "credentials were refused")],
+    ("status", "words", "attempts"),
+    [
+        (402, "no credits left", 1),  # never retried: a retry cannot add credits
+        (401, "credentials were refused", 1),
+        (429, "rate limited (HTTP 429), still after retries", 3),
+    ],
 )
 def test_a_provider_error_ends_the_run_with_a_readable_reason(
-    celery_worker, llm_server, alice, alice_client, status, words
+    celery_worker, llm_server, alice, alice_client, status, words, attempts
 ):
-    play(llm_server, agent=[error(status, "nope")], customer=[text("Hello, I need help.")])
+    llm_server.responder = lambda request: (
+        error(status, "nope") if is_agent_request(request) else text("Hello, I need help.")
+    )
     run = wait_for(start(alice_client), finished)
     assert run.status == Run.Status.FAILED
     assert "agent's model call failed" in run.error
     assert words in run.error
     assert ALICE_TOKEN not in run.error
-    # 401/402 are never retried: one agent request only.
-    assert sum(1 for r in llm_server.chat_requests() if is_agent_request(r)) == 1
+    assert sum(1 for r in llm_server.chat_requests() if is_agent_request(r)) == attempts
+
+
+def test_a_model_that_never_answers_ends_the_run_with_a_timeout(
+    celery_worker, llm_server, alice, alice_client
+):
+    from tests.support.llm_server import delayed
+
+    llm_server.responder = lambda request: (
+        delayed(text("too late"), 12) if is_agent_request(request) else text("Hello.")
+    )
+    run = wait_for(start(alice_client), finished, timeout=120)
+    assert run.status == Run.Status.FAILED
+    assert "no answer within 8 s" in run.error
 
 
 def test_stop_ends_a_running_run_between_hops(celery_worker, llm_server, alice, alice_client):
