@@ -315,7 +315,9 @@ def runs_reap(*, now=None) -> list[int]:
     )
     requeued = []
     for run in stale:
-        if run.attempts >= settings.TAU2_RUN_MAX_ATTEMPTS:
+        if run.stop_requested:  # its worker died after Stop was pressed: just stop it
+            run_finish(run=run, status=Run.Status.STOPPED, termination_reason="stopped")
+        elif run.attempts >= settings.TAU2_RUN_MAX_ATTEMPTS:
             Run.objects.filter(pk=run.pk, status=Run.Status.RUNNING).update(
                 status=Run.Status.FAILED,
                 error=(

@@ -97,3 +97,22 @@ def test_two_workers_cannot_both_claim_a_run(committed_db, alice):
     assert run_claim(run_id=run.pk, worker="w1") is not None
     assert run_claim(run_id=run.pk, worker="w2") is None
     assert Run.objects.get(pk=run.pk).worker == "w1"
+
+
+def test_a_stopped_run_whose_worker_died_ends_stopped(committed_db, alice):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    run = _queued_run(alice)
+    Run.objects.filter(pk=run.pk).update(
+        status=Run.Status.RUNNING,
+        worker="gone:1",
+        attempts=1,
+        stop_requested=True,
+        lease_expires_at=timezone.now() - timedelta(seconds=1),
+        started_at=timezone.now(),
+    )
+    assert runs_reap() == []
+    run.refresh_from_db()
+    assert run.status == Run.Status.STOPPED and run.finished_at is not None

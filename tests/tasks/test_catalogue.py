@@ -129,3 +129,17 @@ def test_the_task_set_hash_is_stable_across_loads():
 )
 def test_title_is_the_first_sentence(text, title):
     assert catalog.title_from(text) == title
+
+
+def test_if_needed_skips_a_complete_catalogue_but_completes_a_partial_one(catalogue):
+    from io import StringIO
+
+    out = StringIO()
+    call_command("load_tasks", if_needed=True, stdout=out)
+    assert "already loaded" in out.getvalue()
+
+    Domain.objects.filter(name="mock").delete()  # e.g. an earlier `load_tasks airline`
+    out = StringIO()
+    call_command("load_tasks", if_needed=True, stdout=out)
+    assert "mock" in out.getvalue() and "loaded" in out.getvalue()
+    assert Task.objects.filter(domain_id="mock").count() == 9

@@ -1,8 +1,9 @@
 from django.core.management.base import BaseCommand, CommandError
 
+from apps.tasks.models import Domain
 from apps.tasks.selectors import catalogue_latest
 from apps.tasks.services import catalogue_load
-from tau2_env._tau2 import tau2_version
+from tau2_env.catalog import domain_names, tau2_version
 
 
 class Command(BaseCommand):
@@ -24,7 +25,12 @@ class Command(BaseCommand):
     def handle(self, *args, domains, force, if_needed, **options):
         if if_needed and not force and not domains:
             latest = catalogue_latest()
-            if latest is not None and latest.tau2_version == tau2_version():
+            stored = set(Domain.objects.values_list("name", flat=True))
+            if (
+                latest is not None
+                and latest.tau2_version == tau2_version()
+                and stored == set(domain_names())
+            ):
                 self.stdout.write(f"Catalogue already loaded from {latest.tau2_version}.")
                 return
         try:
