@@ -289,11 +289,16 @@
     setEnabled(false);
     const result = await post(toolForm, body);
     if (result.status === 400 && result.data.errors) showErrors(result.data.errors, nodes);
-    const answer = result.added.filter((n) => n.dataset.kind === "tool_result").pop();
+    // The tool's answer, shown under the form too (the socket may have added the event
+    // to the conversation already).
+    const answer = (result.data.events || [])
+      .map((e) => fragment(e.html))
+      .filter((n) => n.dataset.kind === "tool_result")
+      .pop();
     if (answer) {
-      const copy = answer.cloneNode(true);
-      copy.querySelectorAll("details").forEach((d) => { d.open = true; });
-      resultBox.replaceChildren(copy);
+      answer.dataset.testid = "tool-answer"; // a copy, not another event of the conversation
+      answer.querySelectorAll("details").forEach((d) => { d.open = true; });
+      resultBox.replaceChildren(answer);
     }
   });
 
