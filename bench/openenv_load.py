@@ -1,0 +1,507 @@
+"""Load on the OpenEnv API: latency, errors and memory at 1 … 256 concurrent sessions.
+
+Run by hand: ``.venv/bin/python bench/openenv_load.py [--sessions 1,8,64,256]
+[--delays 0,1] [--scored 8]``. Everything listens on 127.0.0.1 only.
+
+It starts the scripted LLM (``tests.support.llm_server``) in a child process and a real
+uvicorn serving the product's ASGI app (``tau2site.asgi:application``; ``DEBUG=true``, a
+temporary ``TAU2_VAR_DIR``, no ``DATABASE_URL``/``REDIS_URL``, no embedded Celery
+worker, ``MAX_CONCURRENT_ENVS`` = the largest session count or 64) in another. Then, for
+each LLM delay and concurrency N, N WebSocket sessions speak OpenEnv's ``/ws`` protocol
+(raw ``websockets``: a 256-session client must stay lighter than the server it measures):
+
+1. all connect, then all ``reset`` at once (airline; the customer's opening is one LLM
+   call, so a reset includes one LLM delay);
+2. each makes three database tool calls in a row (``get_user_details``,
+   ``get_reservation_details``, ``get_flight_status``);
+3. server RSS is read with all N sessions open (``VmRSS`` of the uvicorn process);
+4. all ``respond_to_user`` at once (one LLM delay each) while one extra *probe*
+   session calls ``get_user_details`` every 20 ms: tool latency while N sessions wait on
+   their LLM;
+5. ``--scored`` of them call ``done`` (τ²'s evaluator: CPU-bound, ~1 s each for
+   airline, so not all 256), the others close.
+
+The LLM's delay is chosen per session by its token (``hf_bench_<ms>_<n>``), so one
+stateless LLM process serves every phase. Per phase it prints p50/p95 of each step, the
+platform's overhead (latency minus the LLM's delay), errors and RSS per open session,
+then each target of issue 3 item 8 with the measured value, the ratio to the target and
+the seed server's number.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+USERS = [
+    "mia_li_3668",
+    "mei_hernandez_8984",
+    "aarav_nguyen_1055",
+    "chen_hernandez_2608",
+    "lucas_hernandez_8985",
+    "sophia_taylor_9065",
+    "liam_santos_5621",
+    "olivia_smith_4705",
+]
+TASK_ID = "2"  # an airline task; any would do, the customer is scripted
+STEP_TIMEOUT_S = 120.0
+PHASE_TIMEOUT_S = 240.0
+SERVER_START_TIMEOUT_S = 300.0  # a loaded 2-core machine imports Django + τ² slowly
+PROBE_INTERVAL_S = 0.02
+PROBE_MAX_CALLS = 500
+
+
+# ------------------------------------------------------------------ the scripted LLM
+
+
+def serve_llm() -> None:
+    """Child process: the scripted LLM; the delay comes from the caller's token."""
+    sys.path.insert(0, str(ROOT))
+    from tests.support.llm_server import ScriptedLLM, delayed
+
+    def responder(request):
+        token = request.token or ""
+        parts = token.split("_")
+        delay = int(parts[2]) / 1000 if len(parts) > 3 and parts[1] == "bench" else 0.0
+        return delayed("Hi, I'd like to change my reservation, please.", delay)
+
+    llm = ScriptedLLM()
+    llm.responder = responder
+    llm.start()
+    # The server records every request; a long run must not grow it without bound.
+    llm.requests = _Discard()
+    print(llm.port, flush=True)
+    sys.stdin.read()  # until the parent closes our stdin
+    llm.stop()
+
+
+class _Discard(list):
+    def append(self, item) -> None:  # noqa: ANN001
+        return None
+
+
+# ------------------------------------------------------------------ the server
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_server(llm_url: str, max_envs: int, var_dir: str, app: str) -> tuple:
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
+    for name in ("HF_TOKEN", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "TAU2_USER_PROVIDER"):
+        env.pop(name, None)
+    env.update(
+        DEBUG="true",
+        TAU2_VAR_DIR=var_dir,
+        TAU2_EMBEDDED_WORKER="false",
+        TAU2_HF_ROUTER_URL=llm_url,
+        TAU2_DOMAIN="airline",
+        TAU2_SPLIT="test",
+        TAU2_LLM_TIMEOUT="60",
+        MAX_CONCURRENT_ENVS=str(max_envs),
+        PYTHONPATH=str(ROOT),
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port)]
+        + ["--log-level", "warning", "--backlog", "4096"],
+        cwd=ROOT,
+        env=env,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"the server exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(f"{base}/health", timeout=2) as response:
+                if response.status == 200:
+                    return proc, port
+        except OSError:
+            time.sleep(0.2)
+    proc.kill()
+    raise SystemExit(f"the server did not start in {SERVER_START_TIMEOUT_S:.0f} s")
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+# ------------------------------------------------------------------ one session
+
+
+class StepError(Exception):
+    pass
+
+
+class Session:
+    """One OpenEnv ``/ws`` session (raw protocol)."""
+
+    def __init__(self, url: str, token: str) -> None:
+        self.url = url
+        self.token = token
+        self.ws = None
+
+    async def connect(self) -> None:
+        import websockets
+
+        self.ws = await websockets.connect(
+            self.url, max_size=None, open_timeout=STEP_TIMEOUT_S, ping_interval=None
+        )
+
+    async def _send(self, message: dict) -> dict:
+        await self.ws.send(json.dumps(message))
+        raw = await asyncio.wait_for(self.ws.recv(), STEP_TIMEOUT_S)
+        answer = json.loads(raw)
+        if answer.get("type") != "observation":
+            raise StepError(str(answer.get("data"))[:200])
+        return answer["data"]
+
+    async def reset(self) -> dict:
+        data = {"task_id": TASK_ID, "domain": "airline", "hf_token": self.token}
+        answer = await self._send({"type": "reset", "data": data})
+        if not answer["observation"]["metadata"].get("user_message"):
+            raise StepError(f"reset without an opening: {str(answer)[:200]}")
+        return answer
+
+    async def tool(self, name: str, **arguments) -> str:
+        step = {"type": "call_tool", "tool_name": name, "arguments": arguments}
+        answer = await self._send({"type": "step", "data": step})
+        observation = answer["observation"]
+        if observation.get("error"):
+            raise StepError(f"{name}: {observation['error']}")
+        text = observation.get("data")
+        if text is None:
+            text = (observation.get("result") or {}).get("data")
+        if name not in ("done", "respond_to_user") and str(text).startswith("Error"):
+            raise StepError(f"{name}: {str(text)[:200]}")
+        return text if isinstance(text, str) else json.dumps(text)
+
+    async def close(self) -> None:
+        if self.ws is not None:
+            with contextlib.suppress(Exception):  # closing anyway
+                await self.ws.send(json.dumps({"type": "close"}))
+            await self.ws.close()
+            self.ws = None
+
+
+@dataclass
+class Phase:
+    sessions: int
+    delay: float
+    reset: list[float] = field(default_factory=list)
+    tool: list[float] = field(default_factory=list)
+    respond: list[float] = field(default_factory=list)
+    probe: list[float] = field(default_factory=list)
+    done: list[float] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+    rss_before: float = 0.0
+    rss_open: float = 0.0
+    rss_after: float = 0.0
+    seconds: float = 0.0
+
+    @property
+    def rss_per_session(self) -> float:
+        return (self.rss_open - self.rss_before) / self.sessions
+
+
+async def _timed(samples: list[float], coro):
+    started = time.perf_counter()
+    result = await coro
+    samples.append(time.perf_counter() - started)
+    return result
+
+
+async def db_calls(session: Session, user_id: str, samples: list[float]) -> None:
+    user = json.loads(await _timed(samples, session.tool("get_user_details", user_id=user_id)))
+    reservation_id = user["reservations"][0]
+    reservation = json.loads(
+        await _timed(
+            samples, session.tool("get_reservation_details", reservation_id=reservation_id)
+        )
+    )
+    flight = reservation["flights"][0]
+    await _timed(
+        samples,
+        session.tool(
+            "get_flight_status", flight_number=flight["flight_number"], date=flight["date"]
+        ),
+    )
+
+
+async def run_phase(
+    url: str, server_pid: int, sessions: int, delay: float, scored: int, serial: int
+) -> Phase:
+    phase = Phase(sessions=sessions, delay=delay)
+    ms = int(delay * 1000)
+    started = time.perf_counter()
+    phase.rss_before = rss_mib(server_pid)
+
+    probe = Session(url, f"hf_bench_0_probe{serial}")
+    await probe.connect()
+    await probe.reset()
+
+    clients = [Session(url, f"hf_bench_{ms}_{serial}x{i}") for i in range(sessions)]
+    alive: list[bool] = [True] * sessions
+
+    async def guarded(i: int, coro) -> None:
+        if not alive[i]:
+            coro.close()
+            return
+        try:
+            await coro
+        except Exception as exc:  # noqa: BLE001 - every failure is counted and shown
+            alive[i] = False
+            phase.errors.append(f"{type(exc).__name__}: {str(exc)[:160]}")
+
+    async def all_of(make) -> None:
+        await asyncio.gather(*(guarded(i, make(i)) for i in range(sessions)))
+
+    await all_of(lambda i: clients[i].connect())
+    await all_of(lambda i: _timed(phase.reset, clients[i].reset()))
+    await all_of(lambda i: db_calls(clients[i], USERS[i % len(USERS)], phase.tool))
+    phase.rss_open = rss_mib(server_pid)
+
+    responding = asyncio.ensure_future(
+        all_of(
+            lambda i: _timed(
+                phase.respond,
+                clients[i].tool("respond_to_user", message="Sure, what is your user id?"),
+            )
+        )
+    )
+    calls = 0
+    while not responding.done() and calls < PROBE_MAX_CALLS:
+        await _timed(phase.probe, probe.tool("get_user_details", user_id=USERS[0]))
+        calls += 1
+        await asyncio.sleep(PROBE_INTERVAL_S)
+    await responding
+
+    await all_of(lambda i: _timed(phase.done, clients[i].tool("done")) if i < scored else _noop())
+    await asyncio.gather(*(c.close() for c in clients), probe.close(), return_exceptions=True)
+    await asyncio.sleep(0.5)  # let the server drop the sessions
+    phase.rss_after = rss_mib(server_pid)
+    phase.seconds = time.perf_counter() - started
+    return phase
+
+
+async def _noop() -> None:
+    return None
+
+
+# ------------------------------------------------------------------ report
+
+
+def pct(values: list[float], p: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))]
+
+
+def ms(value: float) -> str:
+    return (
+        "—" if value != value else f"{value * 1000:.0f}" if value >= 0.1 else f"{value * 1000:.1f}"
+    )
+
+
+def print_table(phases: list[Phase]) -> None:
+    head = (
+        f"{'N':>4} {'LLM':>4} | {'reset p50/p95':>15} {'ovh p50':>7} | {'tool p50/p95':>13} | "
+        f"{'respond p50/p95':>15} {'ovh p50':>7} | {'probe p50/p95':>13} | "
+        f"{'done p50/p95':>13} | {'err':>3} | {'MiB/sess':>8} {'RSS open/after':>14} | {'s':>4}"
+    )
+    print("latencies in ms; ovh = latency minus the LLM's delay; probe = a DB tool call")
+    print("while the N sessions wait on respond_to_user; done = τ²'s scoring (sampled)")
+    print(head)
+    print("-" * len(head))
+    for p in phases:
+        print(
+            f"{p.sessions:>4} {p.delay:>3.0f}s | "
+            f"{ms(pct(p.reset, 50)):>7}/{ms(pct(p.reset, 95)):<7} "
+            f"{ms(pct(p.reset, 50) - p.delay):>7} | "
+            f"{ms(pct(p.tool, 50)):>6}/{ms(pct(p.tool, 95)):<6} | "
+            f"{ms(pct(p.respond, 50)):>7}/{ms(pct(p.respond, 95)):<7} "
+            f"{ms(pct(p.respond, 50) - p.delay):>7} | "
+            f"{ms(pct(p.probe, 50)):>6}/{ms(pct(p.probe, 95)):<6} | "
+            f"{ms(pct(p.done, 50)):>6}/{ms(pct(p.done, 95)):<6} | "
+            f"{len(p.errors):>3} | {p.rss_per_session:>8.2f} "
+            f"{p.rss_open:>6.0f}/{p.rss_after:<7.0f} | {p.seconds:>4.0f}"
+        )
+    for p in phases:
+        for error in sorted(set(p.errors))[:5]:
+            print(f"  error at N={p.sessions}, LLM {p.delay:.0f}s: {error}")
+
+
+def find(phases: list[Phase], sessions: int, delay: float) -> Phase | None:
+    return next((p for p in phases if p.sessions == sessions and p.delay == delay), None)
+
+
+def print_targets(phases: list[Phase], rss_start: float) -> None:
+    rows = []
+    alone = find(phases, 1, 0) or (phases[0] if phases else None)
+    if alone:
+        rows.append(
+            ("reset overhead, 1 session, p50", pct(alone.reset, 50) - alone.delay, 0.050, "0.6 s")
+        )
+        rows.append(("DB tool call alone, p50", pct(alone.tool, 50), 0.002, "16 ms"))
+    storm = max(phases, key=lambda p: p.sessions) if phases else None
+    for p in sorted({(p.sessions, p.delay) for p in phases}):
+        phase = find(phases, *p)
+        if phase.sessions >= 64:
+            rows.append(
+                (
+                    f"reset overhead, {phase.sessions} at once (LLM {phase.delay:.0f}s), p50",
+                    pct(phase.reset, 50) - phase.delay,
+                    0.050,
+                    "66 s p50 at 64" if phase.sessions == 64 else "—",
+                )
+            )
+    busy = find(phases, 64, 1)
+    if busy:
+        rows.append(("1 s LLM turn at 64 sessions, p50", pct(busy.respond, 50), 1.05, "5.3 s"))
+        rows.append(("DB tool call while 64 wait on LLM, p95", pct(busy.probe, 95), 0.050, "6 s"))
+    if storm:
+        for delay in sorted({p.delay for p in phases if p.sessions == storm.sessions}):
+            phase = find(phases, storm.sessions, delay)
+            rows.append(
+                (
+                    f"errors at {phase.sessions} sessions (LLM {delay:.0f}s)",
+                    float(len(phase.errors)),
+                    0.0,
+                    "1/3 of 128 dropped",
+                )
+            )
+    for phase in phases:
+        if phase.sessions == storm.sessions:
+            rows.append(
+                (
+                    f"RSS per open session at {phase.sessions} (LLM {phase.delay:.0f}s), MiB",
+                    phase.rss_per_session,
+                    10.0,
+                    "~50 MiB, never given back",
+                )
+            )
+    if storm:
+        # An upper bound: all growth since start (incl. allocator arenas kept after
+        # scoring and idle pool threads) charged to the largest session count.
+        peak = max(p.rss_open for p in phases)
+        rows.append(
+            (
+                f"RSS growth since start / {storm.sessions} sessions (upper bound), MiB",
+                (peak - rss_start) / storm.sessions,
+                10.0,
+                "~50 MiB",
+            )
+        )
+    print()
+    print(f"{'target':<58} {'measured':>10} {'target':>8} {'ratio':>6}  seed")
+    for name, value, target, seed in rows:
+        is_mib = "MiB" in name
+        is_count = name.startswith("errors")
+        shown = (
+            f"{value:.0f}" if is_count else f"{value:.2f}" if is_mib else f"{value * 1000:.1f} ms"
+        )
+        goal = (
+            f"{target:.0f}"
+            if is_count
+            else f"{target:.0f}"
+            if is_mib
+            else (f"{target * 1000:.0f} ms")
+        )
+        ratio = (
+            "ok" if is_count and value == 0 else ("FAIL" if is_count else f"{value / target:.2f}")
+        )
+        print(f"{name:<58} {shown:>10} {goal:>8} {ratio:>6}  {seed}")
+
+
+# ------------------------------------------------------------------ main
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sessions", default="1,8,64,256")
+    parser.add_argument("--delays", default="0,1")
+    parser.add_argument("--scored", type=int, default=8, help="sessions per phase that call done")
+    parser.add_argument("--app", default="tau2site.asgi:application")
+    parser.add_argument("--serve-llm", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_llm:
+        serve_llm()
+        return
+    counts = [int(x) for x in args.sessions.split(",") if x.strip()]
+    delays = [float(x) for x in args.delays.split(",") if x.strip()]
+    max_envs = max(64, max(counts) + 1)  # +1: the probe session
+
+    llm = subprocess.Popen(
+        [sys.executable, __file__, "--serve-llm"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+    )
+    llm_url = f"http://127.0.0.1:{int(llm.stdout.readline())}/v1"
+    with tempfile.TemporaryDirectory(prefix="tau2-bench-") as var_dir:
+        try:
+            server, port = start_server(llm_url, max_envs, var_dir, args.app)
+        except BaseException:
+            llm.stdin.close()
+            llm.wait(timeout=10)
+            raise
+        try:
+            url = f"ws://127.0.0.1:{port}/ws"
+            print(
+                f"server {args.app} pid {server.pid}, MAX_CONCURRENT_ENVS={max_envs}; "
+                f"RSS at start {rss_mib(server.pid):.0f} MiB; "
+                f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}"
+            )
+            rss_start = rss_mib(server.pid)
+            # Warm-up: the first session of a domain validates its database once.
+            asyncio.run(run_phase(url, server.pid, 1, 0.0, 1, serial=0))
+            phases = []
+            for delay in delays:
+                for n in counts:
+                    phase = asyncio.run(
+                        asyncio.wait_for(
+                            run_phase(
+                                url, server.pid, n, delay, args.scored, serial=len(phases) + 1
+                            ),
+                            PHASE_TIMEOUT_S,
+                        )
+                    )
+                    phases.append(phase)
+                    print(
+                        f"  N={n} LLM {delay:.0f}s: {phase.seconds:.0f}s, "
+                        f"{len(phase.errors)} errors",
+                        flush=True,
+                    )
+            print()
+            print_table(phases)
+            print_targets(phases, rss_start)
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+            llm.stdin.close()
+            llm.wait(timeout=10)
+
+
+if __name__ == "__main__":
+    main()
