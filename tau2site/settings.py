@@ -134,7 +134,12 @@ if REDIS_URL:
     CHANNEL_LAYERS = {
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
-            "CONFIG": {"hosts": [REDIS_URL], "prefix": envstr("CHANNELS_PREFIX", "tau2")},
+            "CONFIG": {
+                # channels_redis blocks up to 5 s reading a channel; redis-py's own default
+                # socket timeout is also 5 s, which drops idle consumers. Give it room.
+                "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
+                "prefix": envstr("CHANNELS_PREFIX", "tau2"),
+            },
         }
     }
 else:

@@ -172,8 +172,7 @@ def _status(run_id: int) -> str:
 
 def _drive(*, run: Run, worker: str, user_route, heartbeat: _Heartbeat) -> str:
     # isort: off
-    from tau2_env import catalog, engine, llm
-    from tau2_env._tau2 import registry
+    from tau2_env import catalog, engine, environments, llm
     from tau2.agent.llm_agent import LLMAgent
     from tau2.data_model.message import ToolMessage
     from tau2.orchestrator.orchestrator import Orchestrator, Role
@@ -196,7 +195,7 @@ def _drive(*, run: Run, worker: str, user_route, heartbeat: _Heartbeat) -> str:
 
     # A fresh environment: the orchestrator's initialize() applies the task's initial
     # state and replays the stored history onto it, once.
-    environment = registry.get_env_constructor(run.domain)()
+    environment = environments.fresh_environment(run.domain)
     customer = engine.customer_for(environment=environment, task=task, user_llm=user_route)
     agent = LLMAgent(
         tools=environment.get_tools(),

@@ -19,8 +19,16 @@
     if (final) return;
     const scheme = location.protocol === "https:" ? "wss" : "ws";
     const ws = new WebSocket(`${scheme}://${location.host}/ws/runs/${runId}/?after=${lastSeq}`);
-    ws.onopen = () => { retry = 0; live.textContent = "Live…"; };
+    // A quiet socket may have missed a message (e.g. the final status while Redis was
+    // busy): reopen it after a while; the server resends what came after lastSeq.
+    let watchdog;
+    const arm = () => {
+      clearTimeout(watchdog);
+      watchdog = setTimeout(() => { if (!final) ws.close(); }, 30000);
+    };
+    ws.onopen = () => { retry = 0; live.textContent = "Live…"; arm(); };
     ws.onmessage = (msg) => {
+      arm();
       const data = JSON.parse(msg.data);
       if (data.type === "event" && data.seq > lastSeq) {
         events.appendChild(fragment(data.html));
@@ -41,6 +49,7 @@
       }
     };
     ws.onclose = () => {
+      clearTimeout(watchdog);
       if (final) return;
       live.textContent = "Reconnecting…";
       retry = Math.min(retry + 1, 6);
