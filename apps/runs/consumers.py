@@ -77,7 +77,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
             "type": "status",
             "status": run.status,
             "final": run.is_final,
-            "html": presenters.status_html(run),
+            "html": presenters.status_html(run, user=self.scope.get("user")),
         }
 
     async def _send_status(self):

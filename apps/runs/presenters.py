@@ -66,9 +66,10 @@ def reward_view(reward_info: dict | None) -> dict[str, Any] | None:
     }
 
 
-def status_html(run: Run, *, request=None) -> str:
+def status_html(run: Run, *, user, request=None) -> str:
+    """The status line (and the result once final) as ``user`` may act on it."""
     return render_to_string(
         "includes/run_status.html",
-        {"run": run, "result": reward_view(run.reward_info)},
+        {"run": run, "result": reward_view(run.reward_info), "user": user},
         request=request,
     )

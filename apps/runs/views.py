@@ -102,7 +102,7 @@ def run_stop(request, pk: int):
         raise PermissionDenied("Sign in to stop runs.")
     services.run_stop(run=run, by=request.user)
     if request.htmx:
-        return HttpResponse(presenters.status_html(run, request=request))
+        return HttpResponse(presenters.status_html(run, user=request.user, request=request))
     messages.info(request, "Stop requested.")
     return redirect(run)
 

@@ -44,6 +44,7 @@ def test_events_stream_while_the_run_is_going(
     run = start(alice_client)
     seen: list[int] = []
     running_when_first_event = None
+    live_statuses = []
     with _socket(asgi_server, alice_client, run) as ws:
         while True:
             data = json.loads(ws.recv(timeout=30))
@@ -52,9 +53,15 @@ def test_events_stream_while_the_run_is_going(
                     running_when_first_event = Run.objects.get(pk=run.pk).status
                 seen.append(data["seq"])
             elif data["final"]:
+                assert 'data-testid="stop"' not in data["html"]
+                assert 'data-testid="reward"' in data["html"]
                 break
+            else:
+                live_statuses.append(data["html"])
     run = wait_for(run, finished)
     assert running_when_first_event in (Run.Status.RUNNING, Run.Status.QUEUED)
+    # alice may stop her run from every live status line, not only the first page load.
+    assert live_statuses and all('data-testid="stop"' in html for html in live_statuses)
     assert seen == list(range(run.events.count()))
     assert run.reward == 1.0
 
