@@ -17,6 +17,7 @@ from dataclasses import dataclass
 import pytest
 
 from tests.support.fixtures import llm_server, scripted_llm_session  # noqa: F401
+from tests.support.people import alice, alice_client, bob, bob_client  # noqa: F401
 
 
 def pytest_collection_modifyitems(config, items):

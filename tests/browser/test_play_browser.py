@@ -12,7 +12,7 @@ from playwright.sync_api import expect
 
 from apps.runs.models import Run
 from tests.play.conftest import customer_says
-from tests.runs.conftest import ALICE_TOKEN, _person
+from tests.support.people import ALICE_TOKEN
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -20,11 +20,6 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 # worker) are slower than Playwright's 5 s default on a busy machine.
 SLOW = 30_000
 OPENING = "Hi, my flight was delayed and I want compensation. I'm ethan_martin_2396."
-
-
-@pytest.fixture
-def alice(committed_db):
-    return _person("alice", ALICE_TOKEN)
 
 
 @pytest.fixture

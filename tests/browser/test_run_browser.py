@@ -8,7 +8,7 @@ from django.test import Client
 from playwright.sync_api import expect
 
 from apps.runs.models import Run
-from tests.runs.conftest import agent_models, alice, gold_script  # noqa: F401
+from tests.runs.conftest import agent_models, gold_script  # noqa: F401
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

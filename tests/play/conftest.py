@@ -6,37 +6,9 @@ the agent. The scripted LLM answers them in order.
 
 from __future__ import annotations
 
-import pytest
-from django.test import Client
-
-from tests.runs.conftest import ALICE_TOKEN, BOB_TOKEN, _person
 from tests.support.llm_server import ScriptedLLM, error, text
 
 __all__ = ["customer_says", "error", "text"]
-
-
-@pytest.fixture
-def alice(committed_db):
-    return _person("alice", ALICE_TOKEN)
-
-
-@pytest.fixture
-def bob(committed_db):
-    return _person("bob", BOB_TOKEN)
-
-
-@pytest.fixture
-def alice_client(alice) -> Client:
-    client = Client()
-    client.force_login(alice)
-    return client
-
-
-@pytest.fixture
-def bob_client(bob) -> Client:
-    client = Client()
-    client.force_login(bob)
-    return client
 
 
 def customer_says(llm: ScriptedLLM, *replies) -> list:

@@ -11,32 +11,12 @@ import time
 from collections.abc import Callable
 
 import pytest
-from django.test import Client
 
 from tests.support.llm_server import RecordedRequest, Reply, ScriptedLLM, error, text, tool_call
+from tests.support.people import ALICE_TOKEN, BOB_TOKEN  # noqa: F401 - used by the tests
 
-ALICE_TOKEN = "hf_oauth_alice_0123456789abcdef"
-BOB_TOKEN = "hf_oauth_bob_fedcba9876543210"
 AGENT_MODEL = "deepseek-ai/DeepSeek-V4.1-Flash:novita"
 GOLD_TASK = ("airline", "27")  # get_user_details, then send_certificate (a write)
-
-
-def _person(username: str, token: str):
-    from django.contrib.auth import get_user_model
-
-    from apps.accounts.services import credential_store
-
-    user = get_user_model().objects.create_user(username=username)
-    credential_store(
-        user=user,
-        token_response={
-            "access_token": token,
-            "refresh_token": f"{token}_refresh",
-            "expires_in": 28800,
-            "scope": "openid profile inference-api",
-        },
-    )
-    return user
 
 
 @pytest.fixture(autouse=True)
@@ -47,23 +27,6 @@ def agent_models(committed_db, llm_server):
     report = catalogue_refresh()
     assert report.source == "router", report.summary()
     return report
-
-
-@pytest.fixture
-def alice(committed_db):
-    return _person("alice", ALICE_TOKEN)
-
-
-@pytest.fixture
-def bob(committed_db):
-    return _person("bob", BOB_TOKEN)
-
-
-@pytest.fixture
-def alice_client(alice) -> Client:
-    client = Client()
-    client.force_login(alice)
-    return client
 
 
 def is_agent_request(request: RecordedRequest) -> bool:
