@@ -43,9 +43,11 @@ async def test_two_concurrent_conversations_never_mix_tokens(asgi_server, llm_se
         elif "bob turn" in said:
             assert request.token == BOB
     assert {r.token for r in requests} == {ALICE, BOB}
-    # Overlap: the second conversation started before the first one finished.
-    starts = sorted(r.received_at for r in requests)
-    assert starts[-1] - starts[0] < 8 * 0.2
+    # The conversations overlapped: each one's calls began before the other's ended
+    # (an ordering, not a time budget: the machine may be busy).
+    alice_at = [r.received_at for r in requests if r.token == ALICE]
+    bob_at = [r.received_at for r in requests if r.token == BOB]
+    assert min(alice_at) < max(bob_at) and min(bob_at) < max(alice_at)
 
 
 async def test_the_judge_of_a_retail_nl_assertion_uses_the_conversations_token(
