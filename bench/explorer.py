@@ -20,6 +20,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from cryptography.fernet import Fernet
+
 ROOT = Path(__file__).resolve().parent.parent
 TARGET_MS = 50.0
 SEARCHES = [
@@ -108,6 +110,7 @@ def run_child(backend: str, rounds: int) -> dict:
         SECURE_SSL_REDIRECT="false",
         LOG_LEVEL="WARNING",
         TAU2_EMBEDDED_WORKER="false",
+        TAU2_VAULT_KEYS=Fernet.generate_key().decode(),  # no token is stored here
     )
     tmp = tempfile.mkdtemp(prefix="tau2-bench-")
     environ["TAU2_VAR_DIR"] = tmp

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.conf import settings
+from django.core.paginator import Page, Paginator
 from django.db.models import Prefetch, QuerySet
 from django.http import Http404
 
@@ -84,6 +85,24 @@ def task_card_fields(tasks: QuerySet[Task]) -> QuerySet[Task]:
         "changes_db",
         "position",
     )
+
+
+def task_page(*, filters: TaskFilters, split: Split | None, number, per_page: int) -> Page:
+    """One page of the explorer: the matching tasks' cards, in τ²'s order, and their count.
+
+    A whole split is paged with LIMIT/OFFSET and counted from the split's size. A search
+    scans once for the matching ids (at most a split's few thousand), which gives the
+    count and the page; only the page's rows are then read.
+    """
+    tasks = task_list(filters=filters)
+    if split is not None and not filters.q and not filters.kind:
+        paginator = Paginator(task_card_fields(tasks), per_page)
+        paginator.count = split.size  # the whole split: no need to count it again
+        return paginator.get_page(number)
+    page = Paginator(list(tasks.values_list("pk", flat=True)), per_page).get_page(number)
+    cards = {t.pk: t for t in task_card_fields(Task.objects.filter(pk__in=page.object_list))}
+    page.object_list = [cards[pk] for pk in page.object_list]
+    return page
 
 
 def task_get(*, domain: str, task_id: str) -> Task:

@@ -1,7 +1,6 @@
 from __future__ import annotations
 
 from django.conf import settings
-from django.core.paginator import Paginator
 from django.shortcuts import render
 from django.urls import reverse
 from django.utils.http import urlencode
@@ -34,11 +33,12 @@ def explorer(request):
     split = (
         next((s for s in domain.splits.all() if s.name == filters.split), None) if domain else None
     )
-    tasks = selectors.task_card_fields(selectors.task_list(filters=filters))
-    paginator = Paginator(tasks, settings.TAU2_EXPLORER_PAGE_SIZE)
-    if split and not filters.q and not filters.kind:
-        paginator.count = split.size  # the whole split: no need to count it again
-    page = paginator.get_page(request.GET.get("page"))
+    page = selectors.task_page(
+        filters=filters,
+        split=split,
+        number=request.GET.get("page"),
+        per_page=settings.TAU2_EXPLORER_PAGE_SIZE,
+    )
     query = filters.as_query()
     context = {
         "filters": filters,
