@@ -24,9 +24,9 @@ from apps.play import schemas, selectors
 from apps.play.selectors import Phase
 from apps.runs.events import events_publish, status_publish
 from apps.runs.models import Run, RunEvent
+from apps.runs.services import run_provenance
 from apps.tasks.models import Task
-from apps.tasks.selectors import catalogue_latest
-from tau2_env import catalog, config, engine, llm
+from tau2_env import config, engine, llm
 
 HUMAN_AGENT = "human"
 
@@ -56,21 +56,14 @@ def _tool_lease() -> timedelta:
 
 
 def _provenance(*, task: Task, user_model: str, max_steps: int, seed: int | None) -> dict:
-    latest = catalogue_latest()
-    return {
-        "tau2_version": catalog.tau2_version(),
-        "task_set_hash": latest.task_set_hash if latest else catalog.catalogue_hash(),
-        "domain": task.domain_id,
-        "task_id": task.task_id,
-        "agent": {"implementation": "a person (apps.play)", "model": HUMAN_AGENT},
-        "user": {
-            "implementation": "tau2.user.user_simulator.UserSimulator",
-            "model": user_model,
-            "provider": "hf-inference-providers",
-        },
-        "args": {"max_steps": max_steps, "seed": seed, "temperature": 0},
-        "agent_prices": None,
-    }
+    return run_provenance(
+        task=task,
+        agent={"implementation": "a person (apps.play)", "model": HUMAN_AGENT},
+        user_model=user_model,
+        max_steps=max_steps,
+        seed=seed,
+        agent_prices=None,
+    )
 
 
 def play_task_pick(*, domain: str, split: str, seed: int | None) -> Task:

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from apps.runs import presenters
 from apps.runs.events import group_name
 from apps.runs.models import Run
+
+
+# Reads (and template rendering) for many open pages at once: off Django's one shared sync
+# thread (thread_sensitive=True would queue every page's every event behind each other).
+read_in_pool = partial(database_sync_to_async, thread_sensitive=False)
 
 
 class RunConsumer(AsyncJsonWebsocketConsumer):
@@ -49,13 +56,13 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         except ValueError:
             return -1
 
-    @database_sync_to_async
+    @read_in_pool
     def _allowed(self) -> bool:
         from apps.accounts.access import can_view_runs
 
         return can_view_runs(self.scope.get("user")) and Run.objects.filter(pk=self.run_id).exists()
 
-    @database_sync_to_async
+    @read_in_pool
     def _new_events(self) -> list[tuple[int, str]]:
         run = Run.objects.get(pk=self.run_id)
         return [
@@ -70,7 +77,7 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
             self.last_seq = seq
             await self.send_json({"type": "event", "seq": seq, "html": html})
 
-    @database_sync_to_async
+    @read_in_pool
     def _status(self) -> dict:
         run = Run.objects.select_related("task", "created_by").get(pk=self.run_id)
         return {

@@ -14,20 +14,20 @@ from apps.tasks.selectors import catalogue_latest
 from tau2_env import catalog
 
 
-def _provenance(
-    *, task: Task, agent_model: str, user_model: str, max_steps: int, seed, agent_prices
+def run_provenance(
+    *, task: Task, agent: dict, user_model: str, max_steps: int, seed, agent_prices
 ) -> dict:
+    """Where a run's result comes from: τ² version, task set, who played which side, args.
+
+    Never a key or token.
+    """
     latest = catalogue_latest()
     return {
         "tau2_version": catalog.tau2_version(),
         "task_set_hash": latest.task_set_hash if latest else catalog.catalogue_hash(),
         "domain": task.domain_id,
         "task_id": task.task_id,
-        "agent": {
-            "implementation": "tau2.agent.llm_agent.LLMAgent",
-            "model": agent_model,
-            "provider": "hf-inference-providers",
-        },
+        "agent": agent,
         "user": {
             "implementation": "tau2.user.user_simulator.UserSimulator",
             "model": user_model,
@@ -72,9 +72,13 @@ def run_create(
         user_model=user_model,
         max_steps=max_steps,
         seed=seed,
-        provenance=_provenance(
+        provenance=run_provenance(
             task=task,
-            agent_model=agent_model,
+            agent={
+                "implementation": "tau2.agent.llm_agent.LLMAgent",
+                "model": agent_model,
+                "provider": "hf-inference-providers",
+            },
             user_model=user_model,
             max_steps=max_steps,
             seed=seed,
