@@ -11,7 +11,6 @@ from apps.runs import presenters
 from apps.runs.events import group_name
 from apps.runs.models import Run
 
-
 # Reads (and template rendering) for many open pages at once: off Django's one shared sync
 # thread (thread_sensitive=True would queue every page's every event behind each other).
 read_in_pool = partial(database_sync_to_async, thread_sensitive=False)
