@@ -214,3 +214,31 @@ def test_an_unpriced_model_has_no_cost_rather_than_zero(
     assert run.cost_usd is None
     page = alice_client.get(f"/runs/{run.pk}/").content.decode()
     assert "unpriced" in page and "$0.0000" not in page
+
+
+def test_the_broker_gets_the_runs_id_and_never_a_token(
+    celery_worker, llm_server, alice, alice_client
+):
+    import json as jsonlib
+
+    from celery.signals import before_task_publish
+
+    published = []
+
+    def capture(sender=None, body=None, headers=None, **kwargs):
+        published.append(
+            (sender, jsonlib.dumps(body, default=str), jsonlib.dumps(headers, default=str))
+        )
+
+    before_task_publish.connect(capture)
+    try:
+        gold_script(llm_server)
+        run = wait_for(start(alice_client), finished)
+    finally:
+        before_task_publish.disconnect(capture)
+    runs = [p for p in published if p[0] == "runs.execute"]
+    assert len(runs) == 1
+    _, body, headers = runs[0]
+    assert jsonlib.loads(body)[0] == [run.pk]
+    for text_ in (body, headers):
+        assert ALICE_TOKEN not in text_ and "hf_oauth" not in text_
