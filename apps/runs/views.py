@@ -1,7 +1,5 @@
 from __future__ import annotations
 
-import json
-
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
@@ -140,7 +138,3 @@ def run_compare(request):
         "runs/compare.html",
         {"columns": columns, "ids": ",".join(map(str, ids)), "rows": exports.compare_rows(columns)},
     )
-
-
-def _json(value) -> str:  # pragma: no cover - used by templates via filters
-    return json.dumps(value)
