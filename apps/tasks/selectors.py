@@ -55,14 +55,15 @@ def split_get(*, domain: str, name: str) -> Split | None:
     return Split.objects.filter(domain_id=domain, name=name).first()
 
 
-def task_list(*, filters: TaskFilters) -> QuerySet[Task]:
+def task_list(*, filters: TaskFilters, split: Split | None = None) -> QuerySet[Task]:
     """Tasks of the filters' domain and split matching the search and kind, in τ²'s order.
 
     Every word of ``q`` must appear (case-insensitive) in the title, the reason for
     call, the task id or the names of the expected tools. An unknown split matches
     nothing.
     """
-    split = split_get(domain=filters.domain, name=filters.split)
+    if split is None:  # callers that already hold the split pass it
+        split = split_get(domain=filters.domain, name=filters.split)
     if split is None:
         return Task.objects.none()
     # One join (tasks ⋈ task_splits on the split's id) instead of three tables.
@@ -94,7 +95,7 @@ def task_page(*, filters: TaskFilters, split: Split | None, number, per_page: in
     scans once for the matching ids (at most a split's few thousand), which gives the
     count and the page; only the page's rows are then read.
     """
-    tasks = task_list(filters=filters)
+    tasks = task_list(filters=filters, split=split)
     if split is not None and not filters.q and not filters.kind:
         paginator = Paginator(task_card_fields(tasks), per_page)
         paginator.count = split.size  # the whole split: no need to count it again
