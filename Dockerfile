@@ -1,4 +1,4 @@
-# The production image: one image for web, worker and beat (docker-compose.yml).
+# The production image: one image for web, openenv, worker and beat (docker-compose.yml).
 FROM python:3.11-slim-bookworm
 
 ENV PYTHONDONTWRITEBYTECODE=1 \
@@ -23,5 +23,7 @@ RUN DEBUG=true TAU2_VAR_DIR=/tmp/build python manage.py collectstatic --noinput 
  && mkdir -p /app/var && chown -R app:app /app/var
 
 USER app
-EXPOSE 8000
-CMD ["sh", "-c", "python manage.py bootstrap && exec uvicorn tau2site.asgi:application --host 0.0.0.0 --port 8000 --proxy-headers --forwarded-allow-ips='*'"]
+EXPOSE 8000 8001
+# WEB_CONCURRENCY web processes (uvicorn --workers). One by default: several need REDIS_URL
+# and PostgreSQL, which docker-compose.yml provides (it sets 2); see README, Production.
+CMD ["sh", "-c", "python manage.py bootstrap && exec uvicorn tau2site.asgi:application --host 0.0.0.0 --port 8000 --workers \"${WEB_CONCURRENCY:-1}\" --proxy-headers --forwarded-allow-ips='*'"]
