@@ -1,21 +1,26 @@
-"""One conversation over one τ²-bench task: the episode engine.
+"""One conversation over one τ²-bench task: the one driver every face goes through.
 
-An :class:`Episode` holds τ²'s own pieces — the domain's ``Environment``, the task, the
-``UserSimulator`` and its state — and the conversation as τ²'s own message objects. The
-agent side acts with :meth:`Episode.say` (the customer answers through τ²'s
-``UserSimulator``; in telecom the customer may first run tools on their phone, inside τ²),
-:meth:`Episode.call_tool` (a domain tool; bad arguments give a tool error, as in τ²) and
-:meth:`Episode.finish`; the episode is then scored by τ²'s ``evaluate_simulation``.
+An :class:`Episode` is τ²'s own ``Orchestrator`` over the domain's ``Environment``, the
+task, τ²'s ``UserSimulator`` and an agent, advanced hop by hop exactly as
+``Orchestrator.run()`` advances it: the same hops, the same step and error limits
+(checked after every hop that is not a tool call), the same trajectory (``turn_idx``
+numbered as ``get_trajectory()`` numbers it), scored by τ²'s ``evaluate_simulation``.
+
+Two kinds of agent drive it:
+
+* τ²'s own ``LLMAgent`` (the agent of ``tau2 run`` and the leaderboard), given an
+  ``agent_llm`` route: :meth:`Episode.run` plays the whole conversation, reporting each
+  hop's new messages to a callback and asking another whether to stop (model runs).
+* An agent outside τ² (a person on the play page, an OpenEnv or MCP client): each of
+  its actions — :meth:`Episode.say`, :meth:`Episode.call_tool`, :meth:`Episode.finish`
+  — is handed to the orchestrator as the agent's next message, and the customer's side
+  (with their phone tools in telecom) runs until it is the agent's turn again.
 
 Nothing is kept between calls that the messages do not hold: ``Episode(messages=...)``
-rebuilds any conversation from its stored messages (τ²'s ``Environment.set_state`` replays
-the tool calls and checks their results), so any process can continue it. An episode
-holds no thread; its methods are synchronous and make blocking LLM calls, so async callers
-run them in an executor (see ``tau2_env.openenv_env``).
-
-A driver of τ²'s own ``Orchestrator`` (the Celery runner) can reuse an episode's
-``environment``, ``user``, ``task`` and ``messages`` and run its hops inside
-:meth:`Episode.llm_context`; see :meth:`Episode.orchestrator_task`.
+rebuilds any conversation from its stored messages (τ²'s orchestrator replays the tool
+calls and checks their results), so any process can continue it. An episode holds no
+thread; its methods are synchronous and make blocking LLM calls, so async callers run
+them in an executor (see ``tau2_env.openenv_env``). Not thread-safe: one caller at a time.
 """
 
 from __future__ import annotations
@@ -23,48 +28,57 @@ from __future__ import annotations
 import random
 import time
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from copy import deepcopy
+from dataclasses import dataclass
 from typing import Any
 
 # isort: off
 # τ² only through tau2_env._tau2 first (quiet import, local litellm price list).
 from tau2_env._tau2 import registry  # noqa: F401
+from tau2.agent.base import BaseAgent
+from tau2.agent.llm_agent import LLMAgent
 from tau2.config import DEFAULT_MAX_ERRORS, DEFAULT_MAX_STEPS
 from tau2.data_model.message import (
     AssistantMessage,
     Message,
-    MultiToolMessage,
     SystemMessage,
     ToolCall,
     ToolMessage,
     UserMessage,
 )
 from tau2.data_model.simulation import RewardInfo, SimulationRun, TerminationReason
-from tau2.data_model.tasks import RewardType, Task
+from tau2.data_model.tasks import InitialState, RewardType, Task
 from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
-from tau2.user.base import is_valid_user_history_message
+from tau2.orchestrator.orchestrator import Orchestrator, Role
 from tau2.user.user_simulator import UserSimulator
 from tau2.utils.utils import get_now
 
 # isort: on
-from tau2_env import catalog, config, environments, llm
+from tau2_env import catalog, config, environments, llm, scoring
 
 __all__ = [
     "AGENT_STOP",
+    "DEFAULT_MAX_ERRORS",
+    "DEFAULT_MAX_STEPS",
     "FIRST_AGENT_MESSAGE",
     "Episode",
     "EpisodeOver",
+    "Hop",
+    "TerminationReason",
+    "count_errors",
+    "count_hops",
     "customer_for",
+    "ended_by",
+    "failure_reason",
     "messages_from_json",
     "messages_to_json",
     "pick_task_id",
     "tool_specs",
 ]
 
-# τ²'s orchestrator opens every conversation with this agent line (non-solo mode), and
-# τ²'s LLMAgent ends one by saying this; we do the same so trajectories look alike.
+# τ²'s orchestrator opens every conversation with this agent line (non-solo mode); an
+# agent ends one by saying this (τ²'s stop token).
 FIRST_AGENT_MESSAGE = "Hi! How can I help you today?"
 AGENT_STOP = "###STOP###"
 
@@ -151,13 +165,104 @@ def customer_for(*, environment: Any, task: Task, user_llm: llm.Route) -> UserSi
     )
 
 
+def count_hops(messages: Iterable[Message]) -> int:
+    """Orchestrator hops a history took: one per agent/customer message, one per tool batch."""
+    hops = 0
+    previous_was_tool = False
+    for message in messages:
+        if isinstance(message, ToolMessage):
+            if not previous_was_tool:
+                hops += 1
+            previous_was_tool = True
+        else:
+            hops += 1
+            previous_was_tool = False
+    return hops
+
+
+def count_errors(messages: Iterable[Message]) -> int:
+    """Tool results that were errors (what τ²'s error limit counts)."""
+    return sum(1 for m in messages if isinstance(m, ToolMessage) and m.error)
+
+
+def ended_by(message: Message | dict[str, Any]) -> TerminationReason | None:
+    """The stop ``message`` is (a customer's or an agent's), or ``None``."""
+    if isinstance(message, dict):
+        role, content = message.get("role"), message.get("content") or ""
+        calls = message.get("tool_calls")
+    else:
+        role, content = message.role, message.content or ""
+        calls = getattr(message, "tool_calls", None)
+    if calls:
+        return None
+    if role == "user" and any(mark in content for mark in _CUSTOMER_STOPS):
+        return TerminationReason.USER_STOP
+    if role == "assistant" and AGENT_STOP in content:
+        return TerminationReason.AGENT_STOP
+    return None
+
+
+# τ²'s UserSimulator ends a conversation with one of these (UserSimulator.is_stop).
+_CUSTOMER_STOPS = ("###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###")
+
+
+def failure_reason(exc: BaseException, route: llm.Route | None = None) -> str:
+    """A readable, secret-free reason for ``exc``."""
+    if isinstance(exc, llm.LLMCallError | llm.MissingCredentialsError):
+        text = str(exc)
+    else:
+        text = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+    return llm.redact(text, route.api_key if route is not None else None)
+
+
+class ExternalAgent(BaseAgent[None]):
+    """The agent side played from outside τ² (a person, an RL policy, an API client).
+
+    The orchestrator asks it for the agent's next message; it answers with the one
+    action it was handed (:attr:`pending`). Like τ²'s solo agent, it stops the
+    conversation by saying τ²'s stop token.
+    """
+
+    def __init__(self) -> None:
+        self.pending: AssistantMessage | None = None
+
+    def generate_next_message(self, message: Any, state: None) -> tuple[AssistantMessage, None]:
+        pending, self.pending = self.pending, None
+        if pending is None:
+            raise RuntimeError("The orchestrator asked the outside agent for a message it lacks")
+        return pending, state
+
+    def get_init_state(self, message_history: list[Message] | None = None) -> None:
+        return None
+
+    def stop(self, message: Any = None, state: Any = None) -> None:
+        return None
+
+    @classmethod
+    def is_stop(cls, message: AssistantMessage) -> bool:
+        return not message.is_tool_call() and AGENT_STOP in (message.content or "")
+
+    def set_seed(self, seed: int) -> None:
+        return None
+
+
+@dataclass(frozen=True)
+class Hop:
+    """What one hop of a driven conversation added (see :meth:`Episode.run`)."""
+
+    messages: list[dict[str, Any]]  # τ²'s messages as JSON, ``turn_idx`` numbered
+    speaker: str  # "agent" or "customer": who was asked to speak
+    seconds: float  # wall time of the hop (LLM call, tool calls)
+
+
 class Episode:
     """One conversation between an agent and τ²'s simulated customer over one task.
 
     Guarantees: ``messages`` is the whole conversation (τ² message objects, in order);
-    once ``done``, either ``reward_info`` is τ²'s verdict or ``error`` says why there is
-    none; the customer's and the judge's LLM calls use ``user_llm`` and nothing else.
-    Not thread-safe: one caller at a time.
+    once ``done``, either ``reward_info`` is τ²'s verdict, or ``error`` says why there is
+    none, or scoring was left to the caller (``score_on_end=False``, see :meth:`score`);
+    the customer's and the judge's LLM calls use ``user_llm`` and nothing else, the
+    agent's (with ``agent_llm``) use ``agent_llm``.
     """
 
     def __init__(
@@ -172,6 +277,9 @@ class Episode:
         max_steps: int = DEFAULT_MAX_STEPS,
         max_errors: int = DEFAULT_MAX_ERRORS,
         nl_judge: str | None = None,
+        agent_llm: llm.Route | None = None,
+        seed: int | None = None,
+        score_on_end: bool = True,
     ) -> None:
         if task is None:
             if task_id is None:
@@ -180,39 +288,58 @@ class Episode:
         self.domain = domain
         self.task: Task = task
         self.id = uuid.uuid4().hex
-        self.max_steps = max_steps
-        self.max_errors = max_errors
+        self.seed = seed
         self.nl_judge = nl_judge or config.nl_judge_mode()
+        self.score_on_end = score_on_end
         self._user_llm = user_llm
+        self._agent_llm = agent_llm
         self.reward_info: RewardInfo | None = None
         self.evaluation_seconds: float | None = None
         self.error: str | None = None
-        self.termination_reason: TerminationReason | None = (
-            TerminationReason(termination_reason) if termination_reason else None
-        )
+        self._ended: TerminationReason | None = None  # an end the orchestrator did not make
 
-        # A fresh environment without re-validating the domain's database each time.
+        # A fresh environment without re-validating the domain's database each time; the
+        # orchestrator applies the task's initial state and replays the history onto it.
         self.environment = environments.fresh_environment(domain)
         self.user = customer_for(environment=self.environment, task=task, user_llm=user_llm)
+        if agent_llm is not None:
+            self.agent: BaseAgent = LLMAgent(
+                tools=self.environment.get_tools(),
+                domain_policy=self.environment.get_policy(),
+                llm=agent_llm.model,
+                llm_args={llm.ROLE_KEY: llm.ROLE_AGENT},
+            )
+        else:
+            self.agent = ExternalAgent()
 
         history = messages_from_json(messages or ())
-        if not history and task.initial_state is not None and task.initial_state.message_history:
-            history = deepcopy(task.initial_state.message_history)
-        initial = task.initial_state
-        # Replays the tool calls of the history and raises if any result differs.
-        self.environment.set_state(
-            initialization_data=initial.initialization_data if initial else None,
-            initialization_actions=initial.initialization_actions if initial else None,
-            message_history=history,
+        self._orchestrator = Orchestrator(
+            domain=domain,
+            agent=self.agent,
+            user=self.user,
+            environment=self.environment,
+            task=_with_history(task, history) if history else task,
+            max_steps=max_steps,
+            max_errors=max_errors,
+            seed=seed,
         )
-        self.messages: list[Message] = history
-        self.user_state = self.user.get_init_state(
-            message_history=[m for m in history if is_valid_user_history_message(m)]
-        )
-        self.step_count = _count_hops(history)
-        self.num_errors = sum(1 for m in history if isinstance(m, ToolMessage) and m.error)
-        if self.termination_reason is None and history:
-            self.termination_reason = _ended_by(history[-1])
+        with self.llm_context():
+            self._orchestrator.initialize()
+        _keep_stored_stamps(self._orchestrator.trajectory, history)
+        # τ² counts hops and errors from zero after a replay; a continued conversation
+        # carries over those it had. Not hops: the task's own opening history, or else
+        # the greeting that initialize() put first.
+        if history:
+            played = history[len(_task_history(task)) or 1 :]
+            self._orchestrator.step_count = count_hops(played)
+            self._orchestrator.num_errors = count_errors(played)
+        if termination_reason and not self._orchestrator.done:
+            self._orchestrator.done = True
+            self._orchestrator.termination_reason = TerminationReason(termination_reason)
+        elif history and self._orchestrator.to_role != Role.ENV:
+            # τ²'s limits after the last stored hop (it may have been played elsewhere:
+            # a person's message is stored before the customer's turn runs).
+            self._check_limits()
 
     # ----------------------------------------------------------------- state
 
@@ -222,12 +349,46 @@ class Episode:
         return self._user_llm
 
     @property
+    def messages(self) -> list[Message]:
+        """The conversation so far (τ²'s orchestrator's own trajectory)."""
+        return self._orchestrator.trajectory
+
+    @property
+    def max_steps(self) -> int:
+        return self._orchestrator.max_steps
+
+    @property
+    def max_errors(self) -> int:
+        return self._orchestrator.max_errors
+
+    @property
+    def step_count(self) -> int:
+        return self._orchestrator.step_count
+
+    @property
+    def num_errors(self) -> int:
+        return self._orchestrator.num_errors
+
+    @property
+    def termination_reason(self) -> TerminationReason | None:
+        if self._ended is not None:
+            return self._ended
+        reason = self._orchestrator.termination_reason if self._orchestrator.done else None
+        return TerminationReason(reason) if reason is not None else None
+
+    @property
     def started(self) -> bool:
-        return bool(self.messages)
+        """True once the customer has said something (or the conversation ended)."""
+        return self.done or any(isinstance(m, UserMessage) for m in self.messages)
 
     @property
     def done(self) -> bool:
         return self.termination_reason is not None or self.error is not None
+
+    @property
+    def agent_turn(self) -> bool:
+        """True when the conversation waits for the agent's next message."""
+        return not self.done and self._orchestrator.to_role == Role.AGENT
 
     @property
     def reward(self) -> float | None:
@@ -245,9 +406,15 @@ class Episode:
                 return message
         return None
 
-    def messages_json(self) -> list[dict[str, Any]]:
-        """The conversation as JSON-ready dicts, ready to store and to rebuild from."""
-        return messages_to_json(self.messages)
+    def messages_json(self, start: int = 0) -> list[dict[str, Any]]:
+        """The conversation from ``start`` as JSON-ready dicts, ``turn_idx`` numbered as
+        τ²'s ``get_trajectory()`` numbers it: ready to store and to rebuild from."""
+        out = []
+        for index, message in enumerate(self.messages[start:], start):
+            data = message.model_dump(mode="json")
+            data["turn_idx"] = index
+            out.append(data)
+        return out
 
     def __repr__(self) -> str:
         state = "failed" if self.error else ("ended" if self.done else "open")
@@ -258,58 +425,110 @@ class Episode:
 
     @contextmanager
     def llm_context(self) -> Iterator[None]:
-        """Run τ²'s customer and judge calls of this thread on this episode's route."""
-        with llm.conversation(user=self._user_llm):
+        """Run τ²'s LLM calls of this thread on this episode's routes."""
+        with llm.conversation(user=self._user_llm, agent=self._agent_llm):
             yield
 
-    def orchestrator_task(self) -> Task:
-        """A copy of the task whose ``initial_state.message_history`` is this conversation.
+    # ------------------------------------------------- τ²'s own agent drives
 
-        τ²'s ``Orchestrator(task=...)`` replays it in ``initialize()`` and works out whose
-        turn it is, which is how a Celery runner continues a stored conversation.
+    def run(
+        self,
+        *,
+        on_hop: Callable[[Hop], None] | None = None,
+        should_stop: Callable[[], bool] | None = None,
+    ) -> str:
+        """Play the conversation to its end with τ²'s ``LLMAgent`` (needs ``agent_llm``).
+
+        Before every hop ``should_stop()`` is asked; after it, ``on_hop`` gets the hop's
+        new messages. A tool call and its results make one reported hop, so a stored
+        history never ends on an unanswered call. Returns ``"ended"`` (scored, unless
+        scoring failed: then ``error`` says why), ``"stopped"`` (``should_stop`` said so;
+        not scored) or ``"failed"`` (an LLM call failed; ``error`` names whose and why,
+        and the hop's partial messages were reported). Other exceptions propagate.
         """
-        task = self.task.model_copy(deep=True)
-        if task.initial_state is None:
-            from tau2.data_model.tasks import InitialState
+        if self._agent_llm is None:
+            raise RuntimeError("Episode.run needs an agent_llm: τ²'s LLMAgent plays the agent")
+        with self.llm_context():
+            while not self.done:
+                if should_stop is not None and should_stop():
+                    return "stopped"
+                written = len(self.messages)
+                speaker = "agent" if self._orchestrator.to_role == Role.AGENT else "customer"
+                started = time.perf_counter()
+                try:
+                    self._hop()
+                    while self._orchestrator.to_role == Role.ENV and not self.done:
+                        self._hop()
+                except (llm.LLMCallError, llm.MissingCredentialsError) as exc:
+                    self._report(on_hop, written, speaker, started)
+                    self.error = f"The {speaker}'s model call failed: {exc}"
+                    self._ended = (
+                        TerminationReason.AGENT_ERROR
+                        if speaker == "agent"
+                        else TerminationReason.USER_ERROR
+                    )
+                    return "failed"
+                self._report(on_hop, written, speaker, started)
+        self._score_if_due()
+        return "ended"
 
-            task.initial_state = InitialState(
-                initialization_data=None, initialization_actions=None, message_history=None
+    def _report(
+        self, on_hop: Callable[[Hop], None] | None, written: int, speaker: str, started: float
+    ) -> None:
+        if on_hop is not None and len(self.messages) > written:
+            on_hop(
+                Hop(
+                    messages=self.messages_json(written),
+                    speaker=speaker,
+                    seconds=time.perf_counter() - started,
+                )
             )
-        task.initial_state.message_history = deepcopy(self.messages)
-        return task
 
-    # --------------------------------------------------------------- actions
+    # ------------------------------------------------ an outside agent acts
 
     def start(self) -> UserMessage | None:
-        """Open the conversation: τ²'s greeting, then the customer's first message.
+        """Open the conversation: τ²'s greeting is there; the customer says their first line.
 
         Returns the customer's message, or ``None`` if the customer's LLM failed (then
         ``error`` says why and the episode is over).
         """
         if self.started:
             raise RuntimeError("Episode already started")
-        greeting = AssistantMessage(role="assistant", content=FIRST_AGENT_MESSAGE, cost=0.0)
-        self._append(greeting)
-        return self._customer_turn(greeting)
+        return self.customer_turn()
+
+    def customer_turn(self) -> UserMessage | None:
+        """Let the customer answer what the agent said last, running their phone tools
+        until they speak; returns their message (``None`` if their LLM failed: then
+        ``error`` says why and the episode is over)."""
+        if self.done or self._orchestrator.to_role == Role.AGENT:
+            return self.last_customer_message() if not self.error else None
+        try:
+            with self.llm_context():
+                while not self.done and self._orchestrator.to_role != Role.AGENT:
+                    self._hop()
+        except Exception as exc:
+            self.error = f"The customer could not answer: {failure_reason(exc, self._user_llm)}"
+            self._ended = TerminationReason.USER_ERROR
+            return None
+        self._score_if_due()
+        last = self.messages[-1] if self.messages else None
+        return last if isinstance(last, UserMessage) else None
 
     def say(self, content: str) -> UserMessage | None:
         """Say ``content`` to the customer; returns their reply.
 
         The reply may be a stop (``###STOP###`` …), which ends and scores the episode.
-        Returns ``None`` if the customer's LLM failed (``error`` says why).
+        Returns ``None`` if the customer's LLM failed (``error`` says why) or the agent's
+        message ended the conversation (a stop, or τ²'s limits).
         Raises :class:`EpisodeOver` once the episode has ended.
         """
-        self._require_open()
         if not isinstance(content, str) or not content.strip():
             raise ValueError("The message to the customer must be non-empty text")
-        message = AssistantMessage(role="assistant", content=content)
-        self._append(message)
-        if AGENT_STOP in content:  # τ²'s LLMAgent.is_stop: the agent ends the conversation
-            self._end(TerminationReason.AGENT_STOP)
+        self._act(AssistantMessage(role="assistant", content=content))
+        if self.done:
+            self._score_if_due()
             return None
-        if self._check_limits():  # τ² checks its limits before every non-tool hop
-            return None
-        return self._customer_turn(message)
+        return self.customer_turn()
 
     def call_tool(self, name: str, arguments: dict[str, Any] | None = None) -> ToolMessage:
         """Call the agent's domain tool ``name``; returns τ²'s ``ToolMessage``.
@@ -318,7 +537,6 @@ class Episode:
         τ²); the episode goes on unless τ²'s error or step limit is reached.
         Raises :class:`EpisodeOver` once the episode has ended.
         """
-        self._require_open()
         if arguments is None:
             arguments = {}
         if not isinstance(arguments, dict):
@@ -329,105 +547,48 @@ class Episode:
             arguments=arguments,
             requestor="assistant",
         )
-        self._append(AssistantMessage(role="assistant", content=None, tool_calls=[call]))
-        result = self._execute([call])[0]
-        self._check_limits()
+        self._act(AssistantMessage(role="assistant", content=None, tool_calls=[call]))
+        with self.llm_context():
+            self._hop()  # the environment answers: a hop of its own, as in τ²
+        result = self.messages[-1]
+        assert isinstance(result, ToolMessage)
+        self._score_if_due()
         return result
 
     def finish(self) -> RewardInfo | None:
         """End the conversation from the agent's side (τ²'s stop) and score it.
 
-        Returns τ²'s ``RewardInfo`` (``None`` if scoring failed; ``error`` says why).
-        If the episode had already ended, returns its existing verdict unchanged.
+        Returns τ²'s ``RewardInfo`` (``None`` if scoring failed; ``error`` says why, or
+        when ``score_on_end`` is off). If the episode had already ended, it is scored as
+        it ended (if it was not yet) and that verdict returned.
         """
-        if self.done:
-            return self.reward_info
-        self._append(AssistantMessage(role="assistant", content=AGENT_STOP))
-        self._end(TerminationReason.AGENT_STOP)
+        if not self.done:
+            self._act(AssistantMessage(role="assistant", content=AGENT_STOP))
+        self._score_if_due()
         return self.reward_info
 
     def abandon(self, reason: str) -> None:
         """End an open episode without a score (e.g. a new reset replaced it)."""
         if not self.done:
             self.error = reason
-            self.termination_reason = TerminationReason.AGENT_ERROR
+            self._ended = TerminationReason.AGENT_ERROR
 
-    # -------------------------------------------------------------- internals
+    # -------------------------------------------------------------- scoring
 
-    def _require_open(self) -> None:
-        if self.done:
-            raise EpisodeOver("The conversation has ended.")
-        if not self.started:
-            raise RuntimeError("The conversation has not started; call start() first")
-
-    def _append(self, message: Message) -> None:
-        message.turn_idx = len(self.messages)
-        self.messages.append(message)
-        if not isinstance(message, ToolMessage):
-            self.step_count += 1
-
-    def _execute(self, calls: list[ToolCall]) -> list[ToolMessage]:
-        results = []
-        for call in calls:
-            result = self.environment.get_response(call)
-            if result.error:
-                self.num_errors += 1
-            self._append(result)
-            results.append(result)
-        self.step_count += 1  # one hop for the environment, as in τ²'s orchestrator
-        return results
-
-    def _customer_turn(self, message: Message) -> UserMessage | None:
-        """Let the customer answer ``message``, running their phone tools until they speak."""
-        incoming: Message = message
-        while True:
+    def score(self) -> RewardInfo | None:
+        """Score the ended conversation with τ²'s evaluator (once); ``None`` if that
+        failed (``error`` says why). Raises ``RuntimeError`` while it is open."""
+        if self.termination_reason is None:
+            raise RuntimeError("The conversation has not ended")
+        if self.reward_info is None:
             try:
-                with self.llm_context():
-                    reply, self.user_state = self.user.generate_next_message(
-                        incoming, self.user_state
-                    )
-                reply.validate()
+                self.reward_info = self.evaluate()
+                self.error = None
             except Exception as exc:
-                self._fail(f"The customer could not answer: {_reason(exc, self._user_llm)}")
-                return None
-            self._append(reply)
-            if UserSimulator.is_stop(reply):
-                self._end(TerminationReason.USER_STOP)
-                return reply
-            if not reply.is_tool_call():
-                self._check_limits()
-                return reply
-            results = self._execute(reply.tool_calls)
-            incoming = (
-                results[0]
-                if len(results) == 1
-                else MultiToolMessage(role="tool", tool_messages=results)
-            )
-            # τ²'s orchestrator checks its limits only when the next hop is not a tool
-            # call; the customer answering its phone's result is such a hop.
-            if self._check_limits():
-                return None
-
-    def _check_limits(self) -> bool:
-        """End the episode at τ²'s step or error limit; True if it ended."""
-        if self.done:
-            return True
-        if self.step_count >= self.max_steps:
-            self._end(TerminationReason.MAX_STEPS)
-        elif self.num_errors >= self.max_errors:
-            self._end(TerminationReason.TOO_MANY_ERRORS)
-        return self.done
-
-    def _fail(self, reason: str) -> None:
-        self.error = reason
-        self.termination_reason = TerminationReason.USER_ERROR
-
-    def _end(self, reason: TerminationReason) -> None:
-        self.termination_reason = reason
-        try:
-            self.reward_info = self.evaluate()
-        except Exception as exc:
-            self.error = f"The conversation could not be scored: {_reason(exc, self._user_llm)}"
+                self.error = (
+                    f"The conversation could not be scored: {failure_reason(exc, self._user_llm)}"
+                )
+        return self.reward_info
 
     def evaluation_type(self) -> EvaluationType:
         """τ²'s evaluation for this task: ``ALL`` (as ``tau2 run``), with the NL judge
@@ -442,12 +603,11 @@ class Episode:
         return EvaluationType.ALL
 
     def simulation_run(self) -> SimulationRun:
-        """The conversation as τ²'s ``SimulationRun`` (what ``evaluate_simulation`` reads)."""
+        """The conversation as τ²'s ``SimulationRun`` (what ``evaluate_simulation`` reads):
+        the orchestrator's ``get_trajectory()``, its termination reason and seed."""
         if self.termination_reason is None:
             raise RuntimeError("The conversation has not ended")
-        trajectory = deepcopy(self.messages)
-        for index, message in enumerate(trajectory):
-            message.turn_idx = index
+        trajectory = self._orchestrator.get_trajectory()
         start = trajectory[0].timestamp if trajectory else get_now()
         return SimulationRun(
             id=self.id,
@@ -458,15 +618,20 @@ class Episode:
             termination_reason=self.termination_reason,
             reward_info=None,
             messages=trajectory,
-            seed=None,
+            seed=self.seed,
         )
 
     def evaluate(self) -> RewardInfo:
         """τ²'s ``evaluate_simulation`` of the conversation as it stands (judge on our route)."""
         started = time.perf_counter()
-        # τ²'s evaluator builds two fresh environments per score; copy-on-access ones
-        # instead of re-validating the database (see tau2_env.environments).
-        with self.llm_context(), environments.fresh_environments_for_tau2(self.domain):
+        # τ²'s evaluator builds two environments per score: copy-on-access ones instead
+        # of re-validating the database, and the expected side's database computed once
+        # per task (see tau2_env.environments and tau2_env.scoring).
+        with (
+            self.llm_context(),
+            environments.fresh_environments_for_tau2(self.domain),
+            scoring.expected_side_cached(),
+        ):
             info = evaluate_simulation(
                 simulation=self.simulation_run(),
                 task=self.task,
@@ -477,38 +642,73 @@ class Episode:
         self.evaluation_seconds = time.perf_counter() - started
         return info
 
+    # -------------------------------------------------------------- internals
 
-def _ended_by(message: Message) -> TerminationReason | None:
-    if isinstance(message, UserMessage) and UserSimulator.is_stop(message):
-        return TerminationReason.USER_STOP
-    if (
-        isinstance(message, AssistantMessage)
-        and not message.is_tool_call()
-        and AGENT_STOP in (message.content or "")
-    ):
-        return TerminationReason.AGENT_STOP
-    return None
+    def _act(self, message: AssistantMessage) -> None:
+        """Hand the outside agent's ``message`` to the orchestrator as the agent's hop."""
+        if self.done:
+            raise EpisodeOver("The conversation has ended.")
+        if not isinstance(self.agent, ExternalAgent):
+            raise RuntimeError("τ²'s LLMAgent plays this episode's agent; use run()")
+        if self._orchestrator.to_role != Role.AGENT:
+            raise RuntimeError("The conversation has not started; call start() first")
+        self.agent.pending = message
+        with self.llm_context():
+            self._hop()
+
+    def _hop(self) -> None:
+        """One ``Orchestrator.step()`` and τ²'s limits after it, as ``Orchestrator.run()``
+        checks them (never while a tool call waits for its results)."""
+        orchestrator = self._orchestrator
+        before = len(orchestrator.trajectory)
+        orchestrator.step()
+        for index in range(before, len(orchestrator.trajectory)):
+            orchestrator.trajectory[index].turn_idx = index  # as get_trajectory() numbers
+        if orchestrator.to_role != Role.ENV:
+            self._check_limits()
+
+    def _check_limits(self) -> None:
+        orchestrator = self._orchestrator
+        if orchestrator.step_count >= orchestrator.max_steps:
+            orchestrator.done = True
+            orchestrator.termination_reason = TerminationReason.MAX_STEPS
+        if orchestrator.num_errors >= orchestrator.max_errors:
+            orchestrator.done = True
+            orchestrator.termination_reason = TerminationReason.TOO_MANY_ERRORS
+
+    def _score_if_due(self) -> None:
+        if self.score_on_end and self.done and self.error is None and self.reward_info is None:
+            self.score()
 
 
-def _count_hops(messages: list[Message]) -> int:
-    """Orchestrator hops a history took: one per agent/customer message, one per tool batch."""
-    hops = 0
-    previous_was_tool = False
-    for message in messages:
-        if isinstance(message, ToolMessage):
-            if not previous_was_tool:
-                hops += 1
-            previous_was_tool = True
-        else:
-            hops += 1
-            previous_was_tool = False
-    return hops
+def _task_history(task: Task) -> list[Message]:
+    initial = task.initial_state
+    return list(initial.message_history or []) if initial is not None else []
 
 
-def _reason(exc: BaseException, route: llm.Route) -> str:
-    """A readable, secret-free reason for ``exc``."""
-    if isinstance(exc, llm.LLMCallError | llm.MissingCredentialsError):
-        text = str(exc)
-    else:
-        text = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
-    return llm.redact(text, route.api_key)
+def _with_history(task: Task, history: list[Message]) -> Task:
+    """A shallow copy of ``task`` whose initial history is ``history``: τ²'s orchestrator
+    replays it in ``initialize()`` and works out whose turn it is."""
+    initial = task.initial_state or InitialState(
+        initialization_data=None, initialization_actions=None, message_history=None
+    )
+    return task.model_copy(
+        update={"initial_state": initial.model_copy(update={"message_history": history})}
+    )
+
+
+def _keep_stored_stamps(trajectory: list[Message], history: list[Message]) -> None:
+    """Give the replayed messages back their stored ``timestamp`` and ``turn_idx``.
+
+    τ²'s ``initialize()`` restamps a replayed history (one second apart, ending now) and
+    clears ``turn_idx``; the stored values are the conversation's own and sort the same
+    way (all earlier than anything said from now on). Kept only when every stored
+    message has a timestamp, so the trajectory never mixes the two clocks.
+    """
+    if not history or any(m.timestamp is None for m in history):
+        for index, message in enumerate(trajectory):
+            message.turn_idx = index
+        return
+    for index, (replayed, stored) in enumerate(zip(trajectory, history, strict=False)):
+        replayed.timestamp = stored.timestamp
+        replayed.turn_idx = index

@@ -44,6 +44,7 @@ __all__ = [
     "Route",
     "conversation",
     "describe_error",
+    "hf_route",
     "install",
     "litellm_kwargs",
     "redact",
@@ -139,6 +140,18 @@ class Route:
         return f"{self.provider}:{self.model}"
 
 
+def hf_route(*, model: str, token: str) -> Route:
+    """The route to ``model`` on Hugging Face's router with ``token`` (the one place a
+    router route is built: endpoint and timeout from the settings)."""
+    return Route(
+        provider="hf",
+        model=model,
+        base_url=config.hf_router_url(),
+        api_key=token,
+        timeout=config.llm_timeout(),
+    )
+
+
 def resolve_route(*, hf_token: str | None = None) -> Route:
     """The customer's route for a new conversation, from the server's settings.
 
@@ -152,13 +165,7 @@ def resolve_route(*, hf_token: str | None = None) -> Route:
     token = (hf_token or "").strip()
     if token:
         model = settings.model if settings.provider == "hf" else config.DEFAULT_MODELS["hf"]
-        return Route(
-            provider="hf",
-            model=model,
-            base_url=config.hf_router_url(),
-            api_key=token,
-            timeout=timeout,
-        )
+        return hf_route(model=model, token=token)
     if settings.server_credential:
         return Route(
             provider=settings.provider,

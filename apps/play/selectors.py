@@ -1,15 +1,14 @@
 """Reads of play sessions: whose turn it is, the player's open sessions, the tool forms.
 
-A play session is a ``Run`` of kind ``human``. While something works on it, its
-``worker`` column holds a marker (``play:customer:<nonce>``, ``play:score:<nonce>``,
-``play:tool:<nonce>``, with ``@<execution>`` once a worker claimed it) and
-``lease_expires_at`` says until when; everything else follows from the stored events.
+A play session is a ``Run`` of kind ``human``; where it is lives in its typed
+``play_phase`` column (``Run.PlayPhase``, transitions in :mod:`apps.play.services`),
+and who works on it in ``worker`` (a plain worker or request id) until
+``lease_expires_at``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 from typing import Any
 
 from django.db.models import QuerySet
@@ -19,22 +18,15 @@ from django.utils import timezone
 from apps.play.schemas import form_schema
 from apps.runs.models import Run
 from apps.tasks.models import Tool
-from tau2_env.engine import AGENT_STOP
 
-CUSTOMER, SCORE, TOOL = "play:customer:", "play:score:", "play:tool:"
+Phase = Run.PlayPhase
 
-
-class Phase(StrEnum):
-    """Where a session is, as the player sees it."""
-
-    YOUR_TURN = "your_turn"  # say something, call a tool or end
-    CUSTOMER = "customer"  # the customer is answering (on a worker)
-    SCORING = "scoring"  # the conversation is being scored (on a worker)
-    TOOL = "tool"  # one of the player's tool calls is running
-    NEEDS_CUSTOMER = "needs_customer"  # the customer's turn failed or was lost: ask again
-    NEEDS_SCORING = "needs_scoring"  # the conversation ended but is not scored yet
-    ENDED = "ended"
-
+# Work whose lease ran out: what the player sees instead.
+_LOST = {
+    Phase.CUSTOMER: Phase.NEEDS_CUSTOMER,
+    Phase.SCORING: Phase.NEEDS_SCORING,
+    Phase.TOOL: Phase.YOUR_TURN,
+}
 
 REFUSALS = {
     Phase.CUSTOMER: "The customer is still answering; wait for their reply.",
@@ -64,51 +56,17 @@ class PlayState:
         return REFUSALS.get(self.phase, "")
 
 
-# τ²'s UserSimulator ends a conversation with one of these (UserSimulator.is_stop).
-_CUSTOMER_ENDINGS = ("###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###")
-_HELD = ((CUSTOMER, Phase.CUSTOMER), (SCORE, Phase.SCORING), (TOOL, Phase.TOOL))
-
-
-def _ended(message: dict[str, Any]) -> bool:
-    """True when ``message`` ends a conversation: a stop by the customer or the agent."""
-    content = message.get("content") or ""
-    if message.get("role") == "user" and not message.get("tool_calls"):
-        return any(
-            mark in content for mark in ("###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###")
-        )
-    return (
-        message.get("role") == "assistant"
-        and not message.get("tool_calls")
-        and (AGENT_STOP in content)
-    )
-
-
 def play_state(*, run: Run, now=None) -> PlayState:
-    """The session's phase from its row and its last stored message."""
+    """The session's phase as the player sees it: its column, with lost work (lease run
+    out) shown as what the player may do about it."""
     if run.is_final:
         return PlayState(Phase.ENDED, run.error)
-    now = now or timezone.now()
-    held = run.worker.startswith("play:") and (
-        run.lease_expires_at is not None and run.lease_expires_at > now
-    )
-    if held:
-        for prefix, phase in (
-            (CUSTOMER, Phase.CUSTOMER),
-            (SCORE, Phase.SCORING),
-            (TOOL, Phase.TOOL),
-        ):
-            if run.worker.startswith(prefix):
-                return PlayState(phase)
-    if run.termination_reason:  # a limit was reached, or scoring failed last time
-        return PlayState(Phase.NEEDS_SCORING, run.error)
-    last = run.events.order_by("-seq").values_list("message", flat=True).first()
-    if last is None:
-        return PlayState(Phase.NEEDS_CUSTOMER, run.error)
-    if _ended(last):
-        return PlayState(Phase.NEEDS_SCORING, run.error)
-    if last.get("role") == "assistant" and not last.get("tool_calls"):
-        return PlayState(Phase.NEEDS_CUSTOMER, run.error)  # said, but no answer stored
-    return PlayState(Phase.YOUR_TURN, run.error)
+    phase = Phase(run.play_phase or Phase.YOUR_TURN)
+    if phase in _LOST:
+        now = now or timezone.now()
+        if run.lease_expires_at is None or run.lease_expires_at <= now:
+            phase = _LOST[phase]
+    return PlayState(phase, run.error)
 
 
 def play_get(*, pk: int) -> Run:

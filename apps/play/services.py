@@ -1,15 +1,19 @@
 """Writes of play sessions: start, say, call a tool, end, ask again.
 
 A session is a ``Run`` of kind ``human``; its conversation is its stored events, so any
-web process or worker continues it by rebuilding τ²'s episode from them. One action at
-a time: an action first takes the session with one conditional UPDATE (a marker in
-``worker``, see :mod:`apps.play.selectors`), and is refused while another holds it.
-Whatever needs the customer's or the judge's LLM runs on a Celery worker with the
-player's own token; tool calls run here, in the request.
+web process or worker continues it by rebuilding τ²'s episode (the engine's one driver)
+from them. Where it is lives in ``Run.play_phase``, and every change of phase is made
+here (:func:`_take` for the player's actions, :func:`play_claim` and
+:func:`play_release` for the worker's side), each by one conditional UPDATE: of two
+actions at once one wins and the other is refused. Whatever needs the customer's or the
+judge's LLM runs on a Celery worker with the player's own token; tool calls run here,
+in the request.
 """
 
 from __future__ import annotations
 
+import os
+import socket
 import uuid
 from datetime import timedelta
 from typing import Any
@@ -89,7 +93,6 @@ def play_start(*, user, task: Task, seed: int | None = None) -> Run:
     hf_token_for(user=user)  # fail here, with the vault's message, not later on a worker
     user_model = config.provider_settings().model
     max_steps = min(engine.DEFAULT_MAX_STEPS, settings.TAU2_RUN_MAX_STEPS)
-    nonce = uuid.uuid4().hex
     now = timezone.now()
     with transaction.atomic():
         run = Run.objects.create(
@@ -103,23 +106,26 @@ def play_start(*, user, task: Task, seed: int | None = None) -> Run:
             seed=seed,
             status=Run.Status.RUNNING,
             started_at=now,
-            worker=selectors.CUSTOMER + nonce,
+            play_phase=Phase.CUSTOMER,
             lease_expires_at=now + pending_lease(),
             provenance=_provenance(
                 task=task, user_model=user_model, max_steps=max_steps, seed=seed
             ),
         )
-        _queue_customer(run.pk, nonce)
+        _queue_customer(run.pk, at=0)
     return run
 
 
-def _take(*, run: Run, prefix: str, lease: timedelta, allowed: tuple[Phase, ...]) -> str:
-    """Hold the session for one action; returns the marker. Raises :class:`PlayRefused`.
+def _take(*, run: Run, to: Phase, allowed: tuple[Phase, ...], holder: str = "") -> int:
+    """Move the session to ``to`` for one action of the player's; returns how many
+    messages it has. Raises :class:`PlayRefused` unless its phase is one of ``allowed``.
 
     The row is locked while the phase is read, so of two actions at once one wins and
-    the other is refused.
+    the other is refused. ``holder`` is who works on it (the request, for a tool call;
+    nobody yet for work queued for a worker).
     """
     refusal = ""
+    lease = _tool_lease() if to == Phase.TOOL else pending_lease()
     with transaction.atomic():
         locked = Run.objects.select_for_update().get(pk=run.pk)
         state = selectors.play_state(run=locked)
@@ -130,18 +136,21 @@ def _take(*, run: Run, prefix: str, lease: timedelta, allowed: tuple[Phase, ...]
         elif state.phase not in allowed:
             refusal = state.refusal or "Not possible now."
         else:
-            marker = prefix + uuid.uuid4().hex
             Run.objects.filter(pk=run.pk).update(
-                worker=marker, lease_expires_at=timezone.now() + lease, error=""
+                play_phase=to,
+                worker=holder,
+                lease_expires_at=timezone.now() + lease,
+                error="",
             )
     if refusal:
         raise PlayRefused(refusal)
-    return marker
+    return locked.n_messages
 
 
 def _stop(run: Run) -> None:
     Run.objects.filter(pk=run.pk).exclude(status__in=Run.FINAL).update(
         status=Run.Status.STOPPED,
+        play_phase=Phase.ENDED,
         termination_reason="stopped",
         finished_at=timezone.now(),
         worker="",
@@ -150,15 +159,50 @@ def _stop(run: Run) -> None:
     transaction.on_commit(lambda: status_publish(run_id=run.pk))
 
 
-def play_release(*, run_id: int, marker: str, error: str = "", **fields: Any) -> bool:
-    """Let go of the session if ``marker`` (or its claim) still holds it; tell the browsers."""
-    released = (
-        Run.objects.filter(pk=run_id, status=Run.Status.RUNNING)
-        .filter(Q(worker=marker) | Q(worker__startswith=marker + "@"))
-        .update(worker="", lease_expires_at=None, error=error, **fields)
+def play_claim(*, run_id: int, phase: Phase, at: int, worker: str) -> Run | None:
+    """Take the queued work of ``phase`` (asked when the session had ``at`` messages)
+    for ``worker``; ``None`` if it is done, taken by a live worker, or superseded.
+
+    A duplicated or redelivered task finds the phase or the message count changed, or
+    the work held under a live lease, and does nothing.
+    """
+    now = timezone.now()
+    claimed = (
+        Run.objects.filter(
+            pk=run_id,
+            kind=Run.Kind.HUMAN,
+            status=Run.Status.RUNNING,
+            play_phase=phase,
+            n_messages=at,
+        )
+        .filter(Q(worker="") | Q(lease_expires_at__lt=now))
+        .update(worker=worker, lease_expires_at=now + pending_lease())
+    )
+    if not claimed:
+        return None
+    return Run.objects.select_related("task", "created_by").get(pk=run_id)
+
+
+def play_release(*, run_id: int, holder: str, to: Phase, error: str = "", **fields: Any) -> bool:
+    """Move the session on to ``to`` if ``holder`` still holds it; tell the browsers."""
+    released = Run.objects.filter(pk=run_id, status=Run.Status.RUNNING, worker=holder).update(
+        play_phase=to, worker="", lease_expires_at=None, error=error, **fields
     )
     status_publish(run_id=run_id)
     return bool(released)
+
+
+def play_complete(*, run: Run, holder: str, episode: engine.Episode) -> bool:
+    """The scored end of the session (τ²'s verdict stored), if ``holder`` still holds it."""
+    from apps.runs.runner import run_finish
+
+    return run_finish(
+        run=run,
+        status=Run.Status.COMPLETED,
+        worker=holder,
+        termination_reason=episode.termination_reason.value,
+        reward_info=episode.reward_info.model_dump(mode="json"),
+    )
 
 
 def play_say(*, run: Run, text: str) -> RunEvent:
@@ -168,19 +212,20 @@ def play_say(*, run: Run, text: str) -> RunEvent:
         raise ValidationError({"text": "Write something to the customer."})
     if engine.AGENT_STOP in text:
         raise ValidationError({"text": "To end the conversation, use “End conversation”."})
-    marker = _take(
-        run=run, prefix=selectors.CUSTOMER, lease=pending_lease(), allowed=(Phase.YOUR_TURN,)
-    )
+    holder = _holder()
+    count = _take(run=run, to=Phase.CUSTOMER, allowed=(Phase.YOUR_TURN,), holder=holder)
     message = engine.AssistantMessage(role="assistant", content=text)
-    message.turn_idx = Run.objects.values_list("n_messages", flat=True).get(pk=run.pk)
+    message.turn_idx = count
     try:
         (event,) = events_publish(
-            run=run, messages=[message.model_dump(mode="json")], worker=marker
+            run=run, messages=[message.model_dump(mode="json")], worker=holder
         )
+        # Queued for a worker: nobody holds it until one claims it.
+        Run.objects.filter(pk=run.pk, worker=holder).update(worker="")
     except Exception:
-        play_release(run_id=run.pk, marker=marker)
+        play_release(run_id=run.pk, holder=holder, to=Phase.YOUR_TURN)
         raise
-    _queue_customer(run.pk, marker.removeprefix(selectors.CUSTOMER))
+    _queue_customer(run.pk, at=count + 1)
     return event
 
 
@@ -190,7 +235,8 @@ def play_tool(*, run: Run, name: str, arguments: Any) -> list[RunEvent]:
     Raises :class:`ArgumentsInvalid` (nothing stored) when the arguments do not fit the
     tool's schema, :class:`PlayRefused` when it is not the player's turn. A tool that
     fails on valid-looking arguments answers with a tool error, as τ² does, and the
-    conversation goes on. If the call reaches τ²'s step or error limit, scoring is queued.
+    conversation goes on. If the call reaches τ²'s step or error limit, scoring is queued
+    (on a worker: scoring may call the judge).
     """
     schema = selectors.tool_schema(domain=run.domain, name=name)
     if schema is None:
@@ -198,40 +244,36 @@ def play_tool(*, run: Run, name: str, arguments: Any) -> list[RunEvent]:
     errors = schemas.argument_errors(schema, arguments)
     if errors:
         raise ArgumentsInvalid(errors)
-    marker = _take(run=run, prefix=selectors.TOOL, lease=_tool_lease(), allowed=(Phase.YOUR_TURN,))
+    holder = _holder()
+    _take(run=run, to=Phase.TOOL, allowed=(Phase.YOUR_TURN,), holder=holder)
     try:
-        episode = play_episode(run=run, token=_token(run), unlimited=True)
+        episode = play_episode(run=run, token=_token(run), score_on_end=False)
         before = len(episode.messages)
         episode.call_tool(name, arguments)
-        new = engine.messages_to_json(episode.messages[before:])
-        events = events_publish(run=run, messages=new, worker=marker)
+        events = events_publish(run=run, messages=episode.messages_json(before), worker=holder)
     except BaseException:
-        play_release(run_id=run.pk, marker=marker)
+        play_release(run_id=run.pk, holder=holder, to=Phase.YOUR_TURN)
         raise
-    reason = limit_reason(episode=episode, run=run)
-    if reason:  # τ²'s limits end the conversation; score it on a worker
-        Run.objects.filter(pk=run.pk, worker=marker).update(
-            worker=selectors.SCORE + marker.removeprefix(selectors.TOOL),
+    if episode.done:  # τ²'s limits end the conversation; score it on a worker
+        count = before + len(events)
+        Run.objects.filter(pk=run.pk, worker=holder).update(
+            play_phase=Phase.SCORING,
+            worker="",
             lease_expires_at=timezone.now() + pending_lease(),
-            termination_reason=reason,
+            termination_reason=episode.termination_reason.value,
         )
-        _queue_score(run.pk, marker.removeprefix(selectors.TOOL))
+        _queue_score(run.pk, at=count)
         status_publish(run_id=run.pk)
     else:
-        play_release(run_id=run.pk, marker=marker)
+        play_release(run_id=run.pk, holder=holder, to=Phase.YOUR_TURN)
     return events
 
 
 def play_end(*, run: Run) -> None:
     """End the conversation (τ²'s agent stop) and queue its scoring."""
-    marker = _take(
-        run=run,
-        prefix=selectors.SCORE,
-        lease=pending_lease(),
-        allowed=(Phase.YOUR_TURN, Phase.NEEDS_SCORING),
-    )
+    count = _take(run=run, to=Phase.SCORING, allowed=(Phase.YOUR_TURN, Phase.NEEDS_SCORING))
     status_publish(run_id=run.pk)
-    _queue_score(run.pk, marker.removeprefix(selectors.SCORE))
+    _queue_score(run.pk, at=count)
 
 
 def play_retry(*, run: Run) -> None:
@@ -241,51 +283,33 @@ def play_retry(*, run: Run) -> None:
     if phase == Phase.NEEDS_SCORING:
         play_end(run=run)
         return
-    marker = _take(
-        run=run, prefix=selectors.CUSTOMER, lease=pending_lease(), allowed=(Phase.NEEDS_CUSTOMER,)
-    )
+    count = _take(run=run, to=Phase.CUSTOMER, allowed=(Phase.NEEDS_CUSTOMER,))
     status_publish(run_id=run.pk)
-    _queue_customer(run.pk, marker.removeprefix(selectors.CUSTOMER))
+    _queue_customer(run.pk, at=count)
 
 
-def limit_reason(*, episode: engine.Episode, run: Run) -> str:
-    """τ²'s limit the conversation has reached (``max_steps``, ``too_many_errors``) or ""."""
-    if episode.step_count >= run.max_steps:
-        return engine.TerminationReason.MAX_STEPS.value
-    if episode.num_errors >= engine.DEFAULT_MAX_ERRORS:
-        return engine.TerminationReason.TOO_MANY_ERRORS.value
-    return ""
+def play_episode(*, run: Run, token: str, score_on_end: bool = True) -> engine.Episode:
+    """τ²'s episode of the session, rebuilt from its stored events.
 
-
-def play_episode(
-    *, run: Run, token: str, messages: list | None = None, unlimited: bool = False
-) -> engine.Episode:
-    """τ²'s episode of the session, rebuilt from its stored events (or ``messages``).
-
-    With ``unlimited`` τ²'s limits are not applied in the episode (the caller checks them
-    with :func:`limit_reason`), so a tool call in a web request never ends and scores
-    the conversation there: scoring may call the judge, which belongs on a worker.
+    With ``score_on_end`` off, an action that ends the conversation (τ²'s limits) leaves
+    it unscored, so a tool call in a web request never scores there: scoring may call
+    the judge, which belongs on a worker.
     """
-    if messages is None:
-        messages = list(run.events.order_by("seq").values_list("message", flat=True))
-    route = llm.Route(
-        provider="hf",
-        model=run.user_model,
-        base_url=config.hf_router_url(),
-        api_key=token,
-        timeout=config.llm_timeout(),
-    )
-    limits = (
-        {"max_steps": 10**9, "max_errors": 10**9} if unlimited else {"max_steps": run.max_steps}
-    )
+    messages = list(run.events.order_by("seq").values_list("message", flat=True))
     return engine.Episode(
         domain=run.domain,
         task_id=run.task.task_id,
-        user_llm=route,
+        user_llm=llm.hf_route(model=run.user_model, token=token),
         messages=messages,
         termination_reason=run.termination_reason or None,
-        **limits,
+        max_steps=run.max_steps,
+        score_on_end=score_on_end,
     )
+
+
+def _holder() -> str:
+    """A plain id for the web request working on a session."""
+    return f"web:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 def _token(run: Run) -> str:
@@ -294,13 +318,13 @@ def _token(run: Run) -> str:
     return hf_token_for(user=run.created_by)
 
 
-def _queue_customer(run_id: int, nonce: str) -> None:
+def _queue_customer(run_id: int, *, at: int) -> None:
     from apps.play.tasks import customer_turn
 
-    transaction.on_commit(lambda: customer_turn.delay(run_id, nonce))
+    transaction.on_commit(lambda: customer_turn.delay(run_id, at))
 
 
-def _queue_score(run_id: int, nonce: str) -> None:
+def _queue_score(run_id: int, *, at: int) -> None:
     from apps.play.tasks import score
 
-    transaction.on_commit(lambda: score.delay(run_id, nonce))
+    transaction.on_commit(lambda: score.delay(run_id, at))

@@ -20,6 +20,9 @@ class Run(models.Model):
         RUNNING → RUNNING (another worker takes over once the lease expired),
         COMPLETED (the conversation ended and τ² scored it), FAILED (a provider or
         system error; ``error`` says why) or STOPPED (someone pressed Stop).
+        A play session (kind ``human``) is created RUNNING and stays so while the
+        person plays; where it is in between is its :class:`PlayPhase`. The reaper
+        moves only model runs.
         COMPLETED, FAILED and STOPPED are final.
         """
 
@@ -30,6 +33,30 @@ class Run(models.Model):
         STOPPED = "stopped", "stopped"
 
     FINAL = (Status.COMPLETED, Status.FAILED, Status.STOPPED)
+
+    class PlayPhase(models.TextChoices):
+        """Where a play session is; empty for model runs. Allowed transitions (all in
+        ``apps.play.services``):
+
+        CUSTOMER → YOUR_TURN (the customer answered), NEEDS_CUSTOMER (their turn failed:
+        the player asks again → CUSTOMER) or NEEDS_SCORING (the customer ended it, or
+        τ²'s limits; scoring failed) or ENDED (the customer ended it and it was scored);
+        YOUR_TURN → CUSTOMER (the player said something), TOOL (a tool call) or SCORING
+        (the player ends it); TOOL → YOUR_TURN, or SCORING (τ²'s limits were reached);
+        SCORING → ENDED (scored) or NEEDS_SCORING (scoring failed: ending again →
+        SCORING). Any phase → ENDED when the session is stopped. While CUSTOMER, TOOL
+        or SCORING, ``lease_expires_at`` says until when the work may take; after it the
+        player may ask again (a lost CUSTOMER reads as NEEDS_CUSTOMER, a lost SCORING
+        as NEEDS_SCORING, a lost TOOL as YOUR_TURN).
+        """
+
+        YOUR_TURN = "your_turn", "waiting for the player"
+        CUSTOMER = "customer", "the customer is answering"
+        TOOL = "tool", "a tool call is running"
+        SCORING = "scoring", "being scored"
+        NEEDS_CUSTOMER = "needs_customer", "the customer's turn failed"
+        NEEDS_SCORING = "needs_scoring", "ended, not scored yet"
+        ENDED = "ended", "ended"
 
     kind = models.CharField(max_length=8, choices=Kind.choices, default=Kind.MODEL)
     status = models.CharField(
@@ -53,7 +80,12 @@ class Run(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
 
     stop_requested = models.BooleanField(default=False)
-    worker = models.CharField(max_length=255, blank=True, help_text="Who holds the run now.")
+    play_phase = models.CharField(
+        max_length=16, choices=PlayPhase.choices, blank=True, help_text="Play sessions only."
+    )
+    worker = models.CharField(
+        max_length=255, blank=True, help_text="The worker (or web request) holding the run now."
+    )
     lease_expires_at = models.DateTimeField(null=True, blank=True)
     attempts = models.PositiveIntegerField(default=0)
 

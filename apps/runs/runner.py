@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from datetime import timedelta
 from decimal import Decimal
 
@@ -81,6 +80,7 @@ def run_finish(
         reward_info=reward_info,
         finished_at=timezone.now(),
         lease_expires_at=None,
+        **({"play_phase": Run.PlayPhase.ENDED} if run.kind == Run.Kind.HUMAN else {}),
     )
     if done:
         status_publish(run_id=run.pk)
@@ -132,30 +132,20 @@ def run_execute(*, run_id: int, worker: str) -> str:
     a readable reason. Returns without touching the run if another worker holds it.
     """
     from apps.accounts.vault import SignInRequired, hf_token_for
-    from tau2_env import config, llm
+    from tau2_env import llm
 
     run = run_claim(run_id=run_id, worker=worker)
     if run is None:
-        return Run.objects.filter(pk=run_id).values_list("status", flat=True).first() or "missing"
+        return _status(run_id)
     try:
         token = hf_token_for(user=run.created_by)
     except SignInRequired as exc:
         run_finish(run=run, status=Run.Status.FAILED, worker=worker, error=str(exc))
         return Run.Status.FAILED
 
-    router, timeout = config.hf_router_url(), config.llm_timeout()
-    user_route = llm.Route(
-        provider="hf", model=run.user_model, base_url=router, api_key=token, timeout=timeout
-    )
-    agent_route = llm.Route(
-        provider="hf", model=run.agent_model, base_url=router, api_key=token, timeout=timeout
-    )
     try:
-        with (
-            _Heartbeat(run_id=run.pk, worker=worker) as heartbeat,
-            llm.conversation(user=user_route, agent=agent_route),
-        ):
-            return _drive(run=run, worker=worker, user_route=user_route, heartbeat=heartbeat)
+        with _Heartbeat(run_id=run.pk, worker=worker) as heartbeat:
+            return _drive(run=run, worker=worker, token=token, heartbeat=heartbeat)
     except LostRun:
         logger.info("Run %s was taken over or stopped; %s lets go", run.pk, worker)
         return _status(run.pk)
@@ -170,131 +160,66 @@ def _status(run_id: int) -> str:
     return Run.objects.filter(pk=run_id).values_list("status", flat=True).first() or "missing"
 
 
-def _drive(*, run: Run, worker: str, user_route, heartbeat: _Heartbeat) -> str:
-    # isort: off
-    from tau2_env import catalog, engine, environments, llm
-    from tau2.agent.llm_agent import LLMAgent
-    from tau2.data_model.message import ToolMessage
-    from tau2.orchestrator.orchestrator import Orchestrator, Role
-
-    # isort: on
+def _drive(*, run: Run, worker: str, token: str, heartbeat: _Heartbeat) -> str:
+    """τ²'s ``LLMAgent`` against the customer through the engine's one driver; this side
+    only stores and publishes each hop, and honours Stop between hops."""
+    from tau2_env import engine, llm
 
     stored = list(run.events.order_by("seq").values_list("message", flat=True))
-    history = engine.messages_from_json(stored)
-    task = catalog.get_tau2_task(run.domain, run.task.task_id).model_copy(deep=True)
-    if history:
-        # Continue a stored conversation: τ²'s orchestrator replays it and works out
-        # whose turn it is.
-        from tau2.data_model.tasks import InitialState
-
-        if task.initial_state is None:
-            task.initial_state = InitialState(
-                initialization_data=None, initialization_actions=None, message_history=None
-            )
-        task.initial_state.message_history = history
-
-    # A fresh environment: the orchestrator's initialize() applies the task's initial
-    # state and replays the stored history onto it, once.
-    environment = environments.fresh_environment(run.domain)
-    customer = engine.customer_for(environment=environment, task=task, user_llm=user_route)
-    agent = LLMAgent(
-        tools=environment.get_tools(),
-        domain_policy=environment.get_policy(),
-        llm=run.agent_model,
-        llm_args={llm.ROLE_KEY: llm.ROLE_AGENT},
-    )
-    orchestrator = Orchestrator(
+    # Rebuilds a stored conversation (τ²'s orchestrator replays it and works out whose
+    # turn it is) or opens a new one with τ²'s greeting.
+    episode = engine.Episode(
         domain=run.domain,
-        agent=agent,
-        user=customer,
-        environment=environment,
-        task=task,
+        task_id=run.task.task_id,
+        user_llm=llm.hf_route(model=run.user_model, token=token),
+        agent_llm=llm.hf_route(model=run.agent_model, token=token),
+        messages=stored,
         max_steps=run.max_steps,
         seed=run.seed,
     )
-    orchestrator.initialize()
-    if history:  # τ² counts hops from zero after a replay; carry the stored ones over
-        orchestrator.step_count = engine._count_hops(history)
-        orchestrator.num_errors = sum(1 for m in history if isinstance(m, ToolMessage) and m.error)
     prices = _agent_prices(run)
-    written = len(stored)
+    if len(episode.messages) > len(stored):  # the greeting of a new conversation
+        events_publish(
+            run=run,
+            messages=episode.messages_json(len(stored)),
+            agent_prices=prices,
+            worker=worker,
+        )
 
-    def publish(latency_ms: int | None) -> None:
-        nonlocal written
-        new = orchestrator.trajectory[written:]
-        if new:
-            events_publish(
-                run=run,
-                messages=engine.messages_to_json(new),
-                latency_ms=latency_ms,
-                agent_prices=prices,
-                worker=worker,
-            )
-            written += len(new)
+    def on_hop(hop: engine.Hop) -> None:
+        events_publish(
+            run=run,
+            messages=hop.messages,
+            latency_ms=int(hop.seconds * 1000),
+            agent_prices=prices,
+            worker=worker,
+        )
 
-    publish(None)
-    while not orchestrator.done:
+    def should_stop() -> bool:
         if heartbeat.lost:
             raise LostRun(f"lease of run {run.pk} lost")
-        if Run.objects.filter(pk=run.pk, stop_requested=True).exists():
-            run_finish(
-                run=run, status=Run.Status.STOPPED, worker=worker, termination_reason="stopped"
-            )
-            return Run.Status.STOPPED
-        speaker = "agent" if orchestrator.to_role == Role.AGENT else "customer"
-        started = time.perf_counter()
-        try:
-            orchestrator.step()
-            # A tool call is stored together with its results (τ²'s environment answers
-            # at once): a stored history never ends on an unanswered call, so a run picked
-            # up after a crash always replays.
-            while orchestrator.to_role == Role.ENV and not orchestrator.done:
-                orchestrator.step()
-        except (llm.LLMCallError, llm.MissingCredentialsError) as exc:
-            publish(None)
-            run_finish(
-                run=run,
-                status=Run.Status.FAILED,
-                worker=worker,
-                error=f"The {speaker}'s model call failed: {exc}",
-                termination_reason=f"{'agent' if speaker == 'agent' else 'user'}_error",
-            )
-            return Run.Status.FAILED
-        publish(int((time.perf_counter() - started) * 1000))
-        # τ²'s own limits, checked as Orchestrator.run() checks them (never before a
-        # pending tool call is answered).
-        if orchestrator.step_count >= orchestrator.max_steps:
-            orchestrator.done = True
-            orchestrator.termination_reason = engine.TerminationReason.MAX_STEPS
-        elif orchestrator.num_errors >= orchestrator.max_errors:
-            orchestrator.done = True
-            orchestrator.termination_reason = engine.TerminationReason.TOO_MANY_ERRORS
+        return Run.objects.filter(pk=run.pk, stop_requested=True).exists()
 
-    reason = orchestrator.termination_reason
-    scored = engine.Episode(
-        domain=run.domain,
-        task=catalog.get_tau2_task(run.domain, run.task.task_id),
-        user_llm=user_route,
-        messages=orchestrator.trajectory,
-        termination_reason=reason,
-    )
-    try:
-        reward_info = scored.evaluate().model_dump(mode="json")
-    except Exception as exc:
+    outcome = episode.run(on_hop=on_hop, should_stop=should_stop)
+    reason = episode.termination_reason.value if episode.termination_reason else ""
+    if outcome == "stopped":
+        run_finish(run=run, status=Run.Status.STOPPED, worker=worker, termination_reason="stopped")
+        return Run.Status.STOPPED
+    if episode.reward_info is None:  # a model call failed, or scoring did
         run_finish(
             run=run,
             status=Run.Status.FAILED,
             worker=worker,
-            error=f"The conversation could not be scored: {engine._reason(exc, user_route)}",
-            termination_reason=getattr(reason, "value", str(reason)),
+            error=episode.error or "The conversation ended without a score.",
+            termination_reason=reason,
         )
         return Run.Status.FAILED
     run_finish(
         run=run,
         status=Run.Status.COMPLETED,
         worker=worker,
-        termination_reason=getattr(reason, "value", str(reason)),
-        reward_info=reward_info,
+        termination_reason=reason,
+        reward_info=episode.reward_info.model_dump(mode="json"),
     )
     return Run.Status.COMPLETED
 

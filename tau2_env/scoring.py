@@ -1,0 +1,152 @@
+"""The expected side of τ²'s database check, computed once per task instead of per score.
+
+τ²'s ``EnvironmentEvaluator`` builds a gold environment for every score: it applies the
+task's initial state, plays the task's expected actions on it (``make_tool_call``,
+errors logged and ignored) and compares its database hashes with the conversation's.
+That result depends only on the task (and τ²'s version), yet it costs a fresh database
+and every expected action on each score.
+
+Inside :func:`expected_side_cached`, the environment τ²'s evaluator builds with no
+arguments (its gold environment; ``tau2_env.environments`` hands out the stand-in) is an
+:class:`ExpectedEnvironment`: it records ``set_state`` and ``make_tool_call`` and, when
+asked for the database hashes, answers from a process-wide cache keyed by the domain,
+τ²'s version and exactly what was recorded — computing them on a real environment the
+first time, by the same calls in the same order. Anything else asked of it builds that
+real environment and answers from it, so the stand-in never answers differently from
+the environment it replaces; only the moment the recorded calls run changes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import hashlib
+import json
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator
+from typing import Any
+
+from tau2_env import catalog
+
+__all__ = ["ExpectedEnvironment", "cache_clear", "cache_info", "expected_side_cached", "stand_in"]
+
+_MAX_ENTRIES = 20_000  # a few hundred bytes each; every task of every domain fits
+
+_scope = contextvars.ContextVar("tau2_expected_side_cached", default=False)
+_cache: OrderedDict[str, tuple[Any, Any]] = OrderedDict()
+_lock = threading.Lock()
+_stats = {"hits": 0, "misses": 0}
+
+
+@contextlib.contextmanager
+def expected_side_cached() -> Iterator[None]:
+    """Within the block (this thread or task), τ²'s gold environment is a stand-in
+    whose database hashes come from the cache (see the module docstring)."""
+    token = _scope.set(True)
+    try:
+        yield
+    finally:
+        _scope.reset(token)
+
+
+def stand_in(domain: str) -> ExpectedEnvironment | None:
+    """The stand-in for an argument-less environment of ``domain``, inside the scope."""
+    return ExpectedEnvironment(domain) if _scope.get() else None
+
+
+def cache_info() -> dict[str, int]:
+    """Hits, misses and entries of the cache (for benchmarks and tests)."""
+    with _lock:
+        return {**_stats, "entries": len(_cache)}
+
+
+def cache_clear() -> None:
+    with _lock:
+        _cache.clear()
+        _stats.update(hits=0, misses=0)
+
+
+def _jsonable(value: Any) -> Any:
+    if hasattr(value, "model_dump"):
+        return value.model_dump(mode="json")
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    return value
+
+
+class ExpectedEnvironment:
+    """Records what is done to it; answers database hashes from the cache."""
+
+    def __init__(self, domain: str) -> None:
+        self._domain = domain
+        self._calls: list[tuple[str, dict[str, Any]]] = []
+        self._real: Any = None
+
+    def set_state(self, **kwargs: Any) -> None:
+        if self._real is not None:
+            self._real.set_state(**kwargs)
+        self._calls.append(("set_state", kwargs))
+
+    def make_tool_call(self, tool_name: str, requestor: str = "assistant", **kwargs: Any) -> Any:
+        if self._real is not None:
+            return self._real.make_tool_call(tool_name=tool_name, requestor=requestor, **kwargs)
+        # τ²'s evaluator ignores the result and logs and skips a failing call; the real
+        # environment replays this call (failing the same way) when it is built.
+        self._calls.append(
+            ("make_tool_call", {"tool_name": tool_name, "requestor": requestor, **kwargs})
+        )
+        return None
+
+    def get_db_hash(self) -> Any:
+        return self._hashes()[0]
+
+    def get_user_db_hash(self) -> Any:
+        return self._hashes()[1]
+
+    def __getattr__(self, name: str) -> Any:
+        # Anything else: the real environment, in the state the recorded calls made.
+        return getattr(self._materialize(), name)
+
+    def _key(self) -> str:
+        payload = json.dumps(
+            [self._domain, catalog.tau2_version(), _jsonable(self._calls)],
+            sort_keys=True,
+            default=str,
+        )
+        return hashlib.sha256(payload.encode()).hexdigest()
+
+    def _hashes(self) -> tuple[Any, Any]:
+        if self._real is not None:
+            return self._real.get_db_hash(), self._real.get_user_db_hash()
+        key = self._key()
+        with _lock:
+            found = _cache.get(key)
+            if found is not None:
+                _cache.move_to_end(key)
+                _stats["hits"] += 1
+                return found
+            _stats["misses"] += 1
+        real = self._materialize()
+        hashes = (real.get_db_hash(), real.get_user_db_hash())
+        with _lock:
+            _cache[key] = hashes
+            while len(_cache) > _MAX_ENTRIES:
+                _cache.popitem(last=False)
+        return hashes
+
+    def _materialize(self) -> Any:
+        if self._real is None:
+            from tau2_env import environments
+
+            real = environments.fresh_environment(self._domain)
+            for kind, kwargs in self._calls:
+                if kind == "set_state":
+                    real.set_state(**kwargs)
+                else:
+                    with contextlib.suppress(Exception):  # as τ²'s evaluator does
+                        real.make_tool_call(**kwargs)
+            self._real = real
+        return self._real
