@@ -1,8 +1,11 @@
 """Settings of the engine and the OpenEnv server, read from ``os.environ`` when asked.
 
-Nothing is frozen at import: every function reads the environment when called, so a
-test (or a long-lived worker whose environment changes) sees the current values. An
-episode reads its settings once, when it is created, and keeps them.
+The one reader of settings for the whole project: :func:`env_value` (every variable
+may also be given as a file, ``NAME_FILE``, as Docker and Kubernetes secrets are);
+Django's settings (``tau2site/env.py``) read through it too. Nothing is frozen at
+import: every function reads the environment when called, so a test (or a long-lived
+worker whose environment changes) sees the current values. An episode reads its
+settings once, when it is created, and keeps them.
 
 Secrets are returned inside :class:`ProviderSettings`, whose ``repr`` never shows them.
 """
@@ -20,6 +23,8 @@ __all__ = [
     "ProviderSettings",
     "default_domain",
     "default_split",
+    "env_value",
+    "hf_router_url",
     "llm_timeout",
     "max_concurrent_envs",
     "nl_judge_mode",
@@ -59,9 +64,26 @@ class ProviderSettings:
         return CREDENTIAL_VARS[self.provider]
 
 
-def _env(name: str) -> str | None:
-    """The variable's value stripped, or ``None`` when unset or blank."""
+def env_value(name: str) -> str | None:
+    """The variable's value, else the content of the file named by ``NAME_FILE``
+    (stripped), else ``None``. An empty value counts as unset. Raises
+    :class:`ConfigError` when ``NAME_FILE`` names a file that cannot be read."""
     value = os.environ.get(name)
+    if value:
+        return value
+    path = os.environ.get(f"{name}_FILE")
+    if path:
+        try:
+            with open(path, encoding="utf-8") as fh:
+                return fh.read().strip()
+        except OSError as exc:
+            raise ConfigError(f"{name}_FILE={path!r} cannot be read: {exc}") from exc
+    return None
+
+
+def _env(name: str) -> str | None:
+    """The variable's value (or file) stripped, or ``None`` when unset or blank."""
+    value = env_value(name)
     if value is None:
         return None
     value = value.strip()

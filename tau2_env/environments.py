@@ -24,7 +24,9 @@ import contextlib
 import contextvars
 import copy
 import functools
+import hashlib
 import inspect
+import json
 import pickle
 import threading
 from collections.abc import Callable, Iterable, Iterator
@@ -140,6 +142,7 @@ class _Pristine:
             name for name in type(self.db).model_fields if isinstance(getattr(self.db, name), dict)
         ]
         self._pickles: dict[str, dict[Any, bytes]] = {name: {} for name in self._collections}
+        self._row_json: dict[str, dict[Any, bytes]] = {}
 
     def _copier(self, name: str) -> Callable[[Any], Any]:
         rows = getattr(self.db, name)
@@ -163,7 +166,61 @@ class _Pristine:
         }
         # A shallow copy: the new database shares nothing mutable with the pristine one
         # but the rows, which the CopyOnAccessDicts never hand out.
-        return self.constructor(db=self.db.model_copy(update=update))
+        environment = self.constructor(db=self.db.model_copy(update=update))
+        tools = environment.tools
+        if self._str_keys and getattr(tools, "__dict__", None) is not None:
+            tools.get_db_hash = lambda: self.db_hash(tools.db)
+        return environment
+
+    @functools.cached_property
+    def _str_keys(self) -> bool:
+        return all(
+            isinstance(key, str) for name in self._collections for key in getattr(self.db, name)
+        )
+
+    def _fragments(self, name: str) -> dict[Any, bytes]:
+        """Each pristine row of collection ``name`` as τ²'s hash serialises it (made once)."""
+        fragments = self._row_json.get(name)
+        if fragments is None:
+            fragments = {
+                key: _json(row.model_dump()) for key, row in getattr(self.db, name).items()
+            }
+            self._row_json[name] = fragments
+        return fragments
+
+    def db_hash(self, db: Any) -> str:
+        """τ²'s ``get_dict_hash(db.model_dump())``, byte for byte, without serialising the
+        rows this environment never touched again: sha256 of ``json.dumps(dump,
+        sort_keys=True, default=str)`` fed piece by piece, the pristine rows' pieces
+        made once per process. Any field that is not one of our copy-on-access
+        collections is serialised as τ² does."""
+        digest = hashlib.sha256(b"{")
+        for position, name in enumerate(sorted(type(db).model_fields)):
+            if position:
+                digest.update(b", ")
+            digest.update(_json(name) + b": ")
+            value = getattr(db, name)
+            if name not in self._collections or not isinstance(value, CopyOnAccessDict):
+                digest.update(_json(db.model_dump(include={name})[name]))
+                continue
+            shared = getattr(self.db, name)
+            fragments = self._fragments(name)
+            digest.update(b"{")
+            for index, key in enumerate(sorted(dict.keys(value))):
+                if index:
+                    digest.update(b", ")
+                digest.update(_json(key) + b": ")
+                row = dict.__getitem__(value, key)
+                piece = fragments.get(key) if row is shared.get(key) else None
+                digest.update(piece if piece is not None else _json(row.model_dump()))
+            digest.update(b"}")
+        digest.update(b"}")
+        return digest.hexdigest()
+
+
+def _json(value: Any) -> bytes:
+    """``json.dumps`` as τ²'s ``get_dict_hash`` calls it."""
+    return json.dumps(value, sort_keys=True, default=str).encode()
 
 
 _pristine: dict[str, _Pristine | None] = {}

@@ -7,9 +7,9 @@ Kubernetes secrets are.
 
 from __future__ import annotations
 
-import os
-
 from django.core.exceptions import ImproperlyConfigured
+
+from tau2_env import config
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
@@ -18,19 +18,14 @@ _FALSE = {"false", "0", "no", "off"}
 def envstr(name: str, default: str | None = None) -> str | None:
     """The variable's value, or the content of the file named by ``NAME_FILE``, or ``default``.
 
-    An empty value counts as unset.
+    An empty value counts as unset. The engine's reader (``tau2_env.config.env_value``)
+    reads it: one reader for the whole project.
     """
-    value = os.environ.get(name)
-    if value:
-        return value
-    path = os.environ.get(f"{name}_FILE")
-    if path:
-        try:
-            with open(path, encoding="utf-8") as fh:
-                return fh.read().strip()
-        except OSError as exc:
-            raise ImproperlyConfigured(f"{name}_FILE={path!r} cannot be read: {exc}") from exc
-    return default
+    try:
+        value = config.env_value(name)
+    except config.ConfigError as exc:
+        raise ImproperlyConfigured(str(exc)) from exc
+    return default if value is None else value
 
 
 def envbool(name: str, default: bool) -> bool:
@@ -64,10 +59,3 @@ def envlist(name: str, default: list[str] | None = None) -> list[str]:
     if value is None:
         return list(default or [])
     return [item.strip() for item in value.split(",") if item.strip()]
-
-
-def envchoice(name: str, default: str, choices: set[str]) -> str:
-    value = (envstr(name) or default).strip()
-    if value not in choices:
-        raise ImproperlyConfigured(f"{name} must be one of {sorted(choices)}, not {value!r}")
-    return value

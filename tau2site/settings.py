@@ -14,6 +14,7 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from tau2_env import config as tau2_config
 from tau2site.env import envbool, envint, envlist, envstr
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -160,8 +161,8 @@ TAU2_EMBEDDED_WORKER = envbool("TAU2_EMBEDDED_WORKER", CELERY_BROKER_URL == "mem
 TAU2_EMBEDDED_WORKER_CONCURRENCY = envint("TAU2_EMBEDDED_WORKER_CONCURRENCY", 4, minimum=1)
 
 # --- τ²-bench --------------------------------------------------------------------------------
-TAU2_DOMAIN = envstr("TAU2_DOMAIN", "airline")
-TAU2_SPLIT = envstr("TAU2_SPLIT", "test")
+TAU2_DOMAIN = tau2_config.default_domain()  # the engine's own defaults, read by its reader
+TAU2_SPLIT = tau2_config.default_split()
 TAU2_EXPLORER_PAGE_SIZE = envint("TAU2_EXPLORER_PAGE_SIZE", 48, minimum=1)
 
 # --- Runs (apps.runs) -------------------------------------------------------------------

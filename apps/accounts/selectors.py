@@ -7,8 +7,6 @@ from dataclasses import dataclass
 from django.conf import settings
 from social_django.models import UserSocialAuth
 
-from apps.accounts.models import HFCredential
-
 
 @dataclass(frozen=True)
 class AccountHeader:
@@ -39,13 +37,6 @@ def account_header_for(*, user) -> AccountHeader | None:
         picture=picture,
         via_hugging_face=social is not None,
     )
-
-
-def credential_status_for(*, user) -> HFCredential | None:
-    """The person's vault row (metadata use only: the token fields stay encrypted)."""
-    if user is None or not user.is_authenticated:
-        return None
-    return HFCredential.objects.filter(user_id=user.pk).first()
 
 
 def dev_login_enabled() -> bool:

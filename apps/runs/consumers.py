@@ -10,6 +10,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from apps.runs import presenters
 from apps.runs.events import group_name
 from apps.runs.models import Run
+from apps.runs.selectors import run_events
 
 # Reads (and template rendering) for many open pages at once: off Django's one shared sync
 # thread (thread_sensitive=True would queue every page's every event behind each other).
@@ -40,8 +41,11 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def run_event(self, message):
+        """New events were stored (``seq`` is the batch's last): send them, then the
+        status line, whose counters changed with them."""
         if message["seq"] > self.last_seq:
             await self._send_new_events()
+            await self._send_status()
 
     async def run_status(self, message):
         await self._send_status()
@@ -63,10 +67,9 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
 
     @read_in_pool
     def _new_events(self) -> list[tuple[int, str]]:
-        run = Run.objects.get(pk=self.run_id)
         return [
             (event.seq, presenters.event_html(event))
-            for event in run.events.filter(seq__gt=self.last_seq).order_by("seq")
+            for event in run_events(run_id=self.run_id, after=self.last_seq)
         ]
 
     async def _send_new_events(self):

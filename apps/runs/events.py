@@ -17,13 +17,15 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
+from apps.inference.pricing import cost_usd
 from apps.runs.models import Run, RunEvent
 
 logger = logging.getLogger(__name__)
 
 
 class EventMessage(TypedDict):
-    """Sent to ``run_<id>`` for each stored event (channel type ``run.event``)."""
+    """Sent to ``run_<id>`` once per batch of stored events (channel type ``run.event``):
+    ``seq`` is the batch's last; a consumer reads every event after the last it sent."""
 
     type: Literal["run.event"]
     run_id: int
@@ -101,11 +103,8 @@ def events_publish(
             p, c = _usage(message)
             kind = event_kind(message)
             event_cost = None
-            if kind == RunEvent.Kind.AGENT and agent_prices is not None:
-                event_cost = (Decimal(p) * agent_prices[0] + Decimal(c) * agent_prices[1]) / (
-                    Decimal(1_000_000)
-                )
             if kind == RunEvent.Kind.AGENT:
+                event_cost = cost_usd(prompt_tokens=p, completion_tokens=c, prices=agent_prices)
                 prompt, completion = prompt + p, completion + c
             if message.get("role") != "tool":
                 tool_calls += len(message.get("tool_calls") or [])
@@ -131,14 +130,15 @@ def events_publish(
             "completion_tokens": current.completion_tokens + completion,
         }
         if agent_prices is not None:
-            update["cost_usd"] = (
-                Decimal(update["prompt_tokens"]) * agent_prices[0]
-                + Decimal(update["completion_tokens"]) * agent_prices[1]
-            ) / Decimal(1_000_000)
+            update["cost_usd"] = cost_usd(
+                prompt_tokens=update["prompt_tokens"],
+                completion_tokens=update["completion_tokens"],
+                prices=agent_prices,
+            )
         Run.objects.filter(pk=run.pk).update(**update)
-    for row in rows:
-        _send(EventMessage(type="run.event", run_id=run.pk, seq=row.seq))
-    status_publish(run_id=run.pk)
+    # One message for the batch: the consumer reads every event after the last it sent,
+    # then the run's status line (its counters changed with them).
+    _send(EventMessage(type="run.event", run_id=run.pk, seq=rows[-1].seq))
     return rows
 
 

@@ -56,9 +56,9 @@ def run_get(*, pk: int) -> Run:
         raise Http404(f"No run {pk}") from None
 
 
-def run_events(*, run: Run, after: int = -1) -> QuerySet[RunEvent]:
+def run_events(*, run_id: int, after: int = -1) -> QuerySet[RunEvent]:
     """The run's events with ``seq`` greater than ``after``, in order."""
-    return run.events.filter(seq__gt=after).order_by("seq")
+    return RunEvent.objects.filter(run_id=run_id, seq__gt=after).order_by("seq")
 
 
 def review_flags(*, task) -> list:
