@@ -1,12 +1,13 @@
 # The front door. `make run` installs and serves on embedded defaults; `make test` runs
-# the whole suite (needs PostgreSQL and Redis on 127.0.0.1, as .ci/run starts them).
+# the whole suite (needs PostgreSQL and Redis on 127.0.0.1, as .ci/run starts them);
+# `make test-fast` the same without the browser and slow tests.
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run install install-dev system-deps test lint format migrations-check worker beat bench clean
+.PHONY: run install install-dev system-deps test test-fast lint format migrations-check worker beat bench clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,6 +35,11 @@ run: install
 
 test: install-dev
 	$(BIN)/pytest
+
+# Everything but the browser and slow tests: the quick loop while working (under 3 minutes
+# on 2 cores). Needs no Chromium, so only the Python packages, not install-dev's system-deps.
+test-fast: $(VENV)/.installed-dev
+	$(BIN)/pytest -m "not browser and not slow"
 
 lint: install-dev
 	$(BIN)/ruff check .
