@@ -140,6 +140,11 @@ if REDIS_URL:
                 # socket timeout is also 5 s, which drops idle consumers. Give it room.
                 "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
                 "prefix": envstr("CHANNELS_PREFIX", "tau2"),
+                # Every consumer of a web process shares one Redis key, and group_send
+                # drops (logging at INFO only) what exceeds its capacity: the default of
+                # 100 lost final status lines of busy pages at 100 live runs. Messages
+                # still expire after 60 s, which bounds the key.
+                "capacity": envint("TAU2_CHANNEL_CAPACITY", 5000, minimum=100),
             },
         }
     }

@@ -17,7 +17,7 @@ import pytest
 from tau2_env import Tau2Env, catalog, llm
 from tau2_env.engine import Episode
 from tests.support.llm_server import text
-from tests.tau2_env.trajectories import (
+from tests.support.trajectories import (
     CUSTOMER_OPENING,
     CustomerScript,
     drive_api,

@@ -14,7 +14,7 @@ from tau2.utils.utils import get_dict_hash
 from tau2_env import catalog, environments, llm, scoring
 from tau2_env.engine import Episode
 from tests.support.llm_server import text
-from tests.tau2_env.trajectories import tau2_reward_info
+from tests.support.trajectories import tau2_reward_info
 
 TOKEN = "hf_scoring_token_123456"
 
