@@ -9,8 +9,9 @@ conversation pays (in time and memory) only for the rows it touches, and no two
 environments ever share a row they can change.
 
 Domains whose database is not a set of ``dict[str, BaseModel]`` collections (telecom's
-are lists; building one takes ~10 ms) and domains whose constructor takes no ``db`` are
-built by τ²'s own constructor, as before.
+are lists) get unpickled copies of databases loaded once (:class:`_WholePristine`), the
+customer's phone database too; domains whose constructor takes no ``db`` are built by
+τ²'s own constructor.
 
 Equivalence: the environment is built by the domain's own ``get_environment(db=...)``;
 its database holds, for every key, either the pristine row or this environment's copy
@@ -223,7 +224,38 @@ def _json(value: Any) -> bytes:
     return json.dumps(value, sort_keys=True, default=str).encode()
 
 
-_pristine: dict[str, _Pristine | None] = {}
+class _WholePristine:
+    """A domain whose database is not a set of row dicts (telecom's are lists): its
+    databases — the agent's and, when the constructor takes one, the customer's — loaded
+    and validated once; each environment gets its own unpickled copies of both (0.3 ms
+    instead of τ²'s 4 ms of TOML parsing and validation)."""
+
+    def __init__(self, constructor: Callable[..., Any]) -> None:
+        self.constructor = constructor
+        environment = constructor()
+        self._db = pickle.dumps(environment.tools.db, pickle.HIGHEST_PROTOCOL)
+        user_tools = getattr(environment, "user_tools", None)
+        self._user_db = (
+            pickle.dumps(user_tools.db, pickle.HIGHEST_PROTOCOL)
+            if user_tools is not None and _takes(constructor, "user_db")
+            else None
+        )
+
+    def new_environment(self) -> Any:
+        kwargs = {"db": pickle.loads(self._db)}  # noqa: S301 - our own bytes
+        if self._user_db is not None:
+            kwargs["user_db"] = pickle.loads(self._user_db)  # noqa: S301 - our own bytes
+        return self.constructor(**kwargs)
+
+
+def _takes(constructor: Callable[..., Any], name: str) -> bool:
+    try:
+        return name in inspect.signature(constructor).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+_pristine: dict[str, _Pristine | _WholePristine | None] = {}
 _locks: dict[str, threading.Lock] = {}
 _locks_lock = threading.Lock()
 _in_fresh_scope = contextvars.ContextVar("tau2_fresh_environments", default=False)
@@ -234,15 +266,8 @@ def _original_constructor(domain: str) -> Callable[..., Any]:
     return getattr(constructor, "__tau2_original__", constructor)
 
 
-def _copy_on_access_ok(constructor: Callable[..., Any]) -> bool:
-    try:
-        return "db" in inspect.signature(constructor).parameters
-    except (TypeError, ValueError):
-        return False
-
-
-def _pristine_for(domain: str) -> _Pristine | None:
-    """The domain's pristine database, built once (``None``: build environments whole)."""
+def _pristine_for(domain: str) -> _Pristine | _WholePristine | None:
+    """The domain's pristine database, built once (``None``: τ²'s constructor each time)."""
     if domain in _pristine:
         return _pristine[domain]
     with _locks_lock:
@@ -250,16 +275,15 @@ def _pristine_for(domain: str) -> _Pristine | None:
     with lock:
         if domain not in _pristine:
             constructor = _original_constructor(domain)
-            pristine: _Pristine | None = None
-            if _copy_on_access_ok(constructor):
+            pristine: _Pristine | _WholePristine | None = None
+            if _takes(constructor, "db"):
                 candidate = _Pristine(domain, constructor)
                 rows_are_models = candidate._collections and all(
                     isinstance(getattr(candidate.db, name), dict)
                     and all(isinstance(v, BaseModel) for v in getattr(candidate.db, name).values())
                     for name in type(candidate.db).model_fields
                 )
-                if rows_are_models:
-                    pristine = candidate
+                pristine = candidate if rows_are_models else _WholePristine(constructor)
             _pristine[domain] = pristine
         return _pristine[domain]
 
