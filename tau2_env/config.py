@@ -29,6 +29,7 @@ __all__ = [
     "max_concurrent_envs",
     "nl_judge_mode",
     "provider_settings",
+    "scoring_concurrency",
 ]
 
 PROVIDERS = ("hf", "openai", "anthropic")
@@ -160,6 +161,16 @@ def default_split() -> str:
 def max_concurrent_envs() -> int:
     """``MAX_CONCURRENT_ENVS``, default 64: OpenEnv sessions at once, and LLM worker threads."""
     return _env_int("MAX_CONCURRENT_ENVS", 64)
+
+
+def scoring_concurrency() -> int:
+    """``TAU2_SCORING_CONCURRENCY``, default 2: conversations of one process scored at once.
+
+    Scoring is CPU-bound Python; 64 threads scoring together under the GIL spend several
+    times the CPU of the same work one or two at a time (seen: 25 ms each alone, ~100 ms
+    each 64 at once). The others wait their turn, which finishes all of them sooner.
+    """
+    return _env_int("TAU2_SCORING_CONCURRENCY", 2)
 
 
 def nl_judge_mode() -> str:

@@ -26,6 +26,7 @@ them in an executor (see ``tau2_env.openenv_env``). Not thread-safe: one caller 
 from __future__ import annotations
 
 import random
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator
@@ -626,8 +627,10 @@ class Episode:
         started = time.perf_counter()
         # τ²'s evaluator builds two environments per score: copy-on-access ones instead
         # of re-validating the database, and the expected side's database computed once
-        # per task (see tau2_env.environments and tau2_env.scoring).
+        # per task (see tau2_env.environments and tau2_env.scoring). A few at a time per
+        # process: CPU-bound work in many threads at once only costs more.
         with (
+            _scoring_slots(),
             self.llm_context(),
             environments.fresh_environments_for_tau2(self.domain),
             scoring.expected_side_cached(),
@@ -679,6 +682,19 @@ class Episode:
     def _score_if_due(self) -> None:
         if self.score_on_end and self.done and self.error is None and self.reward_info is None:
             self.score()
+
+
+_slots: threading.BoundedSemaphore | None = None
+_slots_lock = threading.Lock()
+
+
+def _scoring_slots() -> threading.BoundedSemaphore:
+    """The process's scoring slots (``TAU2_SCORING_CONCURRENCY``, read once)."""
+    global _slots
+    with _slots_lock:
+        if _slots is None:
+            _slots = threading.BoundedSemaphore(config.scoring_concurrency())
+        return _slots
 
 
 def _task_history(task: Task) -> list[Message]:

@@ -143,7 +143,8 @@ class _Pristine:
             name for name in type(self.db).model_fields if isinstance(getattr(self.db, name), dict)
         ]
         self._pickles: dict[str, dict[Any, bytes]] = {name: {} for name in self._collections}
-        self._row_json: dict[str, dict[Any, bytes]] = {}
+        self._row_json: dict[str, tuple[list[Any], dict[Any, bytes]]] = {}
+        self._lock = threading.Lock()
 
     def _copier(self, name: str) -> Callable[[Any], Any]:
         rows = getattr(self.db, name)
@@ -179,44 +180,47 @@ class _Pristine:
             isinstance(key, str) for name in self._collections for key in getattr(self.db, name)
         )
 
-    def _fragments(self, name: str) -> dict[Any, bytes]:
-        """Each pristine row of collection ``name`` as τ²'s hash serialises it (made once)."""
-        fragments = self._row_json.get(name)
-        if fragments is None:
-            fragments = {
-                key: _json(row.model_dump()) for key, row in getattr(self.db, name).items()
-            }
-            self._row_json[name] = fragments
-        return fragments
+    def _pieces(self, name: str) -> tuple[list[Any], dict[Any, bytes]]:
+        """Collection ``name``'s pristine keys in sorted order, and each pristine row as
+        ``"key": row`` exactly as τ²'s hash serialises it (both made once, under a lock:
+        64 sessions scoring at once must not all build them)."""
+        found = self._row_json.get(name)
+        if found is None:
+            with self._lock:
+                found = self._row_json.get(name)
+                if found is None:
+                    rows = getattr(self.db, name)
+                    pieces = {
+                        key: _json(key) + b": " + _json(rows[key].model_dump()) for key in rows
+                    }
+                    found = self._row_json[name] = (sorted(rows), pieces)
+        return found
 
     def db_hash(self, db: Any) -> str:
         """τ²'s ``get_dict_hash(db.model_dump())``, byte for byte, without serialising the
         rows this environment never touched again: sha256 of ``json.dumps(dump,
-        sort_keys=True, default=str)`` fed piece by piece, the pristine rows' pieces
+        sort_keys=True, default=str)``, assembled from pieces, the pristine rows' pieces
         made once per process. Any field that is not one of our copy-on-access
         collections is serialised as τ² does."""
-        digest = hashlib.sha256(b"{")
-        for position, name in enumerate(sorted(type(db).model_fields)):
-            if position:
-                digest.update(b", ")
-            digest.update(_json(name) + b": ")
+        parts = []
+        for name in sorted(type(db).model_fields):
             value = getattr(db, name)
             if name not in self._collections or not isinstance(value, CopyOnAccessDict):
-                digest.update(_json(db.model_dump(include={name})[name]))
+                parts.append(_json(name) + b": " + _json(db.model_dump(include={name})[name]))
                 continue
             shared = getattr(self.db, name)
-            fragments = self._fragments(name)
-            digest.update(b"{")
-            for index, key in enumerate(sorted(dict.keys(value))):
-                if index:
-                    digest.update(b", ")
-                digest.update(_json(key) + b": ")
+            order, pieces = self._pieces(name)
+            if len(value) != len(order) or any(k not in pieces for k in value._owned):
+                order = sorted(dict.keys(value))  # rows were added or removed
+            rows = []
+            for key in order:
                 row = dict.__getitem__(value, key)
-                piece = fragments.get(key) if row is shared.get(key) else None
-                digest.update(piece if piece is not None else _json(row.model_dump()))
-            digest.update(b"}")
-        digest.update(b"}")
-        return digest.hexdigest()
+                piece = pieces.get(key) if row is shared.get(key) else None
+                rows.append(
+                    piece if piece is not None else _json(key) + b": " + _json(row.model_dump())
+                )
+            parts.append(_json(name) + b": {" + b", ".join(rows) + b"}")
+        return hashlib.sha256(b"{" + b", ".join(parts) + b"}").hexdigest()
 
 
 def _json(value: Any) -> bytes:

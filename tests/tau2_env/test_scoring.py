@@ -123,3 +123,25 @@ def test_a_telecom_environment_from_the_loaded_databases_equals_tau2s_own():
     assert ours.get_user_db_hash() == theirs.get_user_db_hash()
     assert ours.get_policy() == theirs.get_policy()
     assert ours.tools.db is not environments.fresh_environment("telecom").tools.db
+
+
+def test_a_booking_that_adds_a_row_still_hashes_as_tau2_hashes_it():
+    environment = environments.fresh_environment("airline")
+    before = len(environment.tools.db.reservations)
+    booking = {
+        "user_id": "mia_li_3668",
+        "origin": "JFK",
+        "destination": "SEA",
+        "flight_type": "one_way",
+        "cabin": "economy",
+        "flights": [{"flight_number": "HAT136", "date": "2024-05-20"}],
+        "passengers": [{"first_name": "Mia", "last_name": "Li", "dob": "1990-04-05"}],
+        "payment_methods": [{"payment_id": "certificate_7504069", "amount": 152}],
+        "total_baggages": 0,
+        "nonfree_baggages": 0,
+        "insurance": "no",
+    }
+    call = ToolCall(id="b1", name="book_reservation", arguments=booking, requestor="assistant")
+    assert not environment.get_response(call).error
+    assert len(environment.tools.db.reservations) == before + 1
+    assert environment.get_db_hash() == get_dict_hash(environment.tools.db.model_dump())
