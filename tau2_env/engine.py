@@ -297,6 +297,7 @@ class Episode:
         self.reward_info: RewardInfo | None = None
         self.evaluation_seconds: float | None = None
         self.error: str | None = None
+        self.failure: BaseException | None = None  # the LLM call that ended a run()
         self._ended: TerminationReason | None = None  # an end the orchestrator did not make
 
         # A fresh environment without re-validating the domain's database each time; the
@@ -437,18 +438,24 @@ class Episode:
         *,
         on_hop: Callable[[Hop], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
+        backoff: Callable[[llm.LLMCallError, int], float | None] | None = None,
     ) -> str:
         """Play the conversation to its end with τ²'s ``LLMAgent`` (needs ``agent_llm``).
 
         Before every hop ``should_stop()`` is asked; after it, ``on_hop`` gets the hop's
         new messages. A tool call and its results make one reported hop, so a stored
-        history never ends on an unanswered call. Returns ``"ended"`` (scored, unless
-        scoring failed: then ``error`` says why), ``"stopped"`` (``should_stop`` said so;
-        not scored) or ``"failed"`` (an LLM call failed; ``error`` names whose and why,
-        and the hop's partial messages were reported). Other exceptions propagate.
+        history never ends on an unanswered call. When an LLM call fails transiently
+        (``LLMCallError.transient``: rate limit, provider error, timeout), ``backoff(exc,
+        attempt)`` says how many seconds to wait before the hop is tried again (attempt
+        1, 2, …), or ``None`` to give up; the failed call left the conversation as it
+        was. Returns ``"ended"`` (scored, unless scoring failed: then ``error`` says
+        why), ``"stopped"`` (``should_stop`` said so; not scored) or ``"failed"`` (an LLM
+        call failed; ``error`` names whose and why, ``failure`` is the exception, and the
+        hop's partial messages were reported). Other exceptions propagate.
         """
         if self._agent_llm is None:
             raise RuntimeError("Episode.run needs an agent_llm: τ²'s LLMAgent plays the agent")
+        attempt = 0
         with self.llm_context():
             while not self.done:
                 if should_stop is not None and should_stop():
@@ -461,6 +468,14 @@ class Episode:
                     while self._orchestrator.to_role == Role.ENV and not self.done:
                         self._hop()
                 except (llm.LLMCallError, llm.MissingCredentialsError) as exc:
+                    wait = None
+                    if backoff is not None and getattr(exc, "transient", False):
+                        attempt += 1
+                        wait = backoff(exc, attempt)
+                    if wait is not None and len(self.messages) == written:
+                        time.sleep(wait)
+                        continue
+                    self.failure = exc
                     self._report(on_hop, written, speaker, started)
                     self.error = f"The {speaker}'s model call failed: {exc}"
                     self._ended = (
@@ -469,6 +484,7 @@ class Episode:
                         else TerminationReason.USER_ERROR
                     )
                     return "failed"
+                attempt = 0
                 self._report(on_hop, written, speaker, started)
         self._score_if_due()
         return "ended"

@@ -101,9 +101,14 @@ class MissingCredentialsError(RuntimeError):
 class LLMCallError(RuntimeError):
     """An LLM call failed; ``str()`` is a readable reason with no secret in it."""
 
-    def __init__(self, message: str, *, status_code: int | None = None) -> None:
+    def __init__(
+        self, message: str, *, status_code: int | None = None, transient: bool = False
+    ) -> None:
         super().__init__(message)
         self.status_code = status_code
+        # Worth trying again later: a rate limit, a provider's 5xx, a timeout or a
+        # connection that failed. Never 401/402/403/404 or a bad request.
+        self.transient = transient
 
 
 @dataclass(frozen=True)
@@ -250,8 +255,25 @@ def routed_completion(*args: Any, **kwargs: Any) -> Any:
         return litellm.completion(**call)
     except Exception as exc:
         raise LLMCallError(
-            describe_error(exc, route=route), status_code=getattr(exc, "status_code", None)
+            describe_error(exc, route=route),
+            status_code=getattr(exc, "status_code", None),
+            transient=is_transient(exc),
         ) from None
+
+
+def is_transient(exc: BaseException) -> bool:
+    """True for a failure that waiting may cure: 408/429/5xx, a timeout, a lost connection."""
+    status = getattr(exc, "status_code", None)
+    if isinstance(status, int) and (status in (408, 409, 429) or status >= 500):
+        return True
+    return isinstance(
+        exc,
+        litellm.Timeout
+        | litellm.RateLimitError
+        | litellm.ServiceUnavailableError
+        | litellm.InternalServerError
+        | litellm.APIConnectionError,
+    )
 
 
 def describe_error(exc: BaseException, *, route: Route) -> str:

@@ -15,7 +15,7 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from tau2_env import config as tau2_config
-from tau2site.env import envbool, envint, envlist, envstr
+from tau2site.env import envbool, envfloat, envint, envlist, envstr
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(envstr("TAU2_VAR_DIR") or BASE_DIR / "var")
@@ -65,6 +65,7 @@ INSTALLED_APPS = [
     "apps.tasks",
     "apps.runs",
     "apps.play",
+    "apps.evaluations",
     "apps.inference",
 ]
 
@@ -177,8 +178,24 @@ TAU2_RUN_MAX_STEPS = envint("TAU2_RUN_MAX_STEPS", 200, minimum=1)
 TAU2_RUN_LEASE_SECONDS = envint("TAU2_RUN_LEASE_SECONDS", 60, minimum=3)
 TAU2_RUN_REAP_SECONDS = envint("TAU2_RUN_REAP_SECONDS", 30, minimum=1)
 TAU2_RUN_MAX_ATTEMPTS = envint("TAU2_RUN_MAX_ATTEMPTS", 3, minimum=1)
+# A rate limit, a provider's 5xx or a timeout: the hop is tried again this many times,
+# after TAU2_RUN_BACKOFF_SECONDS × 2^attempt (± 50 % jitter, at most 2 minutes).
+TAU2_RUN_TRANSIENT_RETRIES = envint("TAU2_RUN_TRANSIENT_RETRIES", 4, minimum=0)
+TAU2_RUN_BACKOFF_SECONDS = envfloat("TAU2_RUN_BACKOFF_SECONDS", 2.0, minimum=0.0)
+
+# --- Evaluations (apps.evaluations) ----------------------------------------------------
+# Runs of evaluations in flight at once, for everyone and per person: kept below the
+# workers' threads, so that a single run someone starts begins at once.
+TAU2_EVAL_MAX_IN_FLIGHT = envint("TAU2_EVAL_MAX_IN_FLIGHT", 32, minimum=1)
+TAU2_EVAL_PER_PERSON = envint("TAU2_EVAL_PER_PERSON", 16, minimum=1)
+TAU2_EVAL_MAX_UPLOAD_BYTES = envint("TAU2_EVAL_MAX_UPLOAD_BYTES", 50 * 1024 * 1024, minimum=1024)
 CELERY_BEAT_SCHEDULE = {
     "runs-reap": {"task": "runs.reap", "schedule": float(TAU2_RUN_REAP_SECONDS)},
+    # Start what evaluations may start (also done whenever one of their runs ends).
+    "evaluations-dispatch": {
+        "task": "evaluations.dispatch",
+        "schedule": float(TAU2_RUN_REAP_SECONDS),
+    },
 }
 
 # --- Static files -------------------------------------------------------------------------

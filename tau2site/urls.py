@@ -3,12 +3,15 @@ from django.urls import include, path
 from django.views.generic import RedirectView
 
 from apps.accounts import views as accounts_views
+from apps.evaluations.views import results as evaluation_results
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="tasks:explorer", permanent=False)),
     path("tasks/", include("apps.tasks.urls")),
     path("runs/", include("apps.runs.urls")),
     path("play/", include("apps.play.urls")),
+    path("evaluations/", include("apps.evaluations.urls")),
+    path("leaderboard/", evaluation_results.leaderboard, name="leaderboard"),
     path("api/", include("apps.tasks.api_urls")),
     path("accounts/", include("apps.accounts.urls")),
     path("auth/", include("social_django.urls", namespace="social")),

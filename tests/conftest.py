@@ -69,7 +69,7 @@ def _delete_people_and_runs() -> None:
     from django.apps import apps
     from django.contrib.auth import get_user_model
 
-    for label in ("runs.Run", "runs.RunEvent"):
+    for label in ("evaluations.Evaluation", "runs.Run", "runs.RunEvent"):
         apps.get_model(label).objects.all().delete()
     get_user_model().objects.all().delete()
 
@@ -164,6 +164,9 @@ def start_celery_worker(*, llm, queue: str, name: str, extra_env: dict | None = 
         "OPENAI_BASE_URL": llm.base_url,
         # Short enough for the timeout test, long enough for a loaded 2-core machine.
         "TAU2_LLM_TIMEOUT": "8",
+        # A transiently failing hop is tried once more, after ~0.1 s.
+        "TAU2_RUN_TRANSIENT_RETRIES": "1",
+        "TAU2_RUN_BACKOFF_SECONDS": "0.1",
         **(extra_env or {}),
     }
     for variable in (

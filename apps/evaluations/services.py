@@ -1,0 +1,349 @@
+"""Writes of evaluations: create, dispatch fairly, pause, resume, stop, retry, settle.
+
+An evaluation owns one model run per task and trial, created up front (``QUEUED``,
+not yet handed to the workers). :func:`evaluations_dispatch` hands them to the Celery
+queue within three caps — the evaluation's own concurrency, ``TAU2_EVAL_PER_PERSON``
+and ``TAU2_EVAL_MAX_IN_FLIGHT`` — one run at a time to whoever has the fewest in flight,
+so people share the workers fairly and single runs (which never wait for the
+dispatcher) always find a free worker. It runs when an evaluation starts or resumes,
+whenever one of its runs ends, and from beat.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter, defaultdict
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from apps.evaluations import events
+from apps.evaluations.models import MAX_TRIALS, Evaluation
+from apps.runs.models import Run
+from apps.runs.services import (
+    model_run_build,
+    model_run_validate,
+    prices_for_storage,
+    run_stop,
+)
+from apps.tasks.models import Task
+from apps.tasks.selectors import catalogue_latest
+from tau2_env import catalog, config
+from tau2_env.evaluation import DEFAULT_SEED, trial_seeds
+
+logger = logging.getLogger(__name__)
+
+IN_FLIGHT = Q(dispatched_at__isnull=False, status__in=(Run.Status.QUEUED, Run.Status.RUNNING))
+
+
+def evaluation_create(
+    *,
+    user,
+    domain: str,
+    split: str = "",
+    task_ids: list[str] | None = None,
+    query: str = "",
+    agent_model: str,
+    agent_prices: tuple | None = None,
+    user_model: str | None = None,
+    num_trials: int = 1,
+    seed: int | None = DEFAULT_SEED,
+    max_steps: int = 200,
+    max_errors: int = 10,
+    concurrency: int = 8,
+    name: str = "",
+) -> Evaluation:
+    """Create an evaluation of ``agent_model`` over ``task_ids`` (default: all of
+    ``split``) × ``num_trials`` and start it. Runs on ``user``'s token.
+
+    Raises ``SignInRequired`` (from the vault) before anything is stored when ``user``
+    has no usable token, and ``ValidationError`` for anything else wrong.
+    """
+    from apps.accounts.vault import hf_token_for
+
+    hf_token_for(user=user)
+    agent_model = model_run_validate(agent_model=agent_model, max_steps=max_steps)
+    if not 1 <= num_trials <= MAX_TRIALS:
+        raise ValidationError({"num_trials": f"Between 1 and {MAX_TRIALS} trials."})
+    if not 1 <= max_errors <= 1000:
+        raise ValidationError({"max_errors": "The error limit must be between 1 and 1000."})
+    if concurrency < 1:
+        raise ValidationError({"concurrency": "At least one run at a time."})
+    if domain not in catalog.domain_names():
+        raise ValidationError({"domain": f"Unknown domain {domain!r}."})
+    splits = catalog.get_domain(domain).splits
+    if split and split not in splits:
+        raise ValidationError({"split": f"{domain} has no split {split!r}."})
+    if task_ids:
+        ids = list(dict.fromkeys(str(t).strip() for t in task_ids if str(t).strip()))
+    elif split:
+        ids = list(splits[split])
+    else:
+        raise ValidationError({"task_ids": "Choose a split or some tasks."})
+    tasks = {t.task_id: t for t in Task.objects.filter(domain_id=domain, task_id__in=ids)}
+    missing = [t for t in ids if t not in tasks]
+    if missing:
+        shown = ", ".join(missing[:5]) + (" …" if len(missing) > 5 else "")
+        raise ValidationError({"task_ids": f"No task {shown} in {domain}."})
+    if not ids:
+        raise ValidationError({"task_ids": "No tasks to evaluate."})
+    seed = DEFAULT_SEED if seed is None else seed
+    seeds = trial_seeds(seed, num_trials)
+    user_model = (user_model or "").strip() or config.provider_settings().model
+    prices = prices_for_storage(agent_prices)
+    latest = catalogue_latest()
+    with transaction.atomic():
+        evaluation = Evaluation.objects.create(
+            name=name.strip()[:200],
+            created_by=user,
+            domain=domain,
+            split=split,
+            full_split=bool(split) and set(ids) == set(splits.get(split, ())),
+            query=query[:500],
+            task_ids=ids,
+            agent_model=agent_model,
+            agent_provider=agent_model.split(":", 1)[1] if ":" in agent_model else "",
+            user_model=user_model,
+            num_trials=num_trials,
+            seed=seed,
+            trial_seeds=seeds,
+            max_steps=max_steps,
+            max_errors=max_errors,
+            concurrency=concurrency,
+            provenance={
+                "tau2_version": catalog.tau2_version(),
+                "task_set_hash": latest.task_set_hash if latest else catalog.catalogue_hash(),
+                "agent_prices": list(prices) if prices else None,
+                "source": "studio",
+            },
+        )
+        # Trial-major, as τ² runs them: every task's trial 0, then trial 1, …
+        Run.objects.bulk_create(
+            model_run_build(
+                user=user,
+                task=tasks[task_id],
+                agent_model=agent_model,
+                user_model=user_model,
+                max_steps=max_steps,
+                seed=seed,
+                trial=trial,
+                trial_seed=seeds[trial],
+                prices=prices,
+                max_errors=max_errors,
+                evaluation=evaluation,
+            )
+            for trial in range(num_trials)
+            for task_id in ids
+        )
+        transaction.on_commit(evaluations_dispatch)
+    return evaluation
+
+
+def evaluations_dispatch() -> list[int]:
+    """Hand queued runs of running evaluations to the workers, within the caps, fairly
+    across people; returns the ids queued. Safe to call from anywhere at any time: the
+    running evaluations are locked while the slots are counted."""
+    from apps.runs.tasks import execute_run
+
+    queued: list[int] = []
+    with transaction.atomic():
+        active = list(
+            Evaluation.objects.select_for_update()
+            .filter(status=Evaluation.Status.RUNNING)
+            .order_by("created_at", "id")
+        )
+        if not active:
+            return []
+        in_flight = Counter(
+            dict(
+                Run.objects.filter(IN_FLIGHT, evaluation__isnull=False)
+                .values_list("evaluation_id")
+                .annotate(n=Count("id"))
+            )
+        )
+        owner = {e.pk: e.created_by_id for e in active}
+        by_person: dict[int, int] = Counter()
+        for evaluation_id, n in in_flight.items():
+            person = owner.get(evaluation_id)
+            if person is None:  # a paused or stopped evaluation's runs still count
+                person = (
+                    Evaluation.objects.filter(pk=evaluation_id)
+                    .values_list("created_by_id", flat=True)
+                    .first()
+                )
+            by_person[person] += n
+        budget = settings.TAU2_EVAL_MAX_IN_FLIGHT - sum(in_flight.values())
+        waiting: dict[int, list[Evaluation]] = defaultdict(list)
+        for evaluation in active:
+            waiting[evaluation.created_by_id].append(evaluation)
+        pending = {
+            e.pk: list(
+                Run.objects.filter(
+                    evaluation=e, status=Run.Status.QUEUED, dispatched_at__isnull=True
+                )
+                .order_by("trial", "id")
+                .values_list("id", flat=True)[: max(0, e.concurrency - in_flight[e.pk])]
+            )
+            for e in active
+        }
+        while budget > 0:
+            # The person with the fewest runs in flight goes next; their oldest
+            # evaluation with room gives one run.
+            people = sorted(
+                (p for p, evs in waiting.items() if by_person[p] < settings.TAU2_EVAL_PER_PERSON),
+                key=lambda p: (by_person[p], p),
+            )
+            taken = None
+            for person in people:
+                for evaluation in waiting[person]:
+                    if pending[evaluation.pk] and in_flight[evaluation.pk] < evaluation.concurrency:
+                        taken = (person, evaluation, pending[evaluation.pk].pop(0))
+                        break
+                if taken:
+                    break
+            if taken is None:
+                break
+            person, evaluation, run_id = taken
+            queued.append(run_id)
+            in_flight[evaluation.pk] += 1
+            by_person[person] += 1
+            budget -= 1
+        if queued:
+            Run.objects.filter(pk__in=queued).update(dispatched_at=timezone.now())
+            for run_id in queued:
+                transaction.on_commit(lambda run_id=run_id: execute_run.delay(run_id))
+    return queued
+
+
+def evaluation_run_settled(*, run_id: int) -> None:
+    """One of an evaluation's runs became final: stop the evaluation if the provider
+    refused the token, complete it when every run is final, start the next runs, and
+    tell its pages."""
+    run = Run.objects.filter(pk=run_id).values("evaluation_id", "failure", "error").first()
+    if not run or run["evaluation_id"] is None:
+        return
+    evaluation_id = run["evaluation_id"]
+    if run["failure"] == Run.Failure.PROVIDER:
+        evaluation_fail(evaluation_id=evaluation_id, error=run["error"])
+    _complete_if_done(evaluation_id)
+    evaluations_dispatch()
+    events.evaluation_publish(evaluation_id=evaluation_id)
+
+
+def _complete_if_done(evaluation_id: int) -> None:
+    open_runs = Run.objects.filter(evaluation_id=evaluation_id).exclude(status__in=Run.FINAL)
+    if open_runs.exists():
+        return
+    Evaluation.objects.filter(pk=evaluation_id, status=Evaluation.Status.RUNNING).update(
+        status=Evaluation.Status.COMPLETED, finished_at=timezone.now()
+    )
+    _summarise(evaluation_id)
+
+
+def _summarise(evaluation_id: int) -> None:
+    from apps.evaluations.selectors import evaluation_metrics
+
+    evaluation = Evaluation.objects.get(pk=evaluation_id)
+    Evaluation.objects.filter(pk=evaluation_id).update(summary=evaluation_metrics(evaluation))
+
+
+def evaluation_fail(*, evaluation_id: int, error: str) -> None:
+    """The provider refused the starter's token (401/402): stop everything, say why."""
+    changed = Evaluation.objects.filter(
+        pk=evaluation_id, status__in=(Evaluation.Status.RUNNING, Evaluation.Status.PAUSED)
+    ).update(
+        status=Evaluation.Status.FAILED,
+        error=f"Stopped: {error}" if error else "Stopped: the provider refused the token.",
+        finished_at=timezone.now(),
+    )
+    if changed:
+        _stop_runs(evaluation_id)
+
+
+def _stop_runs(evaluation_id: int) -> None:
+    now = timezone.now()
+    Run.objects.filter(
+        evaluation_id=evaluation_id, status=Run.Status.QUEUED, dispatched_at__isnull=True
+    ).update(
+        status=Run.Status.STOPPED,
+        stop_requested=True,
+        termination_reason="stopped",
+        finished_at=now,
+    )
+    for run in Run.objects.filter(evaluation_id=evaluation_id).exclude(status__in=Run.FINAL):
+        run_stop(run=run, by=None)
+    _summarise(evaluation_id)
+
+
+def evaluation_pause(*, evaluation: Evaluation) -> Evaluation:
+    """No new run starts; runs already started finish."""
+    Evaluation.objects.filter(pk=evaluation.pk, status=Evaluation.Status.RUNNING).update(
+        status=Evaluation.Status.PAUSED
+    )
+    events.evaluation_publish(evaluation_id=evaluation.pk)
+    evaluation.refresh_from_db()
+    return evaluation
+
+
+def evaluation_resume(*, evaluation: Evaluation) -> Evaluation:
+    """Start handing out runs again (the starter's token must still be usable)."""
+    from apps.accounts.vault import hf_token_for
+
+    hf_token_for(user=evaluation.created_by)
+    Evaluation.objects.filter(pk=evaluation.pk, status=Evaluation.Status.PAUSED).update(
+        status=Evaluation.Status.RUNNING
+    )
+    transaction.on_commit(evaluations_dispatch)
+    events.evaluation_publish(evaluation_id=evaluation.pk)
+    evaluation.refresh_from_db()
+    return evaluation
+
+
+def evaluation_stop(*, evaluation: Evaluation) -> Evaluation:
+    """Stop: runs not started are stopped at once, started ones between their hops."""
+    changed = Evaluation.objects.filter(
+        pk=evaluation.pk, status__in=(Evaluation.Status.RUNNING, Evaluation.Status.PAUSED)
+    ).update(status=Evaluation.Status.STOPPED, finished_at=timezone.now())
+    if changed:
+        _stop_runs(evaluation.pk)
+    events.evaluation_publish(evaluation_id=evaluation.pk)
+    evaluation.refresh_from_db()
+    return evaluation
+
+
+RETRYABLE = (Run.Failure.TRANSIENT, Run.Failure.INFRASTRUCTURE)
+
+
+def evaluation_retry_failed(*, evaluation: Evaluation) -> int:
+    """Queue again the runs that failed on a transient or infrastructure error (never
+    completed ones, never a provider refusal); they resume from their stored messages.
+    Returns how many; the evaluation runs again if any."""
+    from apps.accounts.vault import hf_token_for
+
+    if evaluation.status == Evaluation.Status.IMPORTED:
+        raise ValidationError("An imported evaluation has nothing to run again.")
+    hf_token_for(user=evaluation.created_by)
+    with transaction.atomic():
+        count = Run.objects.filter(
+            evaluation=evaluation, status=Run.Status.FAILED, failure__in=RETRYABLE
+        ).update(
+            status=Run.Status.QUEUED,
+            failure="",
+            error="",
+            termination_reason="",
+            finished_at=None,
+            dispatched_at=None,
+            attempts=0,
+            worker="",
+            lease_expires_at=None,
+        )
+        if count:
+            Evaluation.objects.filter(pk=evaluation.pk).update(
+                status=Evaluation.Status.RUNNING, finished_at=None, error=""
+            )
+            transaction.on_commit(evaluations_dispatch)
+    events.evaluation_publish(evaluation_id=evaluation.pk)
+    return count

@@ -1,0 +1,13 @@
+"""Celery tasks of evaluations: thin, ids only."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from apps.evaluations import services
+
+
+@shared_task(name="evaluations.dispatch", ignore_result=True)
+def dispatch() -> list[int]:
+    """Start what running evaluations may start (beat; also after every run of theirs)."""
+    return services.evaluations_dispatch()

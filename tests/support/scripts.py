@@ -1,0 +1,101 @@
+"""Scripted models for runs and evaluations on the production path.
+
+The scripted LLM plays both τ²'s agent and the customer: requests that carry the
+domain's tools are the agent's, the others the customer's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+
+from tests.support.llm_server import RecordedRequest, Reply, ScriptedLLM, error, text, tool_call
+
+AGENT_MODEL = "deepseek-ai/DeepSeek-V4.1-Flash:novita"
+GOLD_TASK = ("airline", "27")  # get_user_details, then send_certificate (a write)
+
+
+def is_agent_request(request: RecordedRequest) -> bool:
+    return bool(request.body.get("tools")) and any(
+        t["function"]["name"] == "get_user_details" for t in request.body["tools"]
+    )
+
+
+def play(
+    llm: ScriptedLLM,
+    *,
+    agent: list[Reply | str],
+    customer: list[Reply | str],
+    delay: float = 0.0,
+) -> None:
+    """Script both sides: the agent's and the customer's replies, each in order."""
+    agent_replies, customer_replies = list(agent), list(customer)
+
+    def responder(request: RecordedRequest):
+        if delay:
+            time.sleep(delay)
+        queue = agent_replies if is_agent_request(request) else customer_replies
+        if not queue:
+            return error(500, "scripted LLM: that side has no reply left")
+        return queue.pop(0)
+
+    llm.responder = responder
+
+
+def gold_script(llm: ScriptedLLM, *, delay: float = 0.0) -> None:
+    """Task airline/27 solved: the agent looks the customer up and sends the certificate.
+
+    Stateless: each reply follows from the conversation in the request, so a hop that is
+    asked again (a worker died before storing it) gets the same answer.
+    """
+
+    def responder(request: RecordedRequest):
+        if delay:
+            time.sleep(delay)
+        if is_agent_request(request):
+            called = [
+                call["function"]["name"]
+                for message in request.messages
+                if message.get("role") == "assistant"
+                for call in message.get("tool_calls") or []
+            ]
+            if "get_user_details" not in called:
+                return tool_call("get_user_details", user_id="ethan_martin_2396")
+            if "send_certificate" not in called:
+                return tool_call("send_certificate", user_id="ethan_martin_2396", amount=150)
+            return text("I have sent you a $150 certificate. Anything else?")
+        if "certificate" in request.text():
+            return text("Thanks, that's all. ###STOP###")
+        return text("Hi, my flight was delayed and I want compensation. I'm ethan_martin_2396.")
+
+    llm.responder = responder
+
+
+def wait_for(run, predicate: Callable, *, timeout: float = 60.0, what: str = "the run"):
+    """Poll the run until ``predicate(run)``; fails with the run's state on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        run.refresh_from_db()
+        if predicate(run):
+            return run
+        if time.monotonic() > deadline:
+            pytest.fail(
+                f"{what} did not happen: status={run.status} error={run.error!r} "
+                f"events={run.events.count()}"
+            )
+        time.sleep(0.1)
+
+
+def finished(run) -> bool:
+    return run.is_final
+
+
+def refresh_agent_models():
+    """The Inference Providers catalogue, as the scripted router lists it."""
+    from apps.inference.services import catalogue_refresh
+
+    report = catalogue_refresh()
+    assert report.source == "router", report.summary()
+    return report
