@@ -18,8 +18,11 @@ class Run(models.Model):
 
         QUEUED → RUNNING (a worker claims it) or STOPPED (stopped before it started);
         RUNNING → RUNNING (another worker takes over once the lease expired),
-        COMPLETED (the conversation ended and τ² scored it), FAILED (a provider or
-        system error; ``error`` says why) or STOPPED (someone pressed Stop).
+        QUEUED (the worker lost its database or broker and handed it back; it resumes
+        from its stored messages), COMPLETED (the conversation ended and τ² scored it),
+        FAILED (a provider or system error; ``error`` says why, ``failure`` what kind)
+        or STOPPED (someone pressed Stop). FAILED → QUEUED only through "retry the
+        failed runs" of an evaluation, for transient and infrastructure failures.
         A play session (kind ``human``) is created RUNNING and stays so while the
         person plays; where it is in between is its :class:`PlayPhase`. The reaper
         moves only model runs.
