@@ -85,33 +85,20 @@ def serve_llm(delay: float) -> None:
     """Child process: the scripted LLM. Prints its port, then answers ``stats`` lines on
     stdin with the calls per token as JSON; exits when stdin closes."""
     sys.path.insert(0, str(ROOT))
-    from tests.support.llm_server import ScriptedLLM, text, tool_call
+    from tests.support.llm_server import ScriptedLLM
+    from tests.support.scripts import gold_script
 
     calls: dict[str, int] = {}
     lock = threading.Lock()
+    llm = ScriptedLLM()
+    gold_script(llm, delay=delay)  # solves airline/27; stateless, so any worker may ask
+    solve = llm.responder
 
     def responder(request):
         with lock:
             calls[request.token or ""] = calls.get(request.token or "", 0) + 1
-        time.sleep(delay)
-        tools = request.body.get("tools") or []
-        if any(t["function"]["name"] == "get_user_details" for t in tools):
-            called = [
-                call["function"]["name"]
-                for message in request.messages
-                if message.get("role") == "assistant"
-                for call in message.get("tool_calls") or []
-            ]
-            if "get_user_details" not in called:
-                return tool_call("get_user_details", user_id="ethan_martin_2396")
-            if "send_certificate" not in called:
-                return tool_call("send_certificate", user_id="ethan_martin_2396", amount=150)
-            return text("I have sent you a $150 certificate. Anything else?")
-        if "certificate" in request.text():
-            return text("Thanks, that's all. ###STOP###")
-        return text("Hi, my flight was delayed and I want compensation. I'm ethan_martin_2396.")
+        return solve(request)
 
-    llm = ScriptedLLM()
     llm.responder = responder
     llm.start()
     llm.requests = _Discard()  # the server records every request; do not grow unbounded
