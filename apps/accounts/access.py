@@ -3,6 +3,7 @@
 * Tasks, policies and the API are public.
 * Runs are visible to signed-in people, or to everyone when ``TAU2_PUBLIC_RUNS`` is on.
 * Starting a run or a play session needs a signed-in person.
+* An evaluation is paused, resumed, stopped or retried by whoever started it, or staff.
 """
 
 from __future__ import annotations
@@ -26,6 +27,12 @@ def can_start(user) -> bool:
     It says nothing about their token: ``apps.accounts.vault.hf_token_for`` does.
     """
     return _signed_in(user)
+
+
+def can_control(user, *, owner_id: int | None) -> bool:
+    """True when ``user`` may pause, resume, stop or retry what ``owner_id`` started
+    (an evaluation): its starter, or staff."""
+    return _signed_in(user) and (user.pk == owner_id or user.is_staff)
 
 
 def signin_url(*, next_url: str, reason: str = "start") -> str:

@@ -1,11 +1,190 @@
-"""Starting and watching evaluations. (Being built: issue 10.)"""
+"""Starting and watching evaluations: the form with its preview, the live page, its
+state for the page script, and pause / resume / stop / retry the failed runs."""
 
-from django.http import Http404
+from __future__ import annotations
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.http import JsonResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_POST
+
+from apps.accounts.access import can_control, can_start, can_view_runs, signin_url
+from apps.accounts.vault import SignInRequired
+from apps.evaluations import presenters, selectors, services
+from apps.evaluations.forms import EvaluationForm, preview_for
+from apps.evaluations.models import Evaluation
+from apps.tasks.selectors import TaskFilters
+
+# Settings a link may prefill (the explorer's query, a task page's ids) besides the tasks.
+_PREFILLED = ("agent_model", "num_trials", "seed", "max_steps", "max_errors", "concurrency")
 
 
-def _unbuilt(request, *args, **kwargs):
-    raise Http404("Not built yet")
+def _get_evaluation_for_user(request, pk: int) -> Evaluation:
+    """The evaluation, if the visitor may see runs (403 otherwise; 404 if it doesn't exist)."""
+    if not can_view_runs(request.user):
+        raise PermissionDenied("Sign in to see the team's evaluations.")
+    return selectors.evaluation_get(pk=pk)
 
 
-evaluation_new = evaluation_detail = evaluation_state = _unbuilt
-evaluation_pause = evaluation_resume = evaluation_stop = evaluation_retry = _unbuilt
+def _initial(params) -> dict[str, str]:
+    """The form's starting values: the explorer's domain, split, search and kind (as
+    its links carry them), task ids (``task_ids``), then the defaults."""
+    filters = TaskFilters.from_params(params)
+    form = EvaluationForm()
+    initial = {name: field.initial for name, field in form.fields.items()}
+    splits = [s["name"] for s in form.split_options() if s["domain"] == filters.domain]
+    split = (
+        filters.split
+        if filters.split in splits
+        else next((s for s in ("test", "base", *splits) if s in splits), "")
+    )
+    initial.update(domain=filters.domain, split=split, q=filters.q, kind=filters.kind)
+    initial["task_ids"] = (params.get("task_ids") or "")[:200_000]
+    initial.update({name: params[name] for name in _PREFILLED if params.get(name)})
+    return {name: "" if value is None else str(value) for name, value in initial.items()}
+
+
+def _page(request, form: EvaluationForm, preview):
+    chosen = form.data if form.is_bound else form.initial
+    return render(
+        request,
+        "evaluations/new.html",
+        {
+            "form": form,
+            "preview": preview,
+            "chosen_domain": chosen.get("domain", ""),
+            "chosen_split": chosen.get("split", ""),
+            "tasks_fields": [form["task_ids"], form["q"], form["kind"]],
+            "field_groups": [
+                ("Models", [form["agent_model"], form["user_model"]]),
+                ("Trials and limits", [form[n] for n in (*_PREFILLED[1:], "name")]),
+            ],
+        },
+    )
+
+
+def evaluation_new(request):
+    """``GET``: the form (``?preview=1``: only its preview, for htmx); ``POST``: start."""
+    if not can_start(request.user):
+        return redirect(signin_url(next_url=request.get_full_path(), reason="start"))
+    if request.GET.get("preview"):
+        preview = preview_for(EvaluationForm(request.GET))
+        return render(request, "includes/evaluation_preview.html", {"preview": preview})
+    if request.method != "POST":
+        initial = _initial(request.GET)
+        form = EvaluationForm(initial=initial)
+        return _page(request, form, preview_for(EvaluationForm(initial)))
+    form = EvaluationForm(request.POST)
+    preview = preview_for(form)
+    if form.is_valid():
+        try:
+            evaluation = _start(request.user, form.cleaned_data)
+        except ValidationError as exc:
+            for field, errors in exc.message_dict.items():
+                form.add_error(field if field in form.fields else None, errors)
+        except SignInRequired as exc:
+            messages.error(request, str(exc))
+            return redirect(signin_url(next_url=request.get_full_path(), reason="start"))
+        else:
+            return redirect(evaluation)
+    return _page(request, form, preview)
+
+
+def _start(user, data: dict) -> Evaluation:
+    plan, model = data["plan"], data["agent_model"]  # model: a ResolvedModel
+    return services.evaluation_create(
+        user=user,
+        domain=plan.domain,
+        split=plan.split,
+        task_ids=plan.task_ids,
+        query=plan.query,
+        agent_model=model.value,
+        agent_prices=model.prices,
+        user_model=data.get("user_model"),
+        num_trials=data["num_trials"],
+        seed=data.get("seed"),
+        max_steps=data["max_steps"],
+        max_errors=data["max_errors"],
+        concurrency=data["concurrency"],
+        name=data.get("name", ""),
+    )
+
+
+def evaluation_detail(request, pk: int):
+    if not can_view_runs(request.user):
+        return redirect(signin_url(next_url=request.get_full_path(), reason="runs"))
+    evaluation = selectors.evaluation_get(pk=pk)
+    state = presenters.evaluation_state(evaluation)
+    return render(
+        request,
+        "evaluations/detail.html",
+        {
+            "evaluation": evaluation,
+            "state": state,
+            "state_data": {"matrix": state["matrix"], "charts": state["charts"]},
+            "can_control": can_control(request.user, owner_id=evaluation.created_by_id),
+        },
+    )
+
+
+def evaluation_state(request, pk: int):
+    """The live state as the socket sends it (JSON), for a page whose socket is down."""
+    evaluation = _get_evaluation_for_user(request, pk)
+    return JsonResponse(presenters.evaluation_state(evaluation))
+
+
+def _control(request, pk: int, action, done: str):
+    """Run ``action(evaluation)`` for its starter or staff (others: 403; anonymous: sign
+    in), then back to the page saying ``done`` or why not."""
+    evaluation = selectors.evaluation_get(pk=pk)
+    if not can_start(request.user):
+        return redirect(signin_url(next_url=evaluation.get_absolute_url(), reason="start"))
+    if not can_control(request.user, owner_id=evaluation.created_by_id):
+        raise PermissionDenied("Only whoever started this evaluation, or staff, may do that.")
+    try:
+        result = action(evaluation)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    except SignInRequired as exc:  # the evaluation runs on its starter's token
+        messages.error(request, str(exc))
+        if request.user.pk == evaluation.created_by_id:
+            return redirect(signin_url(next_url=evaluation.get_absolute_url(), reason="start"))
+    else:
+        messages.info(request, done.format(result=result))
+    return redirect(evaluation)
+
+
+@require_POST
+def evaluation_pause(request, pk: int):
+    return _control(
+        request,
+        pk,
+        lambda e: services.evaluation_pause(evaluation=e),
+        "Paused: no new run starts; runs already going finish.",
+    )
+
+
+@require_POST
+def evaluation_resume(request, pk: int):
+    return _control(request, pk, lambda e: services.evaluation_resume(evaluation=e), "Resumed.")
+
+
+@require_POST
+def evaluation_stop(request, pk: int):
+    return _control(
+        request,
+        pk,
+        lambda e: services.evaluation_stop(evaluation=e),
+        "Stopped: runs not started were stopped; runs going stop after their current turn.",
+    )
+
+
+@require_POST
+def evaluation_retry(request, pk: int):
+    return _control(
+        request,
+        pk,
+        lambda e: services.evaluation_retry_failed(evaluation=e),
+        "{result} failed run(s) queued again.",
+    )

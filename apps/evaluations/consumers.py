@@ -1,0 +1,90 @@
+"""The live evaluation page's WebSocket: ``/ws/evaluations/<id>/?version=<n>``."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from apps.evaluations import presenters
+from apps.evaluations.events import evaluation_version, group_name
+from apps.evaluations.models import Evaluation
+
+# Off Django's one shared sync thread, as the run page's consumer (many pages at once).
+read_in_pool = partial(database_sync_to_async, thread_sensitive=False)
+
+
+class EvaluationConsumer(AsyncJsonWebsocketConsumer):
+    """Sends the evaluation's state on connect, then again whenever it changed.
+
+    It joins the evaluation's group *before* reading the state, so nothing that happens
+    after the read goes unannounced. An ``evaluation.update`` whose ``version`` (final
+    runs) is newer than the one last sent brings a refreshed state; one that is not newer
+    is checked cheaply (status and version) and sends only if either changed — a pause,
+    a resume or a retry changes the status but not, or not upwards, the version. The
+    matrix goes whole on connect, then as the cells that changed (``patch``).
+
+    ``?version=`` is the page's version; the state on connect is sent whole whatever it
+    is (a retry can move the version down and up again to the same number with other
+    cells), so a page coming back resumes without a gap.
+    """
+
+    async def connect(self):
+        self.evaluation_id = int(self.scope["url_route"]["kwargs"]["pk"])
+        if not await self._allowed():
+            await self.close(code=4403)
+            return
+        self.group = group_name(self.evaluation_id)
+        await self.channel_layer.group_add(self.group, self.channel_name)
+        await self.accept()
+        self.sent: tuple[int, str] | None = None  # (version, status) last sent
+        self.cells: list | None = None
+        await self._send_state()
+
+    async def disconnect(self, code):
+        if hasattr(self, "group"):
+            await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def evaluation_update(self, message):
+        stale = self.sent is not None and message["version"] <= self.sent[0]
+        if stale and await self._header() == self.sent:
+            return  # nothing new since the state last sent (a late or repeated message)
+        await self._send_state()
+
+    @read_in_pool
+    def _allowed(self) -> bool:
+        from apps.accounts.access import can_view_runs
+
+        return (
+            can_view_runs(self.scope.get("user"))
+            and Evaluation.objects.filter(pk=self.evaluation_id).exists()
+        )
+
+    @read_in_pool
+    def _header(self) -> tuple[int, str] | None:
+        status = (
+            Evaluation.objects.filter(pk=self.evaluation_id)
+            .values_list("status", flat=True)
+            .first()
+        )
+        return (evaluation_version(self.evaluation_id), status)
+
+    @read_in_pool
+    def _state(self) -> dict | None:
+        evaluation = Evaluation.objects.filter(pk=self.evaluation_id).first()
+        return presenters.evaluation_state(evaluation) if evaluation else None
+
+    async def _send_state(self):
+        state = await self._state()
+        if state is None:  # deleted meanwhile
+            await self.close(code=4404)
+            return
+        cells = state["matrix"]["cells"]
+        if self.cells is not None and len(self.cells) == len(cells):
+            pairs = enumerate(zip(self.cells, cells, strict=True))
+            state["patch"] = [[i, cell] for i, (old, cell) in pairs if old != cell]
+            del state["matrix"]
+        self.cells = cells
+        self.sent = (state["version"], state["status"])
+        await self.send_json(state)

@@ -1,0 +1,214 @@
+"""The form that starts an evaluation, and what it would start (the preview)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from django import forms
+from django.conf import settings
+from django.utils.http import urlencode
+
+from apps.evaluations.estimates import CostEstimate, evaluation_cost_estimate
+from apps.evaluations.models import MAX_TRIALS
+from apps.inference.forms import AgentModelField
+from apps.tasks import selectors as task_selectors
+from apps.tasks.models import Task
+from apps.tasks.selectors import KINDS, TaskFilters
+from tau2_env import config
+from tau2_env.evaluation import DEFAULT_SEED
+
+MAX_CONCURRENCY = 64
+_SEPARATORS = re.compile(r"[\s,]+")
+
+
+def parse_task_ids(text: str) -> list[str]:
+    """Task ids typed comma- or space-separated (τ²'s ids have neither), in order, once each."""
+    return list(dict.fromkeys(t for t in _SEPARATORS.split(text or "") if t))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The tasks an evaluation would run: ``task_ids`` (``None``: the whole ``split``),
+    how many, and where they came from (``split`` is ``""`` for a chosen list)."""
+
+    domain: str
+    split: str
+    task_ids: list[str] | None
+    count: int
+    query: str = ""
+
+    @property
+    def source(self) -> str:
+        if self.task_ids is None:
+            return f"the whole {self.domain}/{self.split} split"
+        if self.query:
+            return f"the tasks of {self.domain}/{self.split} the explorer search matches"
+        return f"the chosen tasks of {self.domain}"
+
+
+class EvaluationForm(forms.Form):
+    domain = forms.ChoiceField(label="Domain")
+    split = forms.ChoiceField(label="Split")
+    task_ids = forms.CharField(
+        label="Task ids",
+        required=False,
+        max_length=200_000,
+        widget=forms.Textarea(attrs={"rows": 2}),
+        help_text="Optional: comma or space separated. Empty: the whole split, or the tasks "
+        "the search below matches.",
+    )
+    q = forms.CharField(
+        label="Explorer search",
+        required=False,
+        max_length=200,
+        help_text="Optional: the tasks of the split whose title, reason for call, id or tool "
+        "names contain every word, as on the task explorer.",
+    )
+    kind = forms.ChoiceField(
+        label="Kind",
+        required=False,
+        choices=[("", "all"), ("write", "changes the database"), ("read", "read-only")],
+    )
+    agent_model = AgentModelField(
+        label="Agent model",
+        help_text="A model on Hugging Face Inference Providers; pin a provider, or let the "
+        "router pick the fastest or the cheapest.",
+    )
+    user_model = forms.CharField(label="Customer model", max_length=255, required=False)
+    num_trials = forms.IntegerField(
+        label="Trials (k)",
+        min_value=1,
+        max_value=MAX_TRIALS,
+        initial=4,
+        help_text=f"Each task runs k times (1–{MAX_TRIALS}); pass^k needs k trials.",
+    )
+    seed = forms.IntegerField(
+        label="Seed",
+        required=False,
+        initial=DEFAULT_SEED,
+        help_text="As `tau2 run --seed`: each trial's seed derives from it.",
+    )
+    max_steps = forms.IntegerField(label="Step limit", min_value=1, initial=200)
+    max_errors = forms.IntegerField(label="Error limit", min_value=1, max_value=1000, initial=10)
+    concurrency = forms.IntegerField(
+        label="Concurrency",
+        min_value=1,
+        max_value=MAX_CONCURRENCY,
+        initial=8,
+        help_text="Runs of this evaluation at once (the server's per-person cap also applies).",
+    )
+    name = forms.CharField(label="Name", max_length=200, required=False)
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.domains = list(task_selectors.domain_list())
+        self.fields["domain"].choices = [(d.name, d.name) for d in self.domains]
+        self.fields["split"].choices = sorted(
+            {(s.name, s.name) for d in self.domains for s in d.splits.all()}
+        )
+        self.fields["max_steps"].max_value = settings.TAU2_RUN_MAX_STEPS
+        self.fields["max_steps"].validators.append(
+            forms.IntegerField(max_value=settings.TAU2_RUN_MAX_STEPS).validators[-1]
+        )
+        self.fields["user_model"].initial = config.provider_settings().model
+
+    def split_options(self) -> list[dict]:
+        """Every domain's splits for the split list (the page shows the chosen domain's)."""
+        return [
+            {"domain": d.name, "name": s.name, "size": s.size}
+            for d in self.domains
+            for s in d.splits.all()
+        ]
+
+    def clean(self):
+        data = super().clean()
+        domain, split = data.get("domain"), data.get("split")
+        if not domain or not split:
+            return data
+        splits = next((d.splits.all() for d in self.domains if d.name == domain), [])
+        split_row = next((s for s in splits if s.name == split), None)
+        if split_row is None:
+            self.add_error("split", f"{domain} has no split {split!r}.")
+            return data
+        ids = parse_task_ids(data.get("task_ids", ""))
+        q, kind = data.get("q", ""), data.get("kind", "")
+        if ids:
+            found = set(
+                Task.objects.filter(domain_id=domain, task_id__in=ids).values_list(
+                    "task_id", flat=True
+                )
+            )
+            missing = [t for t in ids if t not in found]
+            if missing:
+                shown = ", ".join(missing[:5]) + (" …" if len(missing) > 5 else "")
+                self.add_error("task_ids", f"No task {shown} in {domain}.")
+                return data
+            data["plan"] = Plan(domain=domain, split="", task_ids=ids, count=len(ids))
+        elif q or kind in KINDS:
+            filters = TaskFilters(domain=domain, split=split, q=" ".join(q.split()), kind=kind)
+            matched = list(
+                task_selectors.task_list(filters=filters, split=split_row).values_list(
+                    "task_id", flat=True
+                )
+            )
+            if not matched:
+                self.add_error("q", f"No task of {domain}/{split} matches this search.")
+                return data
+            data["plan"] = Plan(
+                domain=domain,
+                split=split,
+                task_ids=matched,
+                count=len(matched),
+                query=urlencode(filters.as_query()),
+            )
+        else:
+            data["plan"] = Plan(domain=domain, split=split, task_ids=None, count=split_row.size)
+        return data
+
+
+@dataclass(frozen=True)
+class Preview:
+    """What starting would do: the tasks, the runs (tasks × k) and a cost estimate.
+
+    ``errors`` are the reasons it cannot say (yet); ``estimate`` is ``None`` until an
+    agent model is chosen.
+    """
+
+    plan: Plan | None
+    trials: int | None
+    model_label: str
+    estimate: CostEstimate | None
+    errors: list[str]
+
+    @property
+    def runs(self) -> int | None:
+        if self.plan is None or self.trials is None:
+            return None
+        return self.plan.count * self.trials
+
+
+def preview_for(form: EvaluationForm) -> Preview:
+    """The preview of a bound form, valid or not: what is known so far."""
+    form.is_valid()
+    data = form.cleaned_data
+    plan, trials, model = data.get("plan"), data.get("num_trials"), data.get("agent_model")
+    # An agent model not chosen yet is no error to show; one that cannot run is.
+    errors = [
+        str(error)
+        for name in ("domain", "split", "task_ids", "q", "kind", "num_trials", "agent_model")
+        if name != "agent_model" or form.data.get(name)
+        for error in form.errors.get(name, [])
+    ]
+    estimate = None
+    if plan is not None and trials is not None and model is not None:
+        estimate = evaluation_cost_estimate(
+            domain=plan.domain, runs=plan.count * trials, prices=model.prices
+        )
+    return Preview(
+        plan=plan,
+        trials=trials,
+        model_label=f"{model.value} · {model.price_label}" if model else "",
+        estimate=estimate,
+        errors=errors,
+    )
