@@ -8,14 +8,8 @@ announces them, so each test says exactly which group messages the consumer got.
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import sys
-import types
 from contextlib import asynccontextmanager
-from pathlib import Path
 
-import channels
 import pytest
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
@@ -25,28 +19,11 @@ from django.utils import timezone
 from apps.runs.events import EventMessage, StatusMessage, group_name
 from apps.runs.models import Run, RunEvent
 from apps.tasks.models import Task
-
-
-def _channels_websocket_communicator() -> type:
-    """Channels' own ``WebsocketCommunicator``, importable without daphne.
-
-    ``channels/testing/__init__.py`` also imports the live-server test case, which needs
-    daphne (django/channels#1942, still open). We serve with uvicorn and use only the
-    communicator, so without daphne its module is loaded under a bare ``channels.testing``.
-    """
-    if importlib.util.find_spec("daphne") is None and "channels.testing" not in sys.modules:
-        package = types.ModuleType("channels.testing")
-        package.__path__ = [str(Path(channels.__file__).parent / "testing")]
-        sys.modules["channels.testing"] = package
-    return importlib.import_module("channels.testing.websocket").WebsocketCommunicator
-
-
-WebsocketCommunicator = _channels_websocket_communicator()
+from tests.support.websockets import ORIGIN, WebsocketCommunicator, session_headers
 
 # Seconds to wait for a frame: the consumer reads the database in a thread pool, and the
 # machine may be a loaded 2-core one.
 TIMEOUT = 10
-ORIGIN = b"http://testserver"  # in ALLOWED_HOSTS, as the origin validator wants
 
 
 @pytest.fixture
@@ -114,9 +91,7 @@ def communicator(
     """A socket to ``/ws/runs/<run_pk>/`` as ``client``'s person (anonymous without one)."""
     from tau2site.asgi import application
 
-    headers = [(b"origin", origin)]
-    if client is not None:
-        headers.append((b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode()))
+    headers = session_headers(client, origin=origin)
     path = f"/ws/runs/{run_pk}/" + ("" if after is None else f"?after={after}")
     return WebsocketCommunicator(application, path, headers=headers)
 
