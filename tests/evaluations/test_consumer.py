@@ -1,0 +1,214 @@
+"""The live evaluation page's consumer, through the real ``tau2site.asgi.application`` with
+Channels' ``WebsocketCommunicator`` and the production channel layer (channels_redis).
+
+alice's evaluation has 2 tasks × 2 trials, all queued (every worker slot is taken, so
+nothing reaches Celery); bob is on her team; charlie is anonymous. Runs are finished
+straight in the database, and announced on the evaluation's group either by hand (to
+say exactly which messages the consumer got) or by the services themselves.
+"""
+
+from __future__ import annotations
+
+from contextlib import asynccontextmanager
+
+import pytest
+from channels.db import database_sync_to_async
+from channels.layers import get_channel_layer
+from django.test import Client
+from django.utils import timezone
+
+from apps.evaluations import services
+from apps.evaluations.events import EvaluationMessage, group_name
+from apps.evaluations.models import Evaluation
+from apps.runs.models import Run
+from tests.support.scripts import AGENT_MODEL
+from tests.support.websockets import WebsocketCommunicator, session_headers
+
+TIMEOUT = 10  # the consumer reads in a thread pool, on a possibly loaded 2-core machine
+
+
+@pytest.fixture(autouse=True)
+def workers_full(settings):
+    settings.TAU2_EVAL_MAX_IN_FLIGHT = 0
+
+
+@pytest.fixture
+def evaluation(alice) -> Evaluation:
+    return services.evaluation_create(
+        user=alice, domain="airline", task_ids=["27", "2"], agent_model=AGENT_MODEL, num_trials=2
+    )
+
+
+def run_at(evaluation: Evaluation, task_id: str, trial: int) -> Run:
+    return Run.objects.get(evaluation=evaluation, task__task_id=task_id, trial=trial)
+
+
+@database_sync_to_async
+def finish(evaluation: Evaluation, task_id: str, trial: int, *, reward: float = 1.0) -> int:
+    """Complete one run with ``reward``; returns its id."""
+    run = run_at(evaluation, task_id, trial)
+    Run.objects.filter(pk=run.pk).update(
+        status=Run.Status.COMPLETED,
+        reward=reward,
+        started_at=timezone.now(),
+        finished_at=timezone.now(),
+        termination_reason="user_stop",
+        reward_info={"reward": reward, "reward_basis": ["DB"], "reward_breakdown": {"DB": reward}},
+    )
+    return run.pk
+
+
+async def announce(evaluation: Evaluation, version: int) -> None:
+    await get_channel_layer().group_send(
+        group_name(evaluation.pk),
+        EvaluationMessage(type="evaluation.update", evaluation_id=evaluation.pk, version=version),
+    )
+
+
+def communicator(pk: int, *, client: Client | None = None, version: int = 0):
+    from tau2site.asgi import application
+
+    return WebsocketCommunicator(
+        application, f"/ws/evaluations/{pk}/?version={version}", headers=session_headers(client)
+    )
+
+
+@asynccontextmanager
+async def watching(evaluation: Evaluation, *, client: Client | None = None):
+    """An accepted socket on ``evaluation`` and the state it sent on connect."""
+    socket = communicator(evaluation.pk, client=client)
+    connected, code = await socket.connect(timeout=TIMEOUT)
+    assert connected, f"the socket was closed with {code}"
+    try:
+        yield socket, await socket.receive_json_from(timeout=TIMEOUT)
+    finally:
+        await socket.disconnect(timeout=TIMEOUT)
+
+
+async def refused_with(socket) -> int | None:
+    connected, code = await socket.connect(timeout=TIMEOUT)
+    return None if connected else code
+
+
+# --- Who may watch ------------------------------------------------------------------------
+
+
+async def test_charlie_anonymous_is_closed_with_4403(evaluation, settings):
+    settings.TAU2_PUBLIC_RUNS = False
+    assert await refused_with(communicator(evaluation.pk)) == 4403
+
+
+async def test_an_evaluation_that_does_not_exist_is_closed_with_4403(evaluation, bob_client):
+    missing = evaluation.pk
+    await database_sync_to_async(evaluation.delete)()
+    assert await refused_with(communicator(missing, client=bob_client)) == 4403
+
+
+async def test_charlie_watches_when_runs_are_public(evaluation, settings):
+    settings.TAU2_PUBLIC_RUNS = True
+    async with watching(evaluation) as (_, state):
+        assert state["type"] == "state" and state["evaluation_id"] == evaluation.pk
+
+
+# --- On connect -----------------------------------------------------------------------------
+
+
+async def test_bob_gets_the_whole_state_on_connect(evaluation, bob_client):
+    async with watching(evaluation, client=bob_client) as (socket, state):
+        assert await socket.receive_nothing(timeout=0.5)
+    assert (state["version"], state["status"], state["final"]) == (0, "running", False)
+    assert state["matrix"]["tasks"] == ["27", "2"] and state["matrix"]["k"] == 2
+    assert [cell[1] for cell in state["matrix"]["cells"]] == ["q", "q", "q", "q"]
+    assert "<strong>0</strong> of 4 runs finished" in state["progress_html"]
+    assert "No run has been scored yet" in state["metrics_html"]
+    assert state["charts"] == {"k": 2, "pass_hat_k": [], "reward_by_task": []}
+
+
+async def test_runs_finished_while_the_page_was_away_come_with_the_state(evaluation, bob_client):
+    await finish(evaluation, "27", 0)
+    async with watching(evaluation, client=bob_client) as (_, state):
+        pass
+    assert state["version"] == 1 and state["matrix"]["cells"][0][1:] == ["c", 1.0]
+
+
+# --- Live updates ---------------------------------------------------------------------------
+
+
+async def test_a_finished_run_is_sent_as_a_patch_of_its_cell(evaluation, bob_client):
+    async with watching(evaluation, client=bob_client) as (socket, _):
+        run_id = await finish(evaluation, "2", 1, reward=0.0)
+        await announce(evaluation, 1)
+        update = await socket.receive_json_from(timeout=TIMEOUT)
+    assert update["version"] == 1 and "matrix" not in update
+    assert update["patch"] == [[3, [run_id, "c", 0.0]]]  # task 2 (row 1), trial 1
+    assert update["charts"]["reward_by_task"] == [[1, 0.0]]
+
+
+async def test_a_repeated_or_late_update_sends_nothing(evaluation, bob_client):
+    async with watching(evaluation, client=bob_client) as (socket, _):
+        await finish(evaluation, "27", 0)
+        await announce(evaluation, 1)
+        first = await socket.receive_json_from(timeout=TIMEOUT)
+        await announce(evaluation, 1)  # announced twice
+        await announce(evaluation, 0)  # long seen
+        second_id = await finish(evaluation, "27", 1)
+        await announce(evaluation, 2)
+        second = await socket.receive_json_from(timeout=TIMEOUT)
+        assert await socket.receive_nothing(timeout=0.5)
+    assert (first["version"], second["version"]) == (1, 2)
+    assert second["patch"] == [[1, [second_id, "c", 1.0]]]
+
+
+async def test_one_update_brings_every_run_finished_since_the_last_state(evaluation, bob_client):
+    async with watching(evaluation, client=bob_client) as (socket, _):
+        for task_id, trial in (("27", 0), ("27", 1), ("2", 0)):
+            await finish(evaluation, task_id, trial)
+        await announce(evaluation, 1)  # the first run's message, read after all three
+        update = await socket.receive_json_from(timeout=TIMEOUT)
+        await announce(evaluation, 2)
+        await announce(evaluation, 3)
+        assert await socket.receive_nothing(timeout=0.5)
+    assert update["version"] == 3 and [i for i, _ in update["patch"]] == [0, 1, 2]
+
+
+async def test_a_pause_is_sent_though_no_run_finished(evaluation, alice, alice_client):
+    async with watching(evaluation, client=alice_client) as (socket, _):
+        await database_sync_to_async(services.evaluation_pause)(evaluation=evaluation)
+        paused = await socket.receive_json_from(timeout=TIMEOUT)
+    assert (paused["status"], paused["version"], paused["patch"]) == ("paused", 0, [])
+
+
+async def test_the_state_says_final_with_tau2s_metrics_once_every_run_is_done(
+    evaluation, bob_client
+):
+    async with watching(evaluation, client=bob_client) as (socket, _):
+        for task_id, trial, reward in (("27", 0, 1.0), ("27", 1, 1.0), ("2", 0, 1.0)):
+            await finish(evaluation, task_id, trial, reward=reward)
+        last = await finish(evaluation, "2", 1, reward=0.0)
+        # What the worker calls when a run of an evaluation ends: complete, publish.
+        await database_sync_to_async(services.evaluation_run_settled)(run_id=last)
+        done = await socket.receive_json_from(timeout=TIMEOUT)
+    assert (done["status"], done["final"], done["version"]) == ("completed", True, 4)
+    # τ²'s pass^k: task 27 2/2, task 2 1/2 → pass^1 = 0.75, pass^2 = (1 + 0) / 2.
+    assert done["charts"]["pass_hat_k"] == [[1, 0.75], [2, 0.5]]
+    assert 'data-testid="pass-2"' in done["metrics_html"]
+
+
+async def test_a_retry_that_lowers_the_version_is_still_sent(evaluation, alice_client):
+    for task_id, trial in (("27", 0), ("27", 1), ("2", 0)):
+        await finish(evaluation, task_id, trial)
+
+    @database_sync_to_async
+    def lose_the_last_run():
+        Run.objects.filter(pk=run_at(evaluation, "2", 1).pk).update(
+            status=Run.Status.FAILED, failure=Run.Failure.INFRASTRUCTURE, error="database lost"
+        )
+        Evaluation.objects.filter(pk=evaluation.pk).update(status=Evaluation.Status.COMPLETED)
+
+    await lose_the_last_run()
+    async with watching(evaluation, client=alice_client) as (socket, state):
+        assert (state["version"], state["status"], state["retryable"]) == (4, "completed", 1)
+        await database_sync_to_async(services.evaluation_retry_failed)(evaluation=evaluation)
+        retried = await socket.receive_json_from(timeout=TIMEOUT)
+    assert (retried["version"], retried["status"], retried["final"]) == (3, "running", False)
+    assert [cell[1] for _, cell in retried["patch"]] == ["q"]
