@@ -73,7 +73,7 @@ class EvaluationConsumer(AsyncJsonWebsocketConsumer):
     @read_in_pool
     def _state(self) -> dict | None:
         evaluation = Evaluation.objects.filter(pk=self.evaluation_id).first()
-        return presenters.evaluation_state(evaluation) if evaluation else None
+        return presenters.evaluation_state(evaluation).message() if evaluation else None
 
     async def _send_state(self):
         state = await self._state()

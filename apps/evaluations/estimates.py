@@ -46,10 +46,10 @@ class CostEstimate:
         """``$1.20 – $9.60``, ``$0.0042 – $0.034``; ``unpriced`` without prices."""
         if self.low is None or self.high is None:
             return "unpriced"
-        return f"{_dollars(self.low)} – {_dollars(self.high)}"
+        return f"{dollars(self.low)} – {dollars(self.high)}"
 
 
-def _dollars(amount: Decimal) -> str:
+def dollars(amount: Decimal) -> str:
     """Cents from a dollar up; below, two significant digits (never a rounded $0.00)."""
     if amount >= 1:
         return f"${amount:,.2f}"
@@ -87,8 +87,8 @@ def evaluation_cost_estimate(*, domain: str, runs: int, prices: PricePair | None
         high = cost_usd(prompt_tokens=high_in, completion_tokens=high_out, prices=prices)
         basis = (
             f"assuming {low_in // 1000}k–{high_in // 1000}k input and "
-            f"{low_out // 1000}k–{high_out // 1000}k output tokens per run "
-            f"(the team has no completed runs of {domain} to go by yet)"
+            f"{low_out // 1000}k–{high_out // 1000}k output tokens per run, as the team has "
+            f"no completed runs of {domain} to go by yet"
         )
     return CostEstimate(
         runs=runs, low=low * runs, high=high * runs, basis=basis, sample_runs=len(sample)

@@ -87,7 +87,7 @@ class EvaluationForm(forms.Form):
         label="Seed",
         required=False,
         initial=DEFAULT_SEED,
-        help_text="As `tau2 run --seed`: each trial's seed derives from it.",
+        help_text="Each trial's seed derives from it as tau2 run --seed derives them.",
     )
     max_steps = forms.IntegerField(label="Step limit", min_value=1, initial=200)
     max_errors = forms.IntegerField(label="Error limit", min_value=1, max_value=1000, initial=10)

@@ -7,12 +7,18 @@ as small HTML fragments.
 
 from __future__ import annotations
 
+import json
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from django.core.cache import cache
+from django.db.models import Count, F, Max, Q, Sum
 from django.template.loader import render_to_string
+from django.utils.safestring import mark_safe
 
 from apps.evaluations import selectors
+from apps.evaluations.estimates import dollars
 from apps.evaluations.models import Evaluation
 from apps.runs.models import Run
 
@@ -26,16 +32,71 @@ STATUS_LETTERS = {
 }
 
 
-def evaluation_state(evaluation: Evaluation) -> dict[str, Any]:
-    """The whole live state of ``evaluation``, JSON-ready.
+# The state of an evaluation is computed once per change and kept here, whoever asks
+# (the page, /state/, each viewer's socket): reading a 2,285-task × 4 evaluation's runs
+# and τ²'s metrics takes ~200 ms, the check whether anything changed one query.
+STATE_CACHE_SECONDS = 600
+_JSON_SCRIPT_ESCAPES = {ord(">"): "\\u003E", ord("<"): "\\u003C", ord("&"): "\\u0026"}
 
-    ``version`` is the number of its final runs, what ``events.evaluation_version``
-    counts, read from the same rows as everything else here.
+
+@dataclass(frozen=True)
+class LiveState:
+    """``head``: the small fields and the progress and metrics fragments; ``data_json``:
+    the matrix and the charts as one JSON text.
+
+    ``version`` in ``head`` is the number of final runs (what
+    ``events.evaluation_version`` counts), read from the same rows as the rest.
     """
+
+    head: dict[str, Any]
+    data_json: str
+
+    def message(self) -> dict[str, Any]:
+        """What the socket and ``/state/`` send: the head, ``matrix`` and ``charts``."""
+        return {**self.head, **json.loads(self.data_json)}
+
+    @property
+    def data_script(self) -> str:
+        """``data_json`` safe inside ``<script type="application/json">`` (as
+        ``json_script`` escapes it), without serialising it again."""
+        return mark_safe(self.data_json.translate(_JSON_SCRIPT_ESCAPES))  # noqa: S308
+
+
+def evaluation_state(evaluation: Evaluation) -> LiveState:
+    """The live state of ``evaluation``: the kept one if nothing changed since, else
+    computed afresh (and kept)."""
+    key = f"evaluation-state:{evaluation.pk}"
+    stamp = _stamp(evaluation)
+    kept = cache.get(key)
+    if kept is not None and kept[0] == stamp:
+        return LiveState(head=kept[1], data_json=kept[2])
+    state = _compute(evaluation)
+    cache.set(key, (stamp, state.head, state.data_json), STATE_CACHE_SECONDS)
+    return state
+
+
+def _stamp(evaluation: Evaluation) -> tuple:
+    """What the state is made of, summed up in one query: the evaluation's status and
+    error, and its runs' counts per status, last start / finish / dispatch, tokens,
+    rewards and messages. Any change the page shows changes one of them."""
+    totals = Run.objects.filter(evaluation_id=evaluation.pk).aggregate(
+        **{status: Count("id", filter=Q(status=status)) for status in Run.Status.values},
+        dispatched=Count("dispatched_at"),
+        last_started=Max("started_at"),
+        last_finished=Max("finished_at"),
+        last_dispatched=Max("dispatched_at"),
+        tokens=Sum(F("prompt_tokens") + F("completion_tokens")),
+        rewards=Sum("reward"),
+        messages=Sum("n_messages"),
+    )
+    return (evaluation.status, evaluation.error, tuple(sorted(totals.items())))
+
+
+def _compute(evaluation: Evaluation) -> LiveState:
     runs = selectors.evaluation_runs(evaluation)
     metrics = selectors.evaluation_metrics(evaluation, runs)
     matrix = matrix_payload(evaluation, runs)
-    return {
+    head = {
         "type": "state",
         "evaluation_id": evaluation.pk,
         "version": metrics["final"],
@@ -48,9 +109,9 @@ def evaluation_state(evaluation: Evaluation) -> dict[str, Any]:
         "metrics_html": render_to_string(
             "includes/evaluation_metrics.html", metrics_context(evaluation, metrics)
         ),
-        "matrix": matrix,
-        "charts": charts_payload(evaluation, metrics, matrix["tasks"]),
     }
+    data = {"matrix": matrix, "charts": charts_payload(evaluation, metrics, matrix["tasks"])}
+    return LiveState(head=head, data_json=json.dumps(data, separators=(",", ":")))
 
 
 def matrix_payload(evaluation: Evaluation, runs: list[dict]) -> dict[str, Any]:
@@ -137,7 +198,8 @@ def duration_label(seconds: float | None) -> str:
 
 
 def _money(value: str | None) -> str:
-    """``$1.2346`` (4 decimals, a run costs fractions of a cent), or ``""`` when unpriced."""
+    """``$1.23``, ``$0.00042`` (a run may cost a fraction of a cent: never shown as $0),
+    or ``""`` when unpriced."""
     if value is None:
         return ""
-    return f"${Decimal(value):.4f}"
+    return dollars(Decimal(value))

@@ -13,7 +13,9 @@ import re
 
 import pytest
 from django.contrib.auth import get_user_model
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from apps.evaluations import services
@@ -386,3 +388,20 @@ def test_the_page_reads_a_big_evaluation_in_a_fixed_number_of_queries(
     with django_assert_max_num_queries(12):
         response = alice_client.get(f"/evaluations/{big.pk}/")
     assert len(page_data(response)["matrix"]["cells"]) == 1200
+
+
+def test_viewers_share_one_reading_of_an_evaluation_until_it_changes(
+    alice, alice_client, bob_client
+):
+    evaluation = evaluation_of(alice, task_ids=("27",), num_trials=1)
+    url = f"/evaluations/{evaluation.pk}/"
+    with CaptureQueriesContext(connection) as first:
+        assert alice_client.get(url).status_code == 200
+    assert [q for q in first.captured_queries if 'INNER JOIN "tasks_task"' in q["sql"]]
+    with CaptureQueriesContext(connection) as read:
+        body = bob_client.get(url).content.decode()
+    run_rows = [q for q in read.captured_queries if 'INNER JOIN "tasks_task"' in q["sql"]]
+    assert run_rows == [] and "0 tokens" in body  # bob got the state alice's visit computed
+    # A running run's tokens grow without any run finishing: the page shows it at once.
+    evaluation.runs.update(status=Run.Status.RUNNING, prompt_tokens=1200, completion_tokens=34)
+    assert "1,234 tokens" in bob_client.get(url).content.decode()

@@ -121,8 +121,8 @@ def evaluation_detail(request, pk: int):
         "evaluations/detail.html",
         {
             "evaluation": evaluation,
-            "state": state,
-            "state_data": {"matrix": state["matrix"], "charts": state["charts"]},
+            "state": state.head,
+            "data_script": state.data_script,
             "can_control": can_control(request.user, owner_id=evaluation.created_by_id),
         },
     )
@@ -131,7 +131,7 @@ def evaluation_detail(request, pk: int):
 def evaluation_state(request, pk: int):
     """The live state as the socket sends it (JSON), for a page whose socket is down."""
     evaluation = _get_evaluation_for_user(request, pk)
-    return JsonResponse(presenters.evaluation_state(evaluation))
+    return JsonResponse(presenters.evaluation_state(evaluation).message())
 
 
 def _control(request, pk: int, action, done: str):
