@@ -335,7 +335,10 @@ class Episode:
             played = history[len(_task_history(task)) or 1 :]
             self._orchestrator.step_count = count_hops(played)
             self._orchestrator.num_errors = count_errors(played)
-        if termination_reason and not self._orchestrator.done:
+        if termination_reason:
+            # How the stored conversation ended, as τ² recorded it, wins over what the
+            # replay infers from its last message: τ² records max_steps even when that
+            # last step was the customer's stop, and scores the ending it recorded.
             self._orchestrator.done = True
             self._orchestrator.termination_reason = TerminationReason(termination_reason)
         elif history and self._orchestrator.to_role != Role.ENV:
