@@ -48,18 +48,15 @@ def run_export(run: Run) -> dict[str, Any]:
     }
 
 
-def run_export_tau2(run: Run) -> dict[str, Any]:
-    """The run in τ²-bench's own results format (``tau2.data_model.simulation.Results``)."""
-    from tau2_env import catalog
-
-    provenance = run.provenance or {}
-    messages = [e.message for e in run.events.order_by("seq")]
+def tau2_simulation(run: Run, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """One run as τ²'s ``SimulationRun``: its messages, verdict, ending, trial and the
+    seed its orchestrator got (what τ² records per simulation)."""
     duration = (
         (run.finished_at - run.started_at).total_seconds()
         if run.finished_at and run.started_at
         else 0.0
     )
-    simulation = {
+    return {
         "id": f"tau2-studio-run-{run.pk}",
         "task_id": run.task.task_id,
         "timestamp": _iso(run.created_at),
@@ -71,38 +68,86 @@ def run_export_tau2(run: Run) -> dict[str, Any]:
         "user_cost": None,
         "reward_info": run.reward_info,
         "messages": messages,
-        "trial": 0,
+        "trial": run.trial if run.trial is not None else 0,
         "seed": run.seed,
     }
-    agent = provenance.get("agent") or {}
-    user = provenance.get("user") or {}
+
+
+def tau2_info(
+    *,
+    domain: str,
+    agent_model: str | None,
+    user_model: str,
+    num_trials: int,
+    max_steps: int,
+    max_errors: int,
+    seed: int | None,
+    tau2_version: str = "",
+    studio: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    """τ²'s ``Info`` of a results file: models with ``{"temperature": 0}`` as their only
+    argument (never a key, a token or an endpoint), limits, the seed given to the run.
+    ``agent_model=None`` is a person playing the agent."""
+    from tau2_env import catalog
+
+    return {
+        "git_commit": tau2_version,
+        "num_trials": num_trials,
+        "max_steps": max_steps,
+        "max_errors": max_errors,
+        "user_info": {
+            "implementation": "user_simulator",
+            "llm": user_model,
+            "llm_args": {"temperature": 0},
+        },
+        "agent_info": {
+            "implementation": "llm_agent" if agent_model else "human",
+            "llm": agent_model or None,
+            "llm_args": {"temperature": 0} if agent_model else None,
+        },
+        "environment_info": {
+            "domain_name": domain,
+            "policy": catalog.get_domain(domain).policy,
+            "tool_defs": None,
+        },
+        "seed": seed,
+        "tau2_studio": studio or {},
+    }
+
+
+def tau2_tasks(domain: str, task_ids: list[str]) -> list[dict[str, Any]]:
+    """τ²'s own task definitions of ``task_ids``, as a results file lists them."""
+    from tau2_env import catalog
+
+    return [catalog.get_tau2_task(domain, task_id).model_dump(mode="json") for task_id in task_ids]
+
+
+def run_export_tau2(run: Run) -> dict[str, Any]:
+    """The run in τ²-bench's own results format (``tau2.data_model.simulation.Results``)."""
+    provenance = run.provenance or {}
+    args = provenance.get("args") or {}
+    messages = [e.message for e in run.events.order_by("seq")]
+    model = run.kind == Run.Kind.MODEL
     return {
         "timestamp": _iso(run.created_at),
-        "info": {
-            "git_commit": provenance.get("tau2_version", ""),
-            "num_trials": 1,
-            "max_steps": run.max_steps,
-            "max_errors": 10,
-            "user_info": {
-                "implementation": "user_simulator",
-                "llm": run.user_model,
-                "llm_args": {"temperature": 0},
+        "info": tau2_info(
+            domain=run.domain,
+            agent_model=run.agent_model if model else None,
+            user_model=run.user_model,
+            num_trials=1,
+            max_steps=run.max_steps,
+            max_errors=args.get("max_errors") or 10,
+            # The seed given (as to `tau2 run --seed`); each simulation has its trial's.
+            seed=args.get("seed", run.seed),
+            tau2_version=provenance.get("tau2_version", ""),
+            studio={
+                "run_id": run.pk,
+                "agent": provenance.get("agent") or {},
+                "user": provenance.get("user") or {},
             },
-            "agent_info": {
-                "implementation": "llm_agent" if run.kind == Run.Kind.MODEL else "human",
-                "llm": run.agent_model if run.kind == Run.Kind.MODEL else None,
-                "llm_args": {"temperature": 0} if run.kind == Run.Kind.MODEL else None,
-            },
-            "environment_info": {
-                "domain_name": run.domain,
-                "policy": catalog.get_domain(run.domain).policy,
-                "tool_defs": None,
-            },
-            "seed": run.seed,
-            "tau2_studio": {"run_id": run.pk, "agent": agent, "user": user},
-        },
-        "tasks": [catalog.get_tau2_task(run.domain, run.task.task_id).model_dump(mode="json")],
-        "simulations": [simulation],
+        ),
+        "tasks": tau2_tasks(run.domain, [run.task.task_id]),
+        "simulations": [tau2_simulation(run, messages)],
     }
 
 
