@@ -1,0 +1,171 @@
+"""τ²-bench results files (what ``tau2 run`` writes): read them with τ²'s own model, and
+score their conversations again with τ²'s evaluator through the one driver.
+
+Framework-free. Re-scoring never calls an LLM: a task whose reward needs τ²'s
+NL-assertion judge is reported as not re-scored instead.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+# isort: off
+from tau2_env._tau2 import registry  # noqa: F401  (τ² through its quiet import, first)
+from pydantic import ValidationError
+from tau2.data_model.simulation import Results, SimulationRun
+from tau2.data_model.tasks import Task
+from tau2.evaluator.evaluator import EvaluationType
+
+# isort: on
+from tau2_env import catalog, engine, llm
+
+__all__ = ["Rescore", "Results", "ResultsFileError", "read_results", "rescore", "same_task"]
+
+# Scoring without the judge needs no LLM, but an episode needs a customer route: this
+# one has no credential and leads nowhere (the discard port), so nothing can leave.
+_NO_LLM = llm.Route(
+    provider="hf",
+    model="none/not-called-when-re-scoring",
+    base_url="http://127.0.0.1:9/v1",
+    api_key="none: re-scoring calls no LLM",
+)
+
+
+class ResultsFileError(ValueError):
+    """The bytes are not a τ² results file; the message says why, for a person."""
+
+
+def read_results(data: bytes | str) -> Results:
+    """τ²'s ``Results`` from a file's bytes, as ``Results.load`` reads it.
+
+    Raises :class:`ResultsFileError` for an empty file, one that is not JSON, or JSON
+    that τ²'s model rejects (the first few problems named).
+    """
+    if isinstance(data, bytes):
+        try:
+            data = data.decode("utf-8-sig")
+        except UnicodeDecodeError:
+            raise ResultsFileError("The file is not JSON: it is not UTF-8 text.") from None
+    if not data.strip():
+        raise ResultsFileError("The file is empty.")
+    try:
+        parsed = json.loads(data)
+    except ValueError as exc:
+        raise ResultsFileError(f"The file is not JSON: {exc}.") from None
+    if not isinstance(parsed, dict):
+        raise ResultsFileError(
+            "This is not a τ² results file: expected an object with info, tasks and simulations."
+        )
+    try:
+        return Results.model_validate(parsed)
+    except ValidationError as exc:
+        problems = [
+            f"{'.'.join(str(part) for part in error['loc']) or 'file'}: {error['msg']}"
+            for error in exc.errors()[:3]
+        ]
+        more = exc.error_count() - len(problems)
+        raise ResultsFileError(
+            "This is not a τ² results file ("
+            + "; ".join(problems)
+            + (f"; and {more} more" if more > 0 else "")
+            + ")."
+        ) from None
+
+
+@dataclass(frozen=True)
+class Rescore:
+    """τ²'s verdict on a stored conversation, scored again.
+
+    ``reward_info`` is τ²'s ``RewardInfo`` as JSON, or ``None`` when it could not be
+    re-scored (``note`` says why). ``stored`` is the reward the file recorded.
+    """
+
+    stored: float | None
+    reward_info: dict[str, Any] | None
+    note: str = ""
+
+    @property
+    def reward(self) -> float | None:
+        return self.reward_info["reward"] if self.reward_info is not None else None
+
+    @property
+    def differs(self) -> bool:
+        """The file's reward is not τ²'s (beyond τ²'s 1e-6 tolerance)."""
+        if self.reward_info is None:
+            return False
+        if self.stored is None:
+            return True
+        return abs(self.stored - self.reward) > 1e-6
+
+    @property
+    def status(self) -> str:
+        """ "equal", "differs" or "not_rescored"."""
+        if self.reward_info is None:
+            return "not_rescored"
+        return "differs" if self.differs else "equal"
+
+
+def rescore(
+    *, domain: str, task: Task, simulation: SimulationRun, max_steps: int, max_errors: int
+) -> Rescore:
+    """Score ``simulation``'s conversation again with τ²'s evaluator, as ``tau2 run`` does.
+
+    The conversation is replayed in a fresh environment by :class:`~tau2_env.engine.Episode`
+    (τ²'s orchestrator checks every tool result against the one it gets again) and
+    ended as the file says it ended. Never raises for a bad conversation: the
+    :class:`Rescore` says it could not be re-scored, and why.
+    """
+    stored = simulation.reward_info.reward if simulation.reward_info is not None else None
+    try:
+        episode = engine.Episode(
+            domain=domain,
+            task=task,
+            user_llm=_NO_LLM,
+            messages=simulation.messages,
+            termination_reason=simulation.termination_reason,
+            max_steps=max_steps,
+            max_errors=max_errors,
+            seed=simulation.seed,
+            nl_judge="basis",
+            score_on_end=False,
+        )
+    except Exception as exc:
+        return Rescore(
+            stored,
+            None,
+            f"its messages do not replay in τ²'s {domain} environment "
+            f"({engine.failure_reason(exc)})",
+        )
+    if episode.evaluation_type() == EvaluationType.ALL_WITH_NL_ASSERTIONS:
+        return Rescore(
+            stored,
+            None,
+            "its task's reward needs τ²'s NL-assertion judge, an LLM, which an import never calls",
+        )
+    try:
+        info = episode.evaluate()
+    except Exception as exc:
+        return Rescore(stored, None, f"τ²'s evaluator failed ({engine.failure_reason(exc)})")
+    return Rescore(stored, info.model_dump(mode="json"))
+
+
+def _without_stamps(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _without_stamps(v) for k, v in value.items() if k != "timestamp"}
+    if isinstance(value, list):
+        return [_without_stamps(v) for v in value]
+    return value
+
+
+def same_task(domain: str, task: Task) -> bool:
+    """True when ``task`` (from a file) is this server's τ² task of that id, to the letter
+    (τ²'s load-time message stamps aside)."""
+    try:
+        ours = catalog.get_tau2_task(domain, task.id)
+    except KeyError:
+        return False
+    return _without_stamps(ours.model_dump(mode="json")) == _without_stamps(
+        task.model_dump(mode="json")
+    )
