@@ -204,3 +204,163 @@ def evaluation_matrix(evaluation: Evaluation, runs: list[dict[str, Any]]) -> lis
             }
         )
     return matrix
+
+
+# --- Downloads and comparison (views/results.py) ---------------------------------------
+
+_EXPORT_COLUMNS = (*_RUN_COLUMNS, "seed", "error", "provenance__rescore")
+
+
+def evaluation_export_runs(evaluation: Evaluation) -> list[dict[str, Any]]:
+    """The evaluation's runs as narrow dicts for its downloads: ``evaluation_runs``'
+    columns plus the seed, the error and, for an imported run, how τ²'s re-score
+    compared with the file (``provenance__rescore``). Never the messages."""
+    return list(
+        Run.objects.filter(evaluation=evaluation)
+        .order_by("trial", "task__task_id", "id")
+        .values(*_EXPORT_COLUMNS)
+    )
+
+
+@dataclass(frozen=True)
+class TaskOutcome:
+    """One task's scored trials in one evaluation: ``runs`` is (run id, success) by trial."""
+
+    successes: int
+    scored: int
+    runs: tuple[tuple[int, bool], ...]
+
+    @property
+    def rate(self) -> float | None:
+        return self.successes / self.scored if self.scored else None
+
+    @property
+    def passes_all(self) -> bool:
+        return self.scored > 0 and self.successes == self.scored
+
+    @property
+    def fails_all(self) -> bool:
+        return self.scored > 0 and self.successes == 0
+
+
+def task_outcomes(evaluation: Evaluation) -> dict[str, TaskOutcome]:
+    """Each task's successes over its scored (completed) runs, in the evaluation's order."""
+    runs: dict[str, list[tuple[int, bool]]] = {task_id: [] for task_id in evaluation.task_ids}
+    rows = (
+        Run.objects.filter(evaluation=evaluation, status=Run.Status.COMPLETED)
+        .order_by("trial", "id")
+        .values_list("task__task_id", "id", "reward")
+    )
+    for task_id, run_id, reward in rows:
+        runs.setdefault(task_id, []).append((run_id, is_successful(reward)))
+    return {
+        task_id: TaskOutcome(
+            successes=sum(ok for _, ok in scored), scored=len(scored), runs=tuple(scored)
+        )
+        for task_id, scored in runs.items()
+    }
+
+
+COMPARE_SORTS = ("task", "a", "b", "delta", "flip")
+
+
+def _task_order(task_id: str) -> tuple:
+    """Numeric task ids in numeric order ("2" before "10"), the others after, by text."""
+    return (0, int(task_id), "") if task_id.isdigit() else (1, 0, task_id)
+
+
+def _pair(a: TaskOutcome | None, b: TaskOutcome | None) -> list[int]:
+    """One run of each side to read side by side: where the outcomes differ, a pair
+    that shows the difference; else each side's first trial."""
+    if not (a and a.runs and b and b.runs):
+        return []
+    for run_a, ok_a in a.runs:
+        for run_b, ok_b in b.runs:
+            if ok_a != ok_b:
+                return [run_a, run_b]
+    return [a.runs[0][0], b.runs[0][0]]
+
+
+def evaluation_compare(
+    a: Evaluation, b: Evaluation, *, sort: str = "task", descending: bool = False
+) -> list[dict[str, Any]]:
+    """Per task, the two evaluations' pass rates side by side.
+
+    ``flip`` is "a" when ``a`` passes every scored trial of the task and ``b`` none of
+    its own, "b" the other way round, "" otherwise; ``delta`` is b's rate minus a's;
+    ``runs`` is a pair of run ids for the runs' compare page (empty when a side has no
+    scored run). ``sort`` is one of :data:`COMPARE_SORTS`; a row without the sorted
+    value goes last.
+    """
+    outcomes_a, outcomes_b = task_outcomes(a), task_outcomes(b)
+    rows = []
+    for task_id in dict.fromkeys([*outcomes_a, *outcomes_b]):
+        left, right = outcomes_a.get(task_id), outcomes_b.get(task_id)
+        rate_a = left.rate if left else None
+        rate_b = right.rate if right else None
+        flip = ""
+        if left and right and left.passes_all and right.fails_all:
+            flip = "a"
+        elif left and right and right.passes_all and left.fails_all:
+            flip = "b"
+        rows.append(
+            {
+                "task_id": task_id,
+                "a": left,
+                "b": right,
+                "rate_a": rate_a,
+                "rate_b": rate_b,
+                "delta": rate_b - rate_a if rate_a is not None and rate_b is not None else None,
+                "flip": flip,
+                "runs": _pair(left, right),
+            }
+        )
+    sort = sort if sort in COMPARE_SORTS else "task"
+    if sort == "task":
+        rows.sort(key=lambda row: _task_order(row["task_id"]), reverse=descending)
+        return rows
+    field = {"a": "rate_a", "b": "rate_b", "delta": "delta", "flip": "flip"}[sort]
+    present = [row for row in rows if row[field] not in (None, "")]
+    missing = [row for row in rows if row[field] in (None, "")]
+    present.sort(key=lambda row: (row[field], _task_order(row["task_id"])), reverse=descending)
+    return present + sorted(missing, key=lambda row: _task_order(row["task_id"]))
+
+
+def evaluation_list_rows(evaluations) -> list[dict[str, Any]]:
+    """The history's rows: each evaluation with its runs counted by status (one query for
+    the page) and what its summary says (pass^k, average reward, cost)."""
+    from django.db.models import Count
+
+    evaluations = list(evaluations)
+    counts: dict[int, Counter] = defaultdict(Counter)
+    rows = (
+        Run.objects.filter(evaluation_id__in=[e.pk for e in evaluations])
+        .values_list("evaluation_id", "status")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    for evaluation_id, status, n in rows:
+        counts[evaluation_id][status] = n
+    out = []
+    for evaluation in evaluations:
+        by_status = counts[evaluation.pk]
+        summary = evaluation.summary or {}
+        report = (evaluation.provenance or {}).get("import") or {}
+        pass_hat_ks = summary.get("pass_hat_ks") or {}
+        out.append(
+            {
+                "evaluation": evaluation,
+                "runs": sum(by_status.values()),
+                "final": sum(by_status[s] for s in Run.FINAL),
+                "completed": by_status[Run.Status.COMPLETED],
+                "failed": by_status[Run.Status.FAILED],
+                "pass_1": pass_hat_ks.get("1"),
+                "pass_k": pass_hat_ks.get(str(summary.get("max_k"))),
+                "max_k": summary.get("max_k"),
+                "avg_reward": summary.get("avg_reward"),
+                "cost_usd": summary.get("cost_usd"),
+                "differs": len(report.get("differs") or []),
+                "not_rescored": len(report.get("not_rescored") or []),
+            }
+        )
+    return out

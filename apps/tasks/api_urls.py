@@ -1,6 +1,7 @@
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
+from apps.evaluations import api as evaluations_api
 from apps.tasks import api
 
 app_name = "api"
@@ -12,4 +13,6 @@ urlpatterns = [
     path("domains/<slug:domain>/", api.DomainDetail.as_view(), name="domain"),
     path("tasks/", api.TaskList.as_view(), name="tasks"),
     path("tasks/<slug:domain>/<path:task_id>/", api.TaskDetail.as_view(), name="task"),
+    path("evaluations/", evaluations_api.EvaluationList.as_view(), name="evaluations"),
+    path("evaluations/<int:pk>/", evaluations_api.EvaluationDetail.as_view(), name="evaluation"),
 ]

@@ -1,0 +1,345 @@
+"""Import a results file written by ``tau2 run`` as an evaluation marked imported.
+
+The file is read with τ²'s own ``Results`` model, its domain and every task must be in
+our catalogue, and every conversation is scored again with τ²'s evaluator through the
+engine: the runs keep the re-scored reward, and a stored reward that differs is flagged
+on the run (``provenance["rescore"]``) and on the evaluation (``provenance["import"]``).
+A bad file stores nothing.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from apps.evaluations import selectors
+from apps.evaluations.exports import scrub
+from apps.evaluations.models import MAX_TRIALS, Evaluation
+from apps.runs.events import event_kind
+from apps.runs.models import Run, RunEvent
+from apps.tasks.models import Domain, Task
+from apps.tasks.selectors import catalogue_latest
+from tau2_env import catalog
+from tau2_env.evaluation import DEFAULT_SEED, trial_seeds
+from tau2_env.results import Rescore, ResultsFileError, read_results, rescore, same_task
+
+_CENT = Decimal("0.000001")
+# Which split an exact task set is called, when several splits hold the same tasks.
+_SPLIT_PREFERENCE = ("test", "base", "train")
+
+
+def evaluation_import(*, user, data: bytes, name: str = "") -> Evaluation:
+    """Store the ``tau2 run`` results file ``data`` as an imported evaluation of ``user``.
+
+    Returns the evaluation (status ``IMPORTED``) with one completed run per simulation:
+    its messages as events and τ²'s re-scored reward. Raises ``ValidationError`` with a
+    message for a person — nothing stored — when the file is too large, empty, not
+    JSON, not τ²'s results format, of an unknown domain or task, or inconsistent.
+    """
+    if len(data) > max_upload_bytes():
+        raise ValidationError(too_large(len(data)))
+    try:
+        results = read_results(data)
+    except ResultsFileError as exc:
+        raise ValidationError(str(exc)) from None
+    info = results.info
+    domain = info.environment_info.domain_name
+    if not Domain.objects.filter(name=domain).exists():
+        known = ", ".join(Domain.objects.values_list("name", flat=True))
+        raise ValidationError(f"Unknown domain {domain!r}: this server has {known}.")
+    if not results.simulations:
+        raise ValidationError("The file has no simulations to import.")
+    if not 1 <= info.num_trials <= MAX_TRIALS:
+        raise ValidationError(
+            f"The file has {info.num_trials} trials; an evaluation holds 1 to {MAX_TRIALS}."
+        )
+    if info.max_steps < 1 or info.max_errors < 1:
+        raise ValidationError("The file's step and error limits must be at least 1.")
+    task_ids = _task_order(results)
+    tasks = {t.task_id: t for t in Task.objects.filter(domain_id=domain, task_id__in=task_ids)}
+    missing = [t for t in task_ids if t not in tasks]
+    if missing:
+        shown = ", ".join(repr(t) for t in missing[:5]) + (" …" if len(missing) > 5 else "")
+        raise ValidationError(f"No task {shown} in {domain} on this server.")
+    trials = _trials(results)
+
+    # Re-score before anything is written: CPU only, no LLM, no database.
+    scores = [
+        rescore(
+            domain=domain,
+            task=catalog.get_tau2_task(domain, sim.task_id),
+            simulation=sim,
+            max_steps=info.max_steps,
+            max_errors=info.max_errors,
+        )
+        for sim in results.simulations
+    ]
+    differing_tasks = sorted(
+        {t.id for t in results.tasks if t.id in tasks and not same_task(domain, t)}
+    )
+    split = _split_of(domain, task_ids)
+    seed = info.seed if info.seed is not None else DEFAULT_SEED
+    seeds = _seeds(results, trials, seed, info.num_trials)
+    latest = catalogue_latest()
+    our_hash = latest.task_set_hash if latest else catalog.catalogue_hash()
+    agent_model = (info.agent_info.llm or info.agent_info.implementation or "unknown")[:255]
+    user_model = (info.user_info.llm or info.user_info.implementation or "unknown")[:255]
+
+    with transaction.atomic():
+        evaluation = Evaluation.objects.create(
+            name=(name or f"Imported: {agent_model} on {domain}").strip()[:200],
+            status=Evaluation.Status.IMPORTED,
+            created_by=user,
+            finished_at=timezone.now(),
+            domain=domain,
+            split=split,
+            full_split=bool(split),
+            task_ids=task_ids,
+            agent_model=agent_model,
+            agent_provider=agent_model.split(":", 1)[1] if ":" in agent_model else "",
+            user_model=user_model,
+            num_trials=info.num_trials,
+            seed=seed,
+            trial_seeds=seeds,
+            max_steps=info.max_steps,
+            max_errors=info.max_errors,
+            concurrency=1,
+            provenance={
+                "source": "tau2 run import",
+                # Scored again with this server's τ²; ranked with this catalogue only
+                # when the file's tasks are this catalogue's, to the letter.
+                "tau2_version": catalog.tau2_version(),
+                "task_set_hash": our_hash if not differing_tasks else f"file:{_digest(results)}",
+                "agent_prices": None,
+                "import": {
+                    "file_tau2": info.git_commit,
+                    "file_seed": info.seed,
+                    "agent": scrub(info.agent_info.model_dump(mode="json")),
+                    "user": scrub(
+                        info.user_info.model_dump(
+                            mode="json", exclude={"global_simulation_guidelines"}
+                        )
+                    ),
+                    "simulations": len(results.simulations),
+                    "rescored": sum(s.reward_info is not None for s in scores),
+                    "differs": [],
+                    "not_rescored": [],
+                    "tasks_differ": differing_tasks,
+                },
+            },
+        )
+        runs = Run.objects.bulk_create(
+            _run(evaluation, tasks[sim.task_id], sim, trial, score, info)
+            for sim, trial, score in zip(results.simulations, trials, scores, strict=True)
+        )
+        RunEvent.objects.bulk_create(
+            (
+                event
+                for run, sim in zip(runs, results.simulations, strict=True)
+                for event in _events(run, sim)
+            ),
+            batch_size=2000,
+        )
+        report = evaluation.provenance["import"]
+        for run, trial, score in zip(runs, trials, scores, strict=True):
+            where = {"run_id": run.pk, "task_id": run.task.task_id, "trial": trial}
+            if score.differs:
+                report["differs"].append(
+                    {**where, "stored": score.stored, "rescored": score.reward}
+                )
+            elif score.reward_info is None:
+                report["not_rescored"].append({**where, "reason": score.note})
+        evaluation.summary = selectors.evaluation_metrics(evaluation)
+        evaluation.save(update_fields=["provenance", "summary"])
+    return evaluation
+
+
+def max_upload_bytes() -> int:
+    """The largest results file accepted (``TAU2_EVAL_MAX_UPLOAD_BYTES``)."""
+    return settings.TAU2_EVAL_MAX_UPLOAD_BYTES
+
+
+def too_large(size: int) -> str:
+    return (
+        f"The file is {_size(size)}; the largest results file accepted is "
+        f"{_size(max_upload_bytes())}."
+    )
+
+
+def _size(n: int) -> str:
+    return f"{n / (1024 * 1024):.1f} MB" if n >= 1024 * 1024 else f"{n / 1024:.0f} KB"
+
+
+def _task_order(results) -> list[str]:
+    """The simulated tasks, in the order of the file's task list (τ²'s order), then any
+    simulated task the list lacks."""
+    simulated = {sim.task_id for sim in results.simulations}
+    ordered = [t.id for t in results.tasks if t.id in simulated]
+    ordered += [sim.task_id for sim in results.simulations]
+    return list(dict.fromkeys(ordered))
+
+
+def _trials(results) -> list[int]:
+    """Each simulation's trial number (τ² writes it; a file without one is numbered in
+    order per task). Raises ``ValidationError`` when two simulations claim the same task
+    and trial, or a trial is beyond the file's ``num_trials``."""
+    seen: dict[str, set[int]] = {}
+    out = []
+    for sim in results.simulations:
+        taken = seen.setdefault(sim.task_id, set())
+        trial = sim.trial
+        if trial is None:
+            trial = next(i for i in range(len(taken) + 1) if i not in taken)
+        if not 0 <= trial < results.info.num_trials:
+            raise ValidationError(
+                f"Task {sim.task_id!r} has a simulation of trial {trial}, but the file has "
+                f"{results.info.num_trials} trials (0 to {results.info.num_trials - 1})."
+            )
+        if trial in taken:
+            raise ValidationError(f"Task {sim.task_id!r} has two simulations of trial {trial}.")
+        taken.add(trial)
+        out.append(trial)
+    return out
+
+
+def _seeds(results, trials: list[int], seed: int, k: int) -> list[int]:
+    """Each trial's seed as the file's simulations record it, else as τ² derives it."""
+    derived = trial_seeds(seed, k)
+    recorded: dict[int, int] = {}
+    for sim, trial in zip(results.simulations, trials, strict=True):
+        if sim.seed is not None:
+            recorded.setdefault(trial, sim.seed)
+    return [recorded.get(trial, derived[trial]) for trial in range(k)]
+
+
+def _split_of(domain: str, task_ids: list[str]) -> str:
+    """The split whose tasks are exactly ``task_ids`` ('' if none is)."""
+    wanted = set(task_ids)
+    splits = catalog.get_domain(domain).splits
+    matching = [name for name, ids in splits.items() if set(ids) == wanted]
+    for name in (*_SPLIT_PREFERENCE, *sorted(matching)):
+        if name in matching:
+            return name
+    return ""
+
+
+def _digest(results) -> str:
+    """A short hash of the file's own task definitions (its task set)."""
+    import hashlib
+    import json
+
+    tasks = sorted((t.model_dump(mode="json") for t in results.tasks), key=lambda t: t["id"])
+    text = json.dumps(tasks, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _when(value: str | None) -> datetime | None:
+    """τ²'s timestamps are naive ISO local times of the machine that ran it: read as UTC."""
+    if not value:
+        return None
+    try:
+        parsed = datetime.fromisoformat(value)
+    except ValueError:
+        return None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def _money(value: float | None) -> Decimal | None:
+    if value is None or value < 0:
+        return None
+    try:
+        amount = Decimal(str(value)).quantize(_CENT)
+    except InvalidOperation:
+        return None
+    return amount if amount < Decimal("1000000") else None
+
+
+def _usage(message) -> tuple[int, int]:
+    usage = getattr(message, "usage", None) or {}
+    return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+
+
+def _run(evaluation: Evaluation, task: Task, sim, trial: int, score: Rescore, info) -> Run:
+    started = _when(sim.start_time)
+    finished = started + timedelta(seconds=max(sim.duration, 0.0)) if started else None
+    agent = [m for m in sim.messages if m.role == "assistant"]
+    rescore = {"status": score.status, "stored_reward": score.stored}
+    if score.reward_info is not None:
+        rescore["rescored_reward"] = score.reward
+    if score.note:
+        rescore["note"] = score.note
+    # Not re-scored: the file's verdict is all there is, and the run says so.
+    reward_info = score.reward_info
+    if reward_info is None and sim.reward_info is not None:
+        reward_info = sim.reward_info.model_dump(mode="json")
+    reward = reward_info["reward"] if reward_info is not None else None
+    return Run(
+        kind=Run.Kind.MODEL,
+        status=Run.Status.COMPLETED,
+        task=task,
+        domain=task.domain_id,
+        created_by=evaluation.created_by,
+        agent_model=evaluation.agent_model,
+        agent_provider=evaluation.agent_provider,
+        user_model=evaluation.user_model,
+        user_provider="import",
+        max_steps=info.max_steps,
+        seed=sim.seed,
+        evaluation=evaluation,
+        trial=trial,
+        started_at=started,
+        finished_at=finished,
+        termination_reason=sim.termination_reason.value,
+        reward=min(max(reward, 0.0), 1.0) if reward is not None else None,
+        reward_info=reward_info,
+        n_messages=len(sim.messages),
+        n_tool_calls=sum(len(m.tool_calls or []) for m in sim.messages if m.role != "tool"),
+        prompt_tokens=sum(_usage(m)[0] for m in agent),
+        completion_tokens=sum(_usage(m)[1] for m in agent),
+        cost_usd=_money(sim.agent_cost),
+        provenance={
+            "tau2_version": evaluation.provenance["tau2_version"],
+            "task_set_hash": evaluation.provenance["task_set_hash"],
+            "domain": task.domain_id,
+            "task_id": task.task_id,
+            "source": "tau2 run import",
+            "simulation_id": sim.id[:200],
+            "agent": {"implementation": "tau2 run", "model": evaluation.agent_model},
+            "user": {"implementation": "tau2 run", "model": evaluation.user_model},
+            "args": {
+                "max_steps": info.max_steps,
+                "max_errors": info.max_errors,
+                "seed": evaluation.seed,
+                "trial": trial,
+                "trial_seed": sim.seed,
+                "temperature": (info.agent_info.llm_args or {}).get("temperature"),
+            },
+            "rescore": rescore,
+        },
+    )
+
+
+def _events(run: Run, sim) -> list[RunEvent]:
+    events = []
+    for seq, message in enumerate(sim.messages):
+        data: dict[str, Any] = message.model_dump(mode="json")
+        kind = event_kind(data)
+        prompt, completion = _usage(message)
+        events.append(
+            RunEvent(
+                run=run,
+                seq=seq,
+                kind=kind,
+                message=data,
+                prompt_tokens=prompt,
+                completion_tokens=completion,
+                cost_usd=_money(message.cost) if kind == RunEvent.Kind.AGENT else None,
+            )
+        )
+    return events
