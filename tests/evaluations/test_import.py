@@ -254,6 +254,22 @@ def test_a_small_file_of_an_agent_error_imports_with_its_zero_reward(alice):
     assert evaluation.summary["pass_hat_ks"] == {"1": 0.0}
 
 
+def test_an_import_of_a_whole_split_is_ranked_on_the_leaderboard(alice, alice_client):
+    from tau2_env import catalog
+
+    split = list(catalog.get_domain("airline").splits["test"])
+    data = results_file(simulations=len(split))
+    for sim, task_id in zip(data["simulations"], split, strict=True):
+        sim.update(task_id=task_id, trial=0)
+
+    evaluation = evaluation_import(user=alice, data=json.dumps(data).encode())
+
+    assert (evaluation.split, evaluation.full_split) == ("test", True)
+    assert evaluation.task_ids == split
+    page = alice_client.get("/leaderboard/?domain=airline").content.decode()
+    assert 'data-agent="openai/agent"' in page and f'href="/evaluations/{evaluation.pk}/"' in page
+
+
 def test_charlie_cannot_import(committed_db):
     charlie = Client()
     assert charlie.get("/evaluations/import/").status_code == 302
