@@ -129,6 +129,9 @@ def test_a_tampered_reward_is_flagged_and_the_run_keeps_tau2s(alice, alice_clien
     assert 'data-testid="reward-differs"' in page
     csv_rows = alice_client.get(f"/evaluations/{evaluation.pk}.csv").content.decode()
     assert f"{run.pk},2,1," in csv_rows and ",differs," in csv_rows
+    detail = alice_client.get(evaluation.get_absolute_url()).content.decode()
+    assert 'data-testid="rescore-differs"' in detail
+    assert "task 2, trial 1</a>: file 1.0, re-scored 0.0" in detail
 
 
 @pytest.mark.slow
