@@ -10,6 +10,11 @@ A run is held under a lease that a heartbeat renews. If the worker dies (even
 ``kill -9``) the lease runs out and :func:`runs_reap` hands the run to another worker,
 which rebuilds the conversation from the stored events and goes on. Events are written
 only while the writer holds the lease, so no turn is ever recorded twice.
+
+A lost database or broker (a restart, a failover) is the platform's fault, not the
+run's: the worker hands the run back (:func:`run_hand_back`) and its Celery task tries
+again; a queued run whose message the broker lost (Redis restarted without persistence)
+is sent again by :func:`runs_reap`.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from __future__ import annotations
 import logging
 import random
 import threading
+import time
 from datetime import timedelta
 from decimal import Decimal
 
@@ -39,6 +45,9 @@ try:  # the broker / channel layer's client
     INFRASTRUCTURE_ERRORS += (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
 except ImportError:  # pragma: no cover - redis is a dependency
     pass
+
+# What run_execute returns when the run should be tried again later (its Celery task retries).
+RETRY = "retry"
 
 
 def _lease() -> timedelta:
@@ -100,7 +109,13 @@ def run_finish(
         if run.evaluation_id is not None:
             from apps.evaluations.services import evaluation_run_settled
 
-            evaluation_run_settled(run_id=run.pk)
+            try:
+                evaluation_run_settled(run_id=run.pk)
+            except Exception:
+                # The run's end is stored; what its evaluation does next (start the next
+                # runs, complete) is done again by the next run's end and by beat's
+                # dispatch. Raising here would pass for the run's own failure.
+                logger.exception("Run %s ended, but its evaluation could not go on", run.pk)
     return bool(done)
 
 
@@ -151,19 +166,29 @@ def run_execute(*, run_id: int, worker: str) -> str:
     """Claim and drive one model run to its end. Returns the run's status afterwards.
 
     Never raises for a provider or conversation error: those end the run as failed with
-    a readable reason. Returns without touching the run if another worker holds it.
+    a readable reason. Returns without touching the run if another worker holds it, and
+    :data:`RETRY` (the run queued again, or never claimed) when the database or the
+    broker was lost.
     """
     from apps.accounts.vault import SignInRequired, hf_token_for
     from tau2_env import llm
 
-    run = run_claim(run_id=run_id, worker=worker)
-    if run is None:
-        return _status(run_id)
+    try:
+        run = run_claim(run_id=run_id, worker=worker)
+        if run is None:
+            return _status(run_id)
+    except INFRASTRUCTURE_ERRORS as exc:  # nothing claimed, nothing to hand back
+        logger.warning("Run %s: could not claim it (%s); trying again later", run_id, exc)
+        close_old_connections()
+        return RETRY
     try:
         token = hf_token_for(user=run.created_by)
     except SignInRequired as exc:
         run_finish(run=run, status=Run.Status.FAILED, worker=worker, error=str(exc))
         return Run.Status.FAILED
+    except INFRASTRUCTURE_ERRORS as exc:
+        logger.warning("Run %s lost its database before it started (%s)", run.pk, exc)
+        return run_hand_back(run=run, worker=worker)
 
     try:
         with _Heartbeat(run_id=run.pk, worker=worker) as heartbeat:
@@ -189,22 +214,27 @@ def run_execute(*, run_id: int, worker: str) -> str:
         return Run.Status.FAILED
 
 
-RETRY = "retry"
-
-
 def run_hand_back(*, run: Run, worker: str) -> str:
     """Queue ``run`` again after an infrastructure fault; returns :data:`RETRY` (the
-    Celery task tries again later). If the database is still away, the lease runs out
-    and the reaper re-queues the run instead."""
+    Celery task tries again later). While the database is away (a restart takes a few
+    seconds) it keeps trying, for as long as the lease would have held the run; after
+    that the lease has run out and the reaper re-queues the run instead."""
+    deadline = time.monotonic() + settings.TAU2_RUN_LEASE_SECONDS
+    pause = 0.5
+    while True:
+        close_old_connections()  # the broken connection goes; the next query opens one
+        try:
+            Run.objects.filter(pk=run.pk, worker=worker, status=Run.Status.RUNNING).update(
+                status=Run.Status.QUEUED, worker="", lease_expires_at=None
+            )
+            break
+        except DatabaseError:
+            if time.monotonic() + pause > deadline:
+                logger.warning("Run %s: the database is still away; the reaper takes it", run.pk)
+                break
+            time.sleep(pause)
+            pause = min(pause * 2, 5.0)
     close_old_connections()
-    try:
-        Run.objects.filter(pk=run.pk, worker=worker, status=Run.Status.RUNNING).update(
-            status=Run.Status.QUEUED, worker="", lease_expires_at=None
-        )
-    except DatabaseError:
-        logger.warning("Run %s: the database is still away; the reaper will re-queue it", run.pk)
-    finally:
-        close_old_connections()
     return RETRY
 
 
@@ -299,11 +329,15 @@ def _failure_kind(exc: BaseException | None) -> str:
 
 
 def runs_reap(*, now=None) -> list[int]:
-    """Hand runs whose worker vanished to another worker, or fail them.
+    """Hand runs whose worker vanished to another worker, or fail them; send again the
+    queued runs whose message was lost.
 
     A run still "running" after its lease expired lost its worker (crash, ``kill -9``,
     deploy). Below ``TAU2_RUN_MAX_ATTEMPTS`` it is queued again, to resume from its
-    stored events; beyond, it fails with the reason. Returns the ids re-queued.
+    stored events; beyond, it fails with the reason. A run handed to the queue more than
+    a lease ago and still not claimed may have lost its message (Redis restarted without
+    persistence, or it could not be sent): it is sent again, at most once per lease — a
+    duplicate is harmless, only one claim wins. Returns the ids sent to the workers.
     """
     from apps.runs.tasks import execute_run
 
@@ -328,4 +362,18 @@ def runs_reap(*, now=None) -> list[int]:
         else:
             execute_run.delay(run.pk)
             requeued.append(run.pk)
+    cutoff = now - _lease()
+    unclaimed = Run.objects.filter(
+        kind=Run.Kind.MODEL,
+        status=Run.Status.QUEUED,
+        stop_requested=False,
+        dispatched_at__lt=cutoff,
+    ).values_list("pk", flat=True)
+    for run_id in list(unclaimed):
+        # Stamped first: the next reap leaves it alone for a lease.
+        if Run.objects.filter(pk=run_id, status=Run.Status.QUEUED, dispatched_at__lt=cutoff).update(
+            dispatched_at=now
+        ):
+            execute_run.delay(run_id)
+            requeued.append(run_id)
     return requeued

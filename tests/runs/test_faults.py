@@ -116,3 +116,27 @@ def test_a_stopped_run_whose_worker_died_ends_stopped(committed_db, alice):
     assert runs_reap() == []
     run.refresh_from_db()
     assert run.status == Run.Status.STOPPED and run.finished_at is not None
+
+
+def test_a_queued_run_whose_message_was_lost_is_sent_again(
+    celery_worker, llm_server, alice, settings
+):
+    """Redis restarted without persistence loses the messages waiting in its queue; the
+    reaper sends a run again once it waited a lease unclaimed, and only once a lease."""
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    gold_script(llm_server)
+    run = _queued_run(alice)  # queued, and no message ever sent: as if Redis lost it
+    Run.objects.filter(pk=run.pk).update(dispatched_at=timezone.now())
+    assert runs_reap() == []  # handed to the queue just now: a worker may still take it
+
+    lost_at = timezone.now() - timedelta(seconds=settings.TAU2_RUN_LEASE_SECONDS + 1)
+    Run.objects.filter(pk=run.pk).update(dispatched_at=lost_at)
+    assert runs_reap() == [run.pk]
+    assert runs_reap() == []
+
+    run = wait_for(run, finished)
+    assert run.status == Run.Status.COMPLETED and run.reward == 1.0
+    assert run.attempts == 1
