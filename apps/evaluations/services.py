@@ -189,6 +189,9 @@ def evaluations_dispatch() -> list[int]:
             )
             for e in active
         }
+        # Every run final, yet still running: the end of its last run was not followed
+        # through (the database or broker went away just then). Completed below.
+        finished = [e.pk for e in active if not pending[e.pk] and not in_flight[e.pk]]
         while budget > 0:
             # The person with the fewest runs in flight goes next; their oldest
             # evaluation with room gives one run.
@@ -214,7 +217,12 @@ def evaluations_dispatch() -> list[int]:
         if queued:
             Run.objects.filter(pk__in=queued).update(dispatched_at=timezone.now())
             for run_id in queued:
-                transaction.on_commit(lambda run_id=run_id: execute_run.delay(run_id))
+                # robust: one message the broker refuses must not keep the others from
+                # being sent; the reaper sends a lost one again (``runs_reap``).
+                transaction.on_commit(lambda run_id=run_id: execute_run.delay(run_id), robust=True)
+    for evaluation_id in finished:
+        _complete_if_done(evaluation_id)
+        events.evaluation_publish(evaluation_id=evaluation_id)
     return queued
 
 
