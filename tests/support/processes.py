@@ -5,6 +5,7 @@ process but PostgreSQL and Redis (the test database, ``REDIS_URL``, ``CHANNELS_P
 
 * :func:`start_web` serves ``tau2site.asgi:application`` with uvicorn on a free port;
 * :func:`start_worker` runs ``celery -A tau2site worker`` on one queue;
+* :func:`start_beat` runs ``celery -A tau2site beat`` (the reaper and the dispatcher);
 * :func:`wait_until_up` waits for them all to answer (``/health``, Celery ``ping``), so
   several start in parallel; :func:`stop` ends one (terminate, then kill).
 
@@ -29,6 +30,7 @@ from tests.support.llm_server import ScriptedLLM
 __all__ = [
     "Process",
     "environment",
+    "start_beat",
     "start_web",
     "start_worker",
     "stop",
@@ -108,6 +110,19 @@ def start_worker(
         env=env,
     )
     return Process(proc=proc, node=node)
+
+
+def start_beat(env: dict[str, str], *, schedule: Path) -> Process:
+    """Start ``celery -A tau2site beat``, keeping its schedule in the file ``schedule``.
+    It sends its tasks to ``CELERY_QUEUE`` of ``env``; it answers no ping, so it is not
+    for :func:`wait_until_up`."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "celery", "-A", "tau2site", "beat"]
+        + ["--loglevel", "WARNING", "--schedule", str(schedule)],
+        cwd=ROOT,
+        env=env,
+    )
+    return Process(proc=proc)
 
 
 def _answers(process: Process) -> bool:
