@@ -18,6 +18,7 @@ from pathlib import Path
 from urllib.parse import urlparse
 
 import pytest
+from django.utils import timezone
 
 from apps.evaluations import services
 from apps.evaluations.models import Evaluation
@@ -515,8 +516,12 @@ def test_runs_survive_a_redis_restart_that_loses_the_queue(restart_deployment, l
     evaluation = evaluate(alice, trials=8, concurrency=8)
     wait_until(evaluation, _mid_conversation(5), timeout=60)
     # Five runs talking on five threads; three wait in Redis's queue, which the restart loses.
-    assert count(evaluation, status=Run.Status.QUEUED) == 3
+    waiting = set(evaluation.runs.filter(status=Run.Status.QUEUED).values_list("id", flat=True))
+    assert len(waiting) == 3
 
     restart_redis()
+    restarted = timezone.now()
 
-    _assert_survived(evaluation, 8)
+    done = _assert_survived(evaluation, 8)
+    # The reaper sent the lost ones again.
+    assert all(run.dispatched_at > restarted for run in done if run.pk in waiting)
