@@ -35,11 +35,13 @@ pytestmark = pytest.mark.slow
 PER_PERSON, MAX_IN_FLIGHT = 2, 3  # the capped worker's: 4 threads, so one is always free
 TIMEOUT = 150.0  # seconds; generous: a loaded 2-core machine runs the whole suite too
 
-RESTARTS = bool(os.environ.get("CI")) or os.environ.get("TAU2_TEST_RESTARTS") == "1"
+# They restart the machine's PostgreSQL and Redis: only in a pytest run of their own
+# (`make test` runs one after the suite), never beside other tests sharing those servers.
+RESTARTS = os.environ.get("TAU2_TEST_RESTARTS") == "1"
 restarts = pytest.mark.skipif(
     not RESTARTS,
-    reason="restarts PostgreSQL or Redis, which other test runs may share: "
-    "set CI or TAU2_TEST_RESTARTS=1",
+    reason="restarts PostgreSQL or Redis, which other tests may share: "
+    "`make test-restarts` (TAU2_TEST_RESTARTS=1) runs them on their own",
 )
 
 
@@ -443,6 +445,20 @@ def restart_redis() -> None:
     ):
         assert time.monotonic() < deadline, "Redis did not come back"
         time.sleep(0.1)
+    _forget_broker_connections()
+
+
+def _forget_broker_connections() -> None:
+    """This test process's pooled broker connections died with the server: drop them, or
+    the next test's ``control.ping`` reads "Connection closed by server"."""
+    from tau2site.celery import app
+
+    from kombu import pools
+
+    # kombu keeps the pools in a registry of its own: reset it (closing what died), then
+    # Celery builds new ones on demand, as after a fork.
+    pools.reset()
+    app._after_fork()
 
 
 @pytest.fixture
@@ -469,6 +485,7 @@ def restart_deployment(committed_db, llm_server, settings, tmp_path: Path):
     from django.db import connections
 
     connections.close_all()
+    _forget_broker_connections()
 
 
 def _mid_conversation(n: int) -> Callable[[Evaluation], bool]:
