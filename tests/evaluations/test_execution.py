@@ -451,9 +451,9 @@ def restart_redis() -> None:
 def _forget_broker_connections() -> None:
     """This test process's pooled broker connections died with the server: drop them, or
     the next test's ``control.ping`` reads "Connection closed by server"."""
-    from tau2site.celery import app
-
     from kombu import pools
+
+    from tau2site.celery import app
 
     # kombu keeps the pools in a registry of its own: reset it (closing what died), then
     # Celery builds new ones on demand, as after a fork.
