@@ -233,7 +233,10 @@ REST_FRAMEWORK = {
 }
 SPECTACULAR_SETTINGS = {
     "TITLE": "τ²-bench studio API",
-    "DESCRIPTION": "Read-only access to τ²-bench's domains and tasks, the agent models, and the team's evaluations with τ²'s metrics.",
+    "DESCRIPTION": (
+        "Read-only access to τ²-bench's domains and tasks, the agent models, and the "
+        "team's evaluations with τ²'s metrics."
+    ),
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,
     "SWAGGER_UI_DIST": "SIDECAR",
