@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run install install-dev system-deps test test-restarts test-fast lint format migrations-check worker beat bench clean
+.PHONY: run install install-dev system-deps test test-isolated test-fast lint format migrations-check worker beat bench clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,12 +35,13 @@ run: install
 
 test: install-dev
 	$(BIN)/pytest
-	$(MAKE) test-restarts
+	$(MAKE) test-isolated
 
-# Runs surviving PostgreSQL and Redis restarts: they restart the servers, so they run in a
-# pytest of their own, after everything else.
-test-restarts: install-dev
-	TAU2_TEST_RESTARTS=1 $(BIN)/pytest tests/evaluations/test_execution.py -k restart
+# Evaluations on workers of their own, and runs surviving PostgreSQL and Redis restarts:
+# they restart the servers and start their own workers, so they run in a pytest of their
+# own, after everything else.
+test-isolated: install-dev
+	TAU2_TEST_ISOLATED=1 $(BIN)/pytest tests/evaluations/test_execution.py
 
 # Everything but the browser and slow tests: the quick loop while working (under 3 minutes
 # on 2 cores). Needs no Chromium, so only the Python packages, not install-dev's system-deps.

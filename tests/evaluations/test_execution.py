@@ -30,19 +30,21 @@ from tests.support import processes
 from tests.support.llm_server import error
 from tests.support.scripts import AGENT_MODEL, finished, gold_script, is_agent_request, wait_for
 
-pytestmark = pytest.mark.slow
+# These start workers of their own, restart PostgreSQL and Redis, and leave the scripted
+# LLM busy: they run in a pytest of their own (`make test-isolated`, which `make test` calls
+# after the suite). Inside the suite, tests/runs/test_faults.py's doomed worker afterwards
+# met "Connection error" calling the scripted LLM (not yet understood).
+ISOLATED = os.environ.get("TAU2_TEST_ISOLATED") == "1"
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not ISOLATED, reason="runs alone: `make test-isolated`"),
+]
 
 PER_PERSON, MAX_IN_FLIGHT = 2, 3  # the capped worker's: 4 threads, so one is always free
 TIMEOUT = 150.0  # seconds; generous: a loaded 2-core machine runs the whole suite too
 
-# They restart the machine's PostgreSQL and Redis: only in a pytest run of their own
-# (`make test` runs one after the suite), never beside other tests sharing those servers.
-RESTARTS = os.environ.get("TAU2_TEST_RESTARTS") == "1"
-restarts = pytest.mark.skipif(
-    not RESTARTS,
-    reason="restarts PostgreSQL or Redis, which other tests may share: "
-    "`make test-restarts` (TAU2_TEST_RESTARTS=1) runs them on their own",
-)
+# The restart tests restart the machine's PostgreSQL and Redis: never beside other tests.
+restarts = pytest.mark.skipif(not ISOLATED, reason="restarts the servers: `make test-isolated`")
 
 
 # ----------------------------------------------------------------- helpers
