@@ -12,9 +12,6 @@ in the request.
 
 from __future__ import annotations
 
-import os
-import socket
-import uuid
 from datetime import timedelta
 from typing import Any
 
@@ -309,7 +306,9 @@ def play_episode(*, run: Run, token: str, score_on_end: bool = True) -> engine.E
 
 def _holder() -> str:
     """A plain id for the web request working on a session."""
-    return f"web:{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+    from apps.runs.runner import execution_id
+
+    return execution_id("web:")
 
 
 def _token(run: Run) -> str:

@@ -2,27 +2,19 @@
 
 from __future__ import annotations
 
-import os
-import socket
-import uuid
-
 from celery import shared_task
 
 from apps.play import worker
-
-
-def _worker_id() -> str:
-    # One id per execution: a redelivered message must not pass for the old one.
-    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+from apps.runs.runner import execution_id
 
 
 @shared_task(name="play.customer_turn", acks_late=True, ignore_result=True)
 def customer_turn(run_id: int, at: int) -> str:
     """The customer of play session ``run_id`` answers (asked when it had ``at`` messages)."""
-    return worker.customer_turn(run_id=run_id, at=at, worker=_worker_id())
+    return worker.customer_turn(run_id=run_id, at=at, worker=execution_id())
 
 
 @shared_task(name="play.score", acks_late=True, ignore_result=True)
 def score(run_id: int, at: int) -> str:
     """End and score play session ``run_id`` (asked when it had ``at`` messages)."""
-    return worker.score(run_id=run_id, at=at, worker=_worker_id())
+    return worker.score(run_id=run_id, at=at, worker=execution_id())

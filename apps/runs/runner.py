@@ -20,9 +20,12 @@ is sent again by :func:`runs_reap`.
 from __future__ import annotations
 
 import logging
+import os
 import random
+import socket
 import threading
 import time
+import uuid
 from datetime import timedelta
 from decimal import Decimal
 
@@ -48,6 +51,12 @@ except ImportError:  # pragma: no cover - redis is a dependency
 
 # What run_execute returns when the run should be tried again later (its Celery task retries).
 RETRY = "retry"
+
+
+def execution_id(prefix: str = "") -> str:
+    """A plain id for one execution holding a run (``host:pid:random``, after ``prefix``):
+    a redelivered message or a second request never passes for the first holder."""
+    return f"{prefix}{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
 
 
 def _lease() -> timedelta:

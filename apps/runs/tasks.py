@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import socket
-import uuid
-
 from celery import shared_task
 
 from apps.runs import runner
@@ -15,9 +11,7 @@ from apps.runs import runner
 def execute_run(self, run_id: int) -> str:
     """Drive run ``run_id`` to its end (or let go if another worker holds it). After an
     infrastructure fault (database or broker restarting) it is tried again later."""
-    # One name per execution: a redelivered message must not pass for the old holder.
-    worker = f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
-    status = runner.run_execute(run_id=run_id, worker=worker)
+    status = runner.run_execute(run_id=run_id, worker=runner.execution_id())
     if status == runner.RETRY:
         raise self.retry(countdown=min(2 ** min(self.request.retries, 5), 30))
     return status
