@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 from django.urls import reverse
@@ -197,13 +198,23 @@ class RunEvent(models.Model):
 
 
 class ReviewLabel(models.Model):
-    """A reviewer's verdict on a run or on one of its events."""
+    """A reviewer's verdict on a run, or on one of its events (``event`` set).
+
+    An event must belong to the label's own run. A ``CheckConstraint`` cannot span two
+    tables, so this is held in three places: :meth:`clean` (model forms and the admin),
+    ``apps.runs.services.label_create`` (which calls ``full_clean``) and, on PostgreSQL,
+    a composite foreign key ``(run_id, event_id) → runevent (run_id, id)`` added by
+    migration 0004 (SQLite, the laptop default, keeps the first two only).
+    """
 
     class Category(models.TextChoices):
         AGENT_ERROR = "agent_error", "agent error"
         USER_SIM_ERROR = "user_sim_error", "user-simulator error"
         TASK_BUG = "task_bug", "task bug"
         GRADER_BUG = "grader_bug", "grader bug"
+        # Reviewed and found right: without it a run that is fine could never leave the
+        # review queue.
+        NO_ISSUE = "no_issue", "no issue"
 
     class Severity(models.TextChoices):
         CRITICAL = "critical", "critical"
@@ -222,7 +233,28 @@ class ReviewLabel(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        ordering = ["-created_at"]
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["run", "severity"], name="reviewlabel_run_severity")]
+        constraints = [
+            models.CheckConstraint(
+                condition=~Q(category="no_issue", severity="critical"),
+                name="reviewlabel_no_issue_is_not_critical",
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.get_category_display()} ({self.severity}) on run {self.run_id}"
+
+    def clean(self) -> None:
+        """Refuse an event of another run, and a critical "no issue"."""
+        errors = {}
+        event_run = self.event.run_id if self.event_id is not None else None
+        if event_run is not None and self.run_id is not None and event_run != self.run_id:
+            errors["event"] = (
+                f"Message {self.event.run_id}#{self.event.seq} belongs to run "
+                f"{self.event.run_id}, not to run {self.run_id}."
+            )
+        if self.category == self.Category.NO_ISSUE and self.severity == self.Severity.CRITICAL:
+            errors["severity"] = "A run or message with no issue cannot be critical."
+        if errors:
+            raise ValidationError(errors)
