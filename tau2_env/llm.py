@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import contextvars
 import re
+import socket
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
+from urllib.parse import urlsplit
 
 # isort: off
 # _tau2 must come before litellm: it sets LITELLM_LOCAL_MODEL_COST_MAP, without which
@@ -39,11 +41,13 @@ from tau2_env import config
 
 __all__ = [
     "ROLE_KEY",
+    "Explained",
     "LLMCallError",
     "MissingCredentialsError",
     "Route",
     "conversation",
     "describe_error",
+    "explain_error",
     "hf_route",
     "install",
     "litellm_kwargs",
@@ -92,6 +96,8 @@ _ROUTE_KEYS = (
 )
 
 _TOKEN_PATTERNS = re.compile(r"\b(hf_[A-Za-z0-9_]{6,}|sk-[A-Za-z0-9_\-]{8,})")
+# A URL's query may carry a key (``?api_key=…``, ``?token=…``): never shown.
+_URL_QUERY = re.compile(r"(\bhttps?://[^\s?#]*)\?[^\s#]*")
 
 
 class MissingCredentialsError(RuntimeError):
@@ -102,10 +108,16 @@ class LLMCallError(RuntimeError):
     """An LLM call failed; ``str()`` is a readable reason with no secret in it."""
 
     def __init__(
-        self, message: str, *, status_code: int | None = None, transient: bool = False
+        self,
+        message: str,
+        *,
+        status_code: int | None = None,
+        transient: bool = False,
+        kind: str = "error",
     ) -> None:
         super().__init__(message)
         self.status_code = status_code
+        self.kind = kind  # what happened: one of :func:`explain_error`'s kinds
         # Worth trying again later: a rate limit, a provider's 5xx, a timeout or a
         # connection that failed. Never 401/402/403/404 or a bad request.
         self.transient = transient
@@ -254,10 +266,12 @@ def routed_completion(*args: Any, **kwargs: Any) -> Any:
     try:
         return litellm.completion(**call)
     except Exception as exc:
+        kind, message = explain_error(exc, route=route)
         raise LLMCallError(
-            describe_error(exc, route=route),
+            f"{route.describe()} failed: {message}",
             status_code=getattr(exc, "status_code", None),
             transient=is_transient(exc),
+            kind=kind,
         ) from None
 
 
@@ -276,22 +290,154 @@ def is_transient(exc: BaseException) -> bool:
     )
 
 
+class Explained(NamedTuple):
+    """What :func:`explain_error` says about a failure: its kind and a readable message."""
+
+    kind: str
+    message: str
+
+
+# The status codes a provider answers, named for what happened and what to do. 401/402
+# are never retried (see _RETRY_POLICY); 429 and 5xx were, before the call gave up.
+_STATUS_HINTS: dict[int, tuple[str, str]] = {
+    401: (
+        "unauthorized",
+        "the credentials were refused (HTTP 401): {who} was rejected. {fix_credentials}",
+    ),
+    402: (
+        "no_credits",
+        "the account has no credits left (HTTP 402): add credits or a payment method at "
+        "https://huggingface.co/settings/billing, or choose a cheaper model",
+    ),
+    403: (
+        "forbidden",
+        "the token may not call this model (HTTP 403): sign in again allowing Inference "
+        "Providers, or choose another model or provider",
+    ),
+    404: (
+        "unknown_model",
+        "the model {model!r} was not found (HTTP 404): choose one listed on /models/ "
+        "(staff can refresh the list), or check {base_var}",
+    ),
+    429: (
+        "rate_limited",
+        "rate limited (HTTP 429), still after retries: wait a minute and try again, or "
+        "choose another provider",
+    ),
+}
+
+_BASE_VARS = {
+    "hf": "TAU2_HF_ROUTER_URL",
+    "openai": "OPENAI_BASE_URL",
+    "anthropic": "ANTHROPIC_BASE_URL",
+}
+
+
+# httpx's and the OpenAI SDK's names for a connection that could not be made or was lost
+# (litellm's own APIConnectionError is not one: it also wraps errors it cannot map).
+_CONNECTION_ERRORS = frozenset({"ConnectError", "RemoteProtocolError", "APIConnectionError"})
+
+
+def _causes(exc: BaseException) -> Iterator[BaseException]:
+    """``exc`` and what it was raised from or during (litellm wraps openai wraps httpx)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        yield current
+        current = current.__cause__ or current.__context__
+
+
+def _where(route: Route | None) -> str:
+    """The endpoint as ``scheme://host:port``: no user, path or query (a key may hide there)."""
+    if route is None:
+        return "the provider"
+    base = route.base_url or ("https://api.anthropic.com" if route.provider == "anthropic" else "")
+    parts = urlsplit(base or "https://api.openai.com")
+    host = parts.hostname or "?"
+    port = f":{parts.port}" if parts.port else ""
+    name = "the router" if route.provider == "hf" else f"the {route.provider} API"
+    return f"{name} at {parts.scheme}://{host}{port}"
+
+
+def explain_error(
+    exc: BaseException, *, route: Route | None = None, secrets: tuple[str | None, ...] = ()
+) -> Explained:
+    """What went wrong in a call (or a worker) and what to do, for the person who sees it.
+
+    ``kind`` is one of ``unreachable`` (refused, or no such host), ``timeout``,
+    ``unauthorized`` (401), ``no_credits`` (402), ``forbidden`` (403), ``unknown_model``
+    (404), ``rate_limited`` (429), ``provider_error`` (5xx), ``bad_request`` (another
+    4xx), ``missing_credentials`` or ``error`` (anything else: a bug, said as an
+    internal error). An
+    :class:`LLMCallError` was explained when raised: its own kind and message. The
+    message never holds the route's key, the given ``secrets``, anything shaped like a
+    token, nor a URL's query.
+    """
+    provider = route.provider if route is not None else "hf"
+    base_var = _BASE_VARS.get(provider, "the provider's URL")
+    if isinstance(exc, LLMCallError):
+        kind, message = exc.kind, str(exc)
+    elif isinstance(exc, MissingCredentialsError):
+        kind, message = "missing_credentials", str(exc)
+    else:
+        kind, message = _explain_call(exc, route=route, base_var=base_var)
+    return Explained(kind, redact(message, route.api_key if route else None, *secrets))
+
+
+def _explain_call(exc: BaseException, *, route: Route | None, base_var: str) -> tuple[str, str]:
+    causes = list(_causes(exc))
+    status = getattr(exc, "status_code", None)
+    timeout = route.timeout if route is not None else None
+    if any(isinstance(c, litellm.Timeout | TimeoutError) for c in causes):
+        within = f" within {timeout:g} s" if timeout else ""
+        return "timeout", (
+            f"no answer{within} from {_where(route)}: the provider is slow or overloaded; "
+            "try again later, or choose a faster provider"
+        )
+    if any(isinstance(c, socket.gaierror) for c in causes):
+        return "unreachable", (
+            f"{_where(route)} could not be found (no such host): is {base_var} right?"
+        )
+    if any(isinstance(c, ConnectionRefusedError) for c in causes):
+        return "unreachable", (
+            f"{_where(route)} refused the connection: is {base_var} right, and is it running?"
+        )
+    if any(
+        isinstance(c, ConnectionError) or type(c).__name__ in _CONNECTION_ERRORS for c in causes
+    ):
+        return "unreachable", (
+            f"the connection to {_where(route)} failed: try again later; if it keeps "
+            f"failing, check {base_var}"
+        )
+    detail = " ".join(str(exc).split())[:200]
+    if isinstance(status, int) and status in _STATUS_HINTS:
+        kind, hint = _STATUS_HINTS[status]
+        hf = route is None or route.provider == "hf"
+        message = hint.format(
+            who="your Hugging Face token" if hf else "the API key",
+            fix_credentials=(
+                "Sign out and sign in again."
+                if hf
+                else "Check the key set for this provider on the server."
+            ),
+            model=route.model if route is not None else "?",
+            base_var=base_var,
+        )
+        return kind, f"{message}. {detail}"
+    if isinstance(status, int) and status >= 500:
+        return "provider_error", (
+            f"the provider failed (HTTP {status}): usually temporary; try again later, or "
+            f"choose another provider. {detail}"
+        )
+    if isinstance(status, int) and 400 <= status < 500:
+        return "bad_request", f"the provider refused the request (HTTP {status}). {detail}"
+    return "error", f"Internal error: {type(exc).__name__}: {detail}"
+
+
 def describe_error(exc: BaseException, *, route: Route) -> str:
     """A one-line reason for a failed call, naming the model, with every secret removed."""
-    status = getattr(exc, "status_code", None)
-    hint = {
-        401: "the credentials were refused (HTTP 401); check the token",
-        402: "the account has no credits left (HTTP 402)",
-        403: "the token may not call this model (HTTP 403)",
-        404: "the model was not found (HTTP 404)",
-        429: "rate limited (HTTP 429), still after retries",
-    }.get(status)
-    if hint is None and isinstance(exc, litellm.Timeout):
-        hint = f"no answer within {route.timeout:g} s"
-    if hint is None:
-        hint = f"HTTP {status}" if status else type(exc).__name__
-    detail = " ".join(str(exc).split())[:300]
-    return redact(f"{route.describe()} failed: {hint}. {detail}", route.api_key)
+    return redact(f"{route.describe()} failed: {explain_error(exc, route=route).message}")
 
 
 def redact(text: str, *secrets: str | None) -> str:
@@ -299,6 +445,7 @@ def redact(text: str, *secrets: str | None) -> str:
     for secret in secrets:
         if secret:
             text = text.replace(secret, "[redacted]")
+    text = _URL_QUERY.sub(r"\1?[redacted]", text)
     return _TOKEN_PATTERNS.sub("[redacted]", text)
 
 

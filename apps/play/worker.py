@@ -61,7 +61,7 @@ def customer_turn(*, run_id: int, at: int, worker: str) -> str:
         return "skipped"
     except Exception as exc:  # a bug, not a provider error: let the player ask again
         logger.exception("The customer's turn of play session %s failed", run.pk)
-        reason = llm.redact(f"Internal error: {type(exc).__name__}: {exc}", token)[:1000]
+        reason = llm.explain_error(exc, secrets=(token,)).message
         services.play_release(run_id=run.pk, holder=worker, to=Phase.NEEDS_CUSTOMER, error=reason)
         return "failed"
 
@@ -92,7 +92,7 @@ def score(*, run_id: int, at: int, worker: str) -> str:
         return "skipped"
     except Exception as exc:
         logger.exception("Scoring play session %s failed", run.pk)
-        reason = llm.redact(f"Internal error: {type(exc).__name__}: {exc}", token)[:1000]
+        reason = llm.explain_error(exc, secrets=(token,)).message
         services.play_release(run_id=run.pk, holder=worker, to=Phase.NEEDS_SCORING, error=reason)
         return "failed"
 

@@ -212,12 +212,11 @@ def run_execute(*, run_id: int, worker: str) -> str:
         return run_hand_back(run=run, worker=worker)
     except Exception as exc:  # a bug, not a provider error: still never a stuck "running"
         logger.exception("Run %s failed in the worker", run.pk)
-        reason = llm.redact(f"Internal error: {type(exc).__name__}: {exc}", token)[:1000]
         run_finish(
             run=run,
             status=Run.Status.FAILED,
             worker=worker,
-            error=reason,
+            error=llm.explain_error(exc, secrets=(token,)).message,
             failure=Run.Failure.INFRASTRUCTURE,
         )
         return Run.Status.FAILED
