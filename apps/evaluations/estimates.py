@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from decimal import Decimal
 
-from apps.inference.pricing import PricePair, cost_usd
+from apps.inference.pricing import PricePair, cost_usd, dollars
 from apps.runs.models import Run
 
 MIN_SAMPLE = 3
@@ -47,15 +47,6 @@ class CostEstimate:
         if self.low is None or self.high is None:
             return "unpriced"
         return f"{dollars(self.low)} – {dollars(self.high)}"
-
-
-def dollars(amount: Decimal) -> str:
-    """Cents from a dollar up; below, two significant digits (never a rounded $0.00)."""
-    if amount >= 1:
-        return f"${amount:,.2f}"
-    if amount <= 0:
-        return "$0"
-    return f"${amount:.{max(2, 1 - amount.adjusted())}f}"
 
 
 def evaluation_cost_estimate(*, domain: str, runs: int, prices: PricePair | None) -> CostEstimate:

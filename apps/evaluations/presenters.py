@@ -164,8 +164,16 @@ def progress_context(evaluation: Evaluation, metrics: dict) -> dict[str, Any]:
             if count or key in ("completed", "running", "queued", "failed")
         ],
         "eta": duration_label(metrics["eta_seconds"]),
-        "cost": _money(metrics["cost_usd"]),
-        "tokens": metrics["prompt_tokens"] + metrics["completion_tokens"],
+        # Every priced call (agent and customer); a summary kept before the customer's
+        # calls were counted has only the agent's.
+        "cost": _money(metrics.get("total_cost_usd", metrics["cost_usd"])),
+        "agent_cost": _money(metrics["cost_usd"]),
+        "customer_cost": _money(metrics.get("user_cost_usd")),
+        "unpriced_runs": metrics.get("unpriced_runs", 0),
+        "tokens": metrics["prompt_tokens"]
+        + metrics["completion_tokens"]
+        + metrics.get("user_prompt_tokens", 0)
+        + metrics.get("user_completion_tokens", 0),
     }
 
 
@@ -180,7 +188,8 @@ def metrics_context(evaluation: Evaluation, metrics: dict) -> dict[str, Any]:
             metrics["termination_reasons"].items(), key=lambda item: (-item[1], item[0])
         ),
         "mean_duration": duration_label(metrics["mean_duration_s"]),
-        "mean_cost": _money(metrics["mean_cost_usd"]),
+        "mean_cost": _money(metrics.get("mean_total_cost_usd", metrics["mean_cost_usd"])),
+        "mean_agent_cost": _money(metrics["mean_cost_usd"]),
     }
 
 

@@ -31,11 +31,36 @@ _RUN_COLUMNS = (
     "prompt_tokens",
     "completion_tokens",
     "cost_usd",
+    "user_prompt_tokens",
+    "user_completion_tokens",
+    "user_cost_usd",
     "started_at",
     "finished_at",
     "dispatched_at",
     "reward_info__reward_breakdown",
 )
+
+
+def _has_calls(run: dict[str, Any]) -> bool:
+    return bool(
+        run["prompt_tokens"]
+        or run["completion_tokens"]
+        or run["user_prompt_tokens"]
+        or run["user_completion_tokens"]
+    )
+
+
+def _run_total_cost(run: dict[str, Any]) -> Decimal | None:
+    """A run's agent and customer cost together; ``None`` when it made no calls or a role
+    that made calls has no price (unknown, never counted as $0)."""
+    parts = (
+        (run["prompt_tokens"] + run["completion_tokens"], run["cost_usd"]),
+        (run["user_prompt_tokens"] + run["user_completion_tokens"], run["user_cost_usd"]),
+    )
+    used = [cost for tokens, cost in parts if tokens]
+    if not used or any(cost is None for cost in used):
+        return None
+    return sum(used, Decimal(0))
 
 
 def evaluation_get(*, pk: int) -> Evaluation:
@@ -119,6 +144,8 @@ def evaluation_metrics(evaluation: Evaluation, runs: list[dict[str, Any]] | None
         if r["finished_at"] and r["started_at"]
     ]
     costs = [r["cost_usd"] for r in runs if r["cost_usd"] is not None]
+    user_costs = [r["user_cost_usd"] for r in runs if r["user_cost_usd"] is not None]
+    totals = [t for t in map(_run_total_cost, runs) if t is not None]
     basis: dict[str, list[float]] = defaultdict(list)
     for run in scored:
         for component, value in (run["reward_info__reward_breakdown"] or {}).items():
@@ -164,10 +191,17 @@ def evaluation_metrics(evaluation: Evaluation, runs: list[dict[str, Any]] | None
         "mean_messages": mean(r["n_messages"] for r in scored) if scored else None,
         "mean_tool_calls": mean(r["n_tool_calls"] for r in scored) if scored else None,
         "mean_duration_s": mean(durations) if durations else None,
+        # The agent's calls (τ²'s agent cost), the customer's, and every priced call.
         "cost_usd": str(sum(costs, Decimal(0))) if costs else None,
         "mean_cost_usd": str(sum(costs, Decimal(0)) / len(costs)) if costs else None,
+        "user_cost_usd": str(sum(user_costs, Decimal(0))) if user_costs else None,
+        "total_cost_usd": str(sum(costs + user_costs, Decimal(0))) if costs or user_costs else None,
+        "unpriced_runs": sum(1 for r in runs if _has_calls(r)) - len(totals),
+        "mean_total_cost_usd": str(sum(totals, Decimal(0)) / len(totals)) if totals else None,
         "prompt_tokens": sum(r["prompt_tokens"] for r in runs),
         "completion_tokens": sum(r["completion_tokens"] for r in runs),
+        "user_prompt_tokens": sum(r["user_prompt_tokens"] for r in runs),
+        "user_completion_tokens": sum(r["user_completion_tokens"] for r in runs),
         "reward_by_task": sorted(
             ({"task_id": t, "reward": mean(v), "trials": len(v)} for t, v in by_task.items()),
             key=lambda row: (-row["reward"], row["task_id"]),
@@ -358,7 +392,8 @@ def evaluation_list_rows(evaluations) -> list[dict[str, Any]]:
                 "pass_k": pass_hat_ks.get(str(summary.get("max_k"))),
                 "max_k": summary.get("max_k"),
                 "avg_reward": summary.get("avg_reward"),
-                "cost_usd": summary.get("cost_usd"),
+                # Every priced call; summaries kept before customers were counted: the agent's.
+                "cost_usd": summary.get("total_cost_usd", summary.get("cost_usd")),
                 "differs": len(report.get("differs") or []),
                 "not_rescored": len(report.get("not_rescored") or []),
             }

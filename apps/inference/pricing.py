@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from decimal import Decimal
 from typing import Protocol, TypeVar
 
-__all__ = ["Priced", "cheapest_offer", "cost_usd", "price_label"]
+__all__ = ["Priced", "cheapest_offer", "cost_usd", "dollars", "money_label", "price_label"]
 
 PricePair = tuple[Decimal, Decimal]
 MILLION = Decimal(1_000_000)
@@ -54,6 +54,24 @@ def cost_usd(
         Decimal(prompt_tokens) * input_price + Decimal(completion_tokens) * output_price
     ) / MILLION
     return cost
+
+
+def dollars(amount: Decimal) -> str:
+    """Cents from a dollar up; below, two significant digits (never a rounded $0.00):
+    ``$1,234.50``, ``$0.27``, ``$0.000032``."""
+    if amount >= 1:
+        return f"${amount:,.2f}"
+    if amount <= 0:
+        return "$0"
+    return f"${amount:.{max(2, 1 - amount.adjusted())}f}"
+
+
+def money_label(amount) -> str:
+    """:func:`dollars` of a cost (a ``Decimal``, a number or its text), or ``unpriced``
+    when there is none: a cost without a price is unknown, never $0."""
+    if amount is None or amount == "":
+        return "unpriced"
+    return dollars(amount if isinstance(amount, Decimal) else Decimal(str(amount)))
 
 
 def _dollars(price: Decimal) -> str:

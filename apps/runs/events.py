@@ -17,7 +17,7 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
-from apps.inference.pricing import cost_usd
+from apps.inference.pricing import PricePair, cost_usd
 from apps.runs.models import Run, RunEvent
 
 logger = logging.getLogger(__name__)
@@ -63,6 +63,32 @@ def _usage(message: dict[str, Any]) -> tuple[int, int]:
     return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
 
 
+def _stored_prices(value) -> PricePair | None:
+    if not value or value[0] is None or value[1] is None:
+        return None
+    return Decimal(str(value[0])), Decimal(str(value[1]))
+
+
+def customer_prices(run: Run) -> tuple[PricePair | None, bool]:
+    """The customer model's prices (USD per 1M input/output tokens) and whether they were
+    looked up just now (then the caller keeps them in the run's provenance).
+
+    As for the agent: a pinned provider's price, the cheapest for ``:cheapest``, none
+    when the router picks (or the model is not in the catalogue) — unpriced, never $0.
+    The first lookup is kept, so a run is charged one price from start to end.
+    """
+    provenance = run.provenance or {}
+    if "user_prices" in provenance:
+        return _stored_prices(provenance["user_prices"]), False
+    from apps.inference.selectors import resolve_agent_model
+
+    try:
+        prices = resolve_agent_model(run.user_model).prices
+    except ValueError:
+        prices = None
+    return prices, True
+
+
 def _send(payload: dict[str, Any]) -> None:
     layer = get_channel_layer()
     if layer is None:  # pragma: no cover - every setup configures one
@@ -84,7 +110,8 @@ def events_publish(
     """Store ``messages`` as the run's next events, update its counters, then publish them.
 
     ``agent_prices`` (USD per 1M input/output tokens) prices the agent's messages; with
-    none the run's cost stays empty ("unpriced"). With ``worker`` the write happens only
+    none the run's agent cost stays empty ("unpriced"). The customer's messages are
+    counted and priced apart (:func:`customer_prices`). With ``worker`` the write happens only
     while that worker holds the run, else :class:`LostRun` is raised and nothing is stored:
     a turn is never recorded twice.
     """
@@ -99,6 +126,8 @@ def events_publish(
             raise LostRun(f"run {run.pk} is no longer held by {worker}")
         start = current.n_messages
         rows, prompt, completion, tool_calls = [], 0, 0, 0
+        user_prompt = user_completion = 0
+        user_prices, looked_up = None, False
         for offset, message in enumerate(messages):
             p, c = _usage(message)
             kind = event_kind(message)
@@ -106,6 +135,17 @@ def events_publish(
             if kind == RunEvent.Kind.AGENT:
                 event_cost = cost_usd(prompt_tokens=p, completion_tokens=c, prices=agent_prices)
                 prompt, completion = prompt + p, completion + c
+            elif kind == RunEvent.Kind.CUSTOMER:
+                if not looked_up:
+                    user_prices, fresh = customer_prices(current)
+                    looked_up = True
+                    if fresh:
+                        current.provenance = {
+                            **(current.provenance or {}),
+                            "user_prices": [str(x) for x in user_prices] if user_prices else None,
+                        }
+                event_cost = cost_usd(prompt_tokens=p, completion_tokens=c, prices=user_prices)
+                user_prompt, user_completion = user_prompt + p, user_completion + c
             if message.get("role") != "tool":
                 tool_calls += len(message.get("tool_calls") or [])
             rows.append(
@@ -135,6 +175,16 @@ def events_publish(
                 completion_tokens=update["completion_tokens"],
                 prices=agent_prices,
             )
+        if looked_up:
+            update["user_prompt_tokens"] = current.user_prompt_tokens + user_prompt
+            update["user_completion_tokens"] = current.user_completion_tokens + user_completion
+            update["provenance"] = current.provenance
+            if user_prices is not None:
+                update["user_cost_usd"] = cost_usd(
+                    prompt_tokens=update["user_prompt_tokens"],
+                    completion_tokens=update["user_completion_tokens"],
+                    prices=user_prices,
+                )
         Run.objects.filter(pk=run.pk).update(**update)
     # One message for the batch: the consumer reads every event after the last it sent,
     # then the run's status line (its counters changed with them).

@@ -14,6 +14,14 @@ def _iso(value) -> str | None:
     return value.isoformat() if value else None
 
 
+def _money(value) -> str | None:
+    return str(value) if value is not None else None
+
+
+def _role_usage(prompt: int, completion: int, cost) -> dict[str, Any]:
+    return {"prompt_tokens": prompt, "completion_tokens": completion, "cost_usd": _money(cost)}
+
+
 def run_export(run: Run) -> dict[str, Any]:
     """Everything about a run that can leave the server — never a token or key."""
     return {
@@ -39,9 +47,18 @@ def run_export(run: Run) -> dict[str, Any]:
         "usage": {
             "messages": run.n_messages,
             "tool_calls": run.n_tool_calls,
+            # The agent's calls (as before: τ²'s agent_cost), then each role's.
             "prompt_tokens": run.prompt_tokens,
             "completion_tokens": run.completion_tokens,
-            "cost_usd": str(run.cost_usd) if run.cost_usd is not None else None,
+            "cost_usd": _money(run.cost_usd),
+            "by_role": {
+                "agent": _role_usage(run.prompt_tokens, run.completion_tokens, run.cost_usd),
+                "customer": _role_usage(
+                    run.user_prompt_tokens, run.user_completion_tokens, run.user_cost_usd
+                ),
+            },
+            # Every priced call; null when a role that made calls has no price.
+            "total_cost_usd": _money(presenters.cost_view(run)["total"]),
         },
         "provenance": run.provenance,
         "messages": [e.message for e in run.events.order_by("seq")],
@@ -65,7 +82,7 @@ def tau2_simulation(run: Run, messages: list[dict[str, Any]]) -> dict[str, Any]:
         "duration": duration,
         "termination_reason": run.termination_reason or "agent_error",
         "agent_cost": float(run.cost_usd) if run.cost_usd is not None else None,
-        "user_cost": None,
+        "user_cost": float(run.user_cost_usd) if run.user_cost_usd is not None else None,
         "reward_info": run.reward_info,
         "messages": messages,
         "trial": run.trial if run.trial is not None else 0,
@@ -166,7 +183,8 @@ def _signature(event: dict[str, Any] | None) -> tuple:
     if event is None:
         return ("missing",)
     calls = tuple((c["name"], c["arguments"]) for c in event["tool_calls"])
-    return (event["kind"], " ".join(event["content"].split()), calls, event["result"])
+    content = " ".join(event["content"].split())
+    return (event["kind"], content, event.get("ended", ""), calls, event["result"])
 
 
 def compare_rows(columns: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -129,7 +129,21 @@ class Run(models.Model):
     prompt_tokens = models.PositiveBigIntegerField(default=0)
     completion_tokens = models.PositiveBigIntegerField(default=0)
     cost_usd = models.DecimalField(
-        max_digits=12, decimal_places=6, null=True, blank=True, help_text="Empty when unpriced."
+        max_digits=12,
+        decimal_places=6,
+        null=True,
+        blank=True,
+        help_text="The agent's calls (τ²'s agent_cost); empty when unpriced.",
+    )
+    # The simulated customer's calls (τ²'s user_cost), on the same person's token.
+    user_prompt_tokens = models.PositiveBigIntegerField(default=0)
+    user_completion_tokens = models.PositiveBigIntegerField(default=0)
+    user_cost_usd = models.DecimalField(
+        max_digits=12,
+        decimal_places=6,
+        null=True,
+        blank=True,
+        help_text="The customer's calls; empty when unpriced.",
     )
     provenance = models.JSONField(default=dict, help_text="τ² version, task set, models, args.")
 

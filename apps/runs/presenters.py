@@ -3,11 +3,32 @@
 from __future__ import annotations
 
 import json
+import re
+from decimal import Decimal
 from typing import Any
 
 from django.template.loader import render_to_string
 
+from apps.inference.pricing import money_label
 from apps.runs.models import Run, RunEvent
+
+# τ²'s markers that end a conversation (``tau2.user.base`` STOP, TRANSFER, OUT_OF_SCOPE;
+# ``LLMAgent.STOP_TOKEN`` is STOP too), and how the page says what happened. They are
+# control words, not text: rendered as Markdown ``###STOP###`` would become a heading.
+STOP_MARKERS = {
+    "###STOP###": "ended the conversation",
+    "###TRANSFER###": "asked for a transfer to a human agent",
+    "###OUT-OF-SCOPE###": "ended the conversation: out of scope",
+}
+_MARKER_RE = re.compile("|".join(re.escape(m) for m in STOP_MARKERS))
+
+
+def split_stop_marker(content: str) -> tuple[str, str]:
+    """``content`` without τ²'s stop markers, and what the first one said (or ``""``)."""
+    found = _MARKER_RE.search(content)
+    if found is None:
+        return content, ""
+    return _MARKER_RE.sub("", content).strip(), STOP_MARKERS[found.group(0)]
 
 
 def _pretty(value: Any) -> str:
@@ -28,10 +49,14 @@ def event_view(event: RunEvent) -> dict[str, Any]:
         reasoning = raw["choices"][0]["message"].get("reasoning_content") or ""
     except (KeyError, IndexError, TypeError, AttributeError):
         reasoning = ""
+    content, ended = ("", "")
+    if message.get("role") != "tool":
+        content, ended = split_stop_marker(message.get("content") or "")
     return {
         "seq": event.seq,
         "kind": event.kind,
-        "content": message.get("content") or "",
+        "content": content,
+        "ended": ended,
         "tool_calls": [
             {"id": c.get("id"), "name": c.get("name"), "arguments": _pretty(c.get("arguments"))}
             for c in message.get("tool_calls") or []
@@ -73,3 +98,52 @@ def status_html(run: Run, *, user, request=None) -> str:
         {"run": run, "result": reward_view(run.reward_info), "user": user},
         request=request,
     )
+
+
+def _role_cost(role: str, prompt: int, completion: int, cost: Decimal | None) -> dict[str, Any]:
+    return {
+        "role": role,
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "tokens": prompt + completion,
+        "cost": cost,
+        "label": money_label(cost) if prompt + completion else "no calls",
+    }
+
+
+def cost_view(run: Run) -> dict[str, Any]:
+    """What the run's LLM calls cost, split by role, and in total.
+
+    ``roles``: the agent's and the customer's calls (tokens, cost, a label); a person
+    playing the agent makes no agent calls. τ²'s NL-assertion judge is not metered: τ²'s
+    evaluator does not report its tokens, so ``judged`` says only whether it ran.
+    ``total``: the priced roles' sum; ``complete`` is false when a role with calls has no
+    price, and ``label`` then says so (``$0.0012 + unpriced``) — never a $0 for unknown.
+    """
+    roles = [
+        _role_cost("agent", run.prompt_tokens, run.completion_tokens, run.cost_usd),
+        _role_cost(
+            "customer", run.user_prompt_tokens, run.user_completion_tokens, run.user_cost_usd
+        ),
+    ]
+    if run.kind == Run.Kind.HUMAN and not roles[0]["tokens"]:
+        roles = roles[1:]
+    used = [r for r in roles if r["tokens"]]
+    priced = [r["cost"] for r in used if r["cost"] is not None]
+    complete = len(priced) == len(used)
+    total = sum(priced, Decimal(0)) if priced else None
+    if not used:
+        label = "no calls yet"
+    elif total is None:
+        label = "unpriced"
+    else:
+        label = money_label(total) + ("" if complete else " + unpriced")
+    return {
+        "roles": roles,
+        "tokens": sum(r["tokens"] for r in roles),
+        "total": total if complete else None,
+        "priced_part": total,
+        "complete": complete,
+        "label": label,
+        "judged": bool((run.reward_info or {}).get("nl_assertions")),
+    }
