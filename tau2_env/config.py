@@ -30,6 +30,8 @@ __all__ = [
     "nl_judge_mode",
     "provider_settings",
     "scoring_concurrency",
+    "session_idle_seconds",
+    "sessions_per_client",
 ]
 
 PROVIDERS = ("hf", "openai", "anthropic")
@@ -161,6 +163,18 @@ def default_split() -> str:
 def max_concurrent_envs() -> int:
     """``MAX_CONCURRENT_ENVS``, default 64: OpenEnv sessions at once, and LLM worker threads."""
     return _env_int("MAX_CONCURRENT_ENVS", 64)
+
+
+def sessions_per_client() -> int:
+    """``TAU2_SESSIONS_PER_CLIENT``, default 16: open OpenEnv and MCP sessions one client
+    (one token or key, else one address) may hold at once."""
+    return _env_int("TAU2_SESSIONS_PER_CLIENT", 16)
+
+
+def session_idle_seconds() -> int:
+    """``TAU2_SESSION_IDLE_SECONDS``, default 300: an OpenEnv or MCP session that waits
+    this long for its client is closed and frees its slot."""
+    return _env_int("TAU2_SESSION_IDLE_SECONDS", 300)
 
 
 def scoring_concurrency() -> int:

@@ -19,6 +19,7 @@ per session.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -39,14 +40,16 @@ from openenv.core.env_server.mcp_types import (
 from openenv.core.env_server.types import EnvironmentMetadata, Observation, State
 from pydantic import Field
 
-from tau2_env import catalog, config, engine, environments, llm
+from tau2_env import access, agent_session, catalog, config, engine, environments
+from tau2_env.agent_session import ENDED_MESSAGE, NOT_STARTED_MESSAGE
 
-__all__ = ["ENDED_MESSAGE", "Tau2Environment", "Tau2ToolObservation", "episode_executor"]
-
-ENDED_MESSAGE = "The conversation has ended."
-NOT_STARTED_MESSAGE = "No conversation yet: call reset() first."
-RESPOND_TO_USER = "respond_to_user"
-DONE = "done"
+__all__ = [
+    "ENDED_MESSAGE",
+    "Tau2Environment",
+    "Tau2State",
+    "Tau2ToolObservation",
+    "episode_executor",
+]
 
 _T = TypeVar("_T")
 
@@ -98,35 +101,28 @@ async def _run(func: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
     return await loop.run_in_executor(episode_executor(), functools.partial(func, *args, **kwargs))
 
 
-def _agent_tools() -> list[dict[str, Any]]:
-    """The two tools every domain adds for the agent."""
-    return [
-        {
-            "name": RESPOND_TO_USER,
-            "description": (
-                "Say something to the customer and get their reply. The conversation may "
-                "end when the customer is done."
-            ),
-            "input_schema": {
-                "type": "object",
-                "properties": {
-                    "message": {"type": "string", "description": "What to say to the customer."}
-                },
-                "required": ["message"],
-            },
-        },
-        {
-            "name": DONE,
-            "description": "End the conversation from the agent's side; it is then scored.",
-            "input_schema": {"type": "object", "properties": {}},
-        },
-    ]
-
-
 @functools.cache
 def _tools_for(domain: str) -> tuple[Tool, ...]:
-    specs = engine.tool_specs(domain) + _agent_tools()
-    return tuple(Tool(**spec) for spec in specs)
+    return tuple(Tool(**spec) for spec in agent_session.tool_specs(domain))
+
+
+class Tau2State(State):
+    """What ``state`` returns: the episode, its progress and, once it is over, its verdict."""
+
+    domain: str | None = Field(default=None, description="τ²-bench domain of the episode")
+    split: str | None = Field(default=None, description="Split the task was drawn from")
+    task_id: str | None = Field(default=None, description="τ²-bench task id")
+    done: bool = Field(default=False, description="Whether the conversation has ended")
+    reward: float | None = Field(
+        default=None, description="τ²-bench's reward once scored (None while open or unscored)"
+    )
+    termination_reason: str | None = Field(
+        default=None, description="τ²'s termination reason (user_stop, agent_stop, max_steps, …)"
+    )
+    error: str | None = Field(default=None, description="Why the episode ended without a score")
+    reward_info: dict[str, Any] | None = Field(
+        default=None, description="τ²-bench's reward breakdown (RewardInfo) once scored"
+    )
 
 
 class Tau2Environment(MCPEnvironment):
@@ -141,10 +137,12 @@ class Tau2Environment(MCPEnvironment):
         # /mcp endpoint sends tools/list and tools/call through step_async.
         self.mcp_client = None
         self.mcp_server = None
-        self._episode: engine.Episode | None = None
-        self._split: str | None = None
-        self._steps = 0
+        self._session = agent_session.AgentSession(face="openenv")
         _warm_default_domain()
+
+    @property
+    def _episode(self) -> engine.Episode | None:
+        return self._session.episode
 
     # ------------------------------------------------------------- openenv API
 
@@ -154,16 +152,17 @@ class Tau2Environment(MCPEnvironment):
         yield None
 
     @property
-    def state(self) -> State:
-        """Episode id, step count, domain, task, whether it is over and its reward (no secrets)."""
+    def state(self) -> Tau2State:
+        """Episode id, step count, domain, task, whether it is over, its reward and
+        breakdown (no secrets)."""
         episode = self._episode
         if episode is None:
-            return State(episode_id=None, step_count=0)
-        return State(
+            return Tau2State(episode_id=None, step_count=0)
+        return Tau2State(
             episode_id=episode.id,
-            step_count=self._steps,
+            step_count=self._session.steps,
             domain=episode.domain,
-            split=self._split,
+            split=self._session.split,
             task_id=episode.task.id,
             done=episode.done,
             reward=episode.reward,
@@ -171,6 +170,9 @@ class Tau2Environment(MCPEnvironment):
                 episode.termination_reason.value if episode.termination_reason else None
             ),
             error=episode.error,
+            reward_info=(
+                episode.reward_info.model_dump(mode="json") if episode.reward_info else None
+            ),
         )
 
     def get_metadata(self) -> EnvironmentMetadata:
@@ -194,8 +196,9 @@ class Tau2Environment(MCPEnvironment):
         **kwargs: Any,
     ) -> Observation:
         """Blocking reset (in-process use); the servers call :meth:`reset_async`."""
+        credentials = _credentials(hf_token)
         return self._reset(
-            seed=seed, task_id=task_id, hf_token=hf_token, domain=domain, split=split
+            credentials=credentials, seed=seed, task_id=task_id, domain=domain, split=split
         )
 
     async def reset_async(
@@ -211,11 +214,21 @@ class Tau2Environment(MCPEnvironment):
         """End any open conversation and start one on a task; returns the customer's opening.
 
         ``observation.metadata``: ``user_message``, ``policy``, ``task_id``, ``domain``,
-        ``split``. Raises ``ValueError`` (sent to the client as an error) for an unknown
-        domain, split or task and when there are no credentials for the customer.
+        ``split``, ``episode_id``, ``user_model``. Raises
+        :class:`~tau2_env.agent_session.BadRequest` (a ``ValueError``: sent to the
+        client as an error, 4xx over HTTP) for an unknown domain, split or task, a
+        mistyped value, and when there are no credentials for the customer. The
+        credentials come from :func:`tau2_env.access.resolve_credentials` (the request's
+        ``Authorization`` header, ``hf_token``), resolved here on the event loop.
         """
+        credentials = _credentials(hf_token)
         return await _run(
-            self._reset, seed=seed, task_id=task_id, hf_token=hf_token, domain=domain, split=split
+            self._reset,
+            credentials=credentials,
+            seed=seed,
+            task_id=task_id,
+            domain=domain,
+            split=split,
         )
 
     def step(self, action: Any, timeout_s: float | None = None, **kwargs: Any) -> Observation:
@@ -223,7 +236,7 @@ class Tau2Environment(MCPEnvironment):
         if isinstance(action, ListToolsAction):
             return self._list_tools()
         if isinstance(action, CallToolAction):
-            return self._call_tool(action.tool_name, dict(action.arguments or {}))
+            return self._call_tool(action.tool_name, action.arguments)
         return self._step_impl(action)
 
     async def step_async(
@@ -233,7 +246,7 @@ class Tau2Environment(MCPEnvironment):
         if isinstance(action, ListToolsAction):
             return self._list_tools()
         if isinstance(action, CallToolAction):
-            return await _run(self._call_tool, action.tool_name, dict(action.arguments or {}))
+            return await _run(self._call_tool, action.tool_name, action.arguments)
         return self._step_impl(action)
 
     def _step_impl(self, action: Any, timeout_s: float | None = None, **kwargs: Any) -> Observation:
@@ -243,9 +256,7 @@ class Tau2Environment(MCPEnvironment):
         )
 
     def close(self) -> None:
-        if self._episode is not None:
-            self._episode.abandon("The session was closed.")
-            self._episode = None
+        self._session.close("The session was closed.")
         super().close()
 
     # ------------------------------------------------------------- internals
@@ -253,48 +264,16 @@ class Tau2Environment(MCPEnvironment):
     def _reset(
         self,
         *,
-        seed: int | None,
-        task_id: str | int | None,
-        hf_token: str | None,
-        domain: str | None,
-        split: str | None,
+        credentials: access.Credentials,
+        seed: Any,
+        task_id: Any,
+        domain: Any,
+        split: Any,
     ) -> Observation:
-        if self._episode is not None:
-            # A new reset ends the open conversation cleanly, without a score.
-            self._episode.abandon("Replaced by a new reset().")
-            self._episode = None
-        self._steps = 0
-        domain = domain or config.default_domain()
-        split = split or config.default_split()
-        if domain not in catalog.domain_names():
-            raise ValueError(
-                f"Unknown domain {domain!r}; known: {', '.join(catalog.domain_names())}"
-            )
-        try:
-            route = llm.resolve_route(hf_token=hf_token)
-        except llm.MissingCredentialsError as exc:
-            raise ValueError(str(exc)) from None
-        try:
-            if task_id is None:
-                task_id = engine.pick_task_id(domain=domain, split=split, seed=seed)
-            task = catalog.get_tau2_task(domain, str(task_id))
-        except KeyError as exc:
-            raise ValueError(exc.args[0] if exc.args else str(exc)) from None
-
-        episode = engine.Episode(domain=domain, task=task, user_llm=route)
-        self._episode = episode
-        self._split = split
-        opening = episode.start()
-        metadata: dict[str, Any] = {
-            "user_message": opening.content if opening is not None else None,
-            "policy": episode.policy,
-            "task_id": task.id,
-            "domain": domain,
-            "split": split,
-            "episode_id": episode.id,
-            "user_model": route.describe(),
-        }
-        if episode.done:
+        metadata = self._session.start(
+            credentials=credentials, domain=domain, split=split, task_id=task_id, seed=seed
+        )
+        if self._session.episode is not None and self._session.episode.done:
             return self._final(Observation, metadata=metadata)
         return Observation(done=False, reward=None, metadata=metadata)
 
@@ -302,9 +281,8 @@ class Tau2Environment(MCPEnvironment):
         domain = self._episode.domain if self._episode is not None else config.default_domain()
         return ListToolsObservation(tools=list(_tools_for(domain)))
 
-    def _call_tool(self, name: str, arguments: dict[str, Any]) -> Tau2ToolObservation:
-        episode = self._episode
-        if episode is None:
+    def _call_tool(self, name: str, arguments: Any) -> Tau2ToolObservation:
+        if self._episode is None:
             return Tau2ToolObservation(
                 tool_name=name,
                 error=ToolError(
@@ -312,51 +290,34 @@ class Tau2Environment(MCPEnvironment):
                 ),
                 data=f"Error: {NOT_STARTED_MESSAGE}",
             )
-        if episode.done:
-            return self._final(Tau2ToolObservation, tool_name=name, text=ENDED_MESSAGE)
-        self._steps += 1
-        if name == RESPOND_TO_USER:
-            message = arguments.get("message")
-            extra = set(arguments) - {"message"}
-            if not isinstance(message, str) or not message.strip() or extra:
-                return _tool_result(
-                    name,
-                    "Error: respond_to_user takes one argument, message: a non-empty string.",
-                    is_error=True,
-                )
-            reply = episode.say(message)
-            if episode.done:
-                text = reply.content if reply is not None else (episode.error or ENDED_MESSAGE)
-                return self._final(Tau2ToolObservation, tool_name=name, text=text)
-            return _tool_result(name, reply.content or "")
-        if name == DONE:
-            episode.finish()
-            text = ENDED_MESSAGE if episode.error is None else episode.error
-            return self._final(Tau2ToolObservation, tool_name=name, text=text)
-        result = episode.call_tool(name, arguments)
-        if episode.done:  # τ²'s step or error limit
-            return self._final(Tau2ToolObservation, tool_name=name, text=result.content or "")
-        return _tool_result(name, result.content or "", is_error=result.error)
+        outcome = self._session.act(name, arguments)
+        if outcome.done:
+            return self._final(Tau2ToolObservation, tool_name=name, text=outcome.text)
+        return _tool_result(name, outcome.text, is_error=outcome.is_error)
 
     def _final(self, cls: type[Observation], *, text: str | None = None, **fields: Any):
         """The observation of an ended episode: done, τ²'s reward and ``reward_info``
         (or no reward and the reason in ``metadata["error"]``), and ``metadata["messages"]``."""
-        episode = self._episode
-        assert episode is not None
         metadata = dict(fields.pop("metadata", {}))
-        metadata["termination_reason"] = (
-            episode.termination_reason.value if episode.termination_reason else None
-        )
-        if episode.reward_info is not None:
-            metadata["reward_info"] = episode.reward_info.model_dump(mode="json")
-        if episode.error is not None:
-            metadata["error"] = episode.error
-        # The whole conversation (τ²'s message dicts) so a client can keep or re-score it.
-        metadata["messages"] = episode.messages_json()
+        verdict = self._session.verdict()
+        reward = verdict.pop("reward")
+        metadata.update(verdict)
         if text is not None:
-            fields["result"] = _result_payload(text, is_error=episode.error is not None)
+            fields["result"] = _result_payload(text, is_error="error" in verdict)
             fields["data"] = text
-        return cls(done=True, reward=episode.reward, metadata=metadata, **fields)
+        return cls(done=True, reward=reward, metadata=metadata, **fields)
+
+
+def _credentials(hf_token: Any) -> access.Credentials:
+    """The current request's credentials with the reset's ``hf_token`` (see
+    :func:`tau2_env.access.resolve_credentials`); raises ``BadRequest``."""
+    if hf_token is not None and not isinstance(hf_token, str):
+        raise agent_session.BadRequest(f"hf_token must be a string, got {type(hf_token).__name__}")
+    request = dataclasses.replace(access.current_request(), hf_token=hf_token or None)
+    try:
+        return access.resolve_credentials(request)
+    except access.CredentialsRefused as exc:
+        raise agent_session.BadRequest(str(exc), status=401) from None
 
 
 def _result_payload(text: str, *, is_error: bool = False) -> dict[str, Any]:

@@ -1,0 +1,169 @@
+"""Who an API client is, what its episodes run on, and who hears about them.
+
+Both agent faces (OpenEnv's ``/ws`` ``/reset`` ``/step`` ``/mcp`` and the MCP server)
+ask one function, :func:`resolve_credentials`, what a request may use: the customer's
+token, the key that counts its sessions against the per-client cap, and the
+:class:`EpisodeHooks` that hear about each episode it plays. The default resolver knows
+Hugging Face tokens only; the web project plugs its own in with
+:func:`set_credentials_resolver` (e.g. to accept its own API keys, or to require one).
+
+Nothing here imports Django, and no secret is ever put in a ``repr`` or a log line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    from tau2_env.engine import Episode
+
+__all__ = [
+    "ClientRequest",
+    "Credentials",
+    "CredentialsRefused",
+    "EpisodeHooks",
+    "bearer_token",
+    "current_request",
+    "default_resolver",
+    "resolve_credentials",
+    "serving",
+    "set_credentials_resolver",
+]
+
+logger = logging.getLogger(__name__)
+
+
+class CredentialsRefused(Exception):
+    """The request's credentials are not accepted; ``str()`` says why (no secret in it)."""
+
+
+@dataclass(frozen=True)
+class ClientRequest:
+    """What a client presented: its HTTP ``headers`` (lower-case names), its network
+    ``address``, the face it came through (``"openenv"`` or ``"mcp"``) and, at a reset,
+    the ``hf_token`` it gave in the request body."""
+
+    headers: Mapping[str, str] = field(repr=False, default_factory=dict)
+    address: str = ""
+    face: str = ""
+    hf_token: str | None = field(repr=False, default=None)
+
+    @classmethod
+    def from_scope(cls, scope: Mapping[str, Any], *, face: str) -> ClientRequest:
+        """The request of an ASGI ``scope`` (HTTP or WebSocket)."""
+        headers = {
+            name.decode("latin-1").lower(): value.decode("latin-1")
+            for name, value in scope.get("headers") or ()
+        }
+        client = scope.get("client") or ("", 0)
+        return cls(headers=headers, address=str(client[0] or ""), face=face)
+
+
+class EpisodeHooks(Protocol):
+    """Hears about the episodes one client plays (e.g. to record them as runs).
+
+    Called from the thread that drove the episode, after the engine's work; an
+    exception in a hook is logged and never reaches the agent.
+    """
+
+    def on_start(self, episode: Episode, *, face: str) -> None:
+        """A new episode began (τ²'s greeting and the customer's opening are in it)."""
+
+    def on_hop(self, episode: Episode, messages: list[dict[str, Any]]) -> None:
+        """The agent acted: ``messages`` are the new ones (τ²'s JSON, ``turn_idx`` set)."""
+
+    def on_done(self, episode: Episode) -> None:
+        """The episode ended (scored, or ``episode.error`` says why not)."""
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """What a client's episodes run on.
+
+    ``hf_token``: the customer's Hugging Face token (``None``: the server's configured
+    provider and key). ``client``: the key its sessions are counted under (never the
+    token itself). ``hooks``: told about its episodes, or ``None``.
+    """
+
+    client: str
+    hf_token: str | None = field(repr=False, default=None)
+    hooks: EpisodeHooks | None = field(repr=False, default=None)
+
+
+def bearer_token(headers: Mapping[str, str]) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header, or ``None``."""
+    scheme, _, token = (headers.get("authorization") or "").strip().partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
+
+
+def _fingerprint(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()[:16]
+
+
+def default_resolver(request: ClientRequest) -> Credentials:
+    """Hugging Face tokens only: the reset's ``hf_token`` wins over an ``Authorization:
+    Bearer`` token; with neither, the server's own provider settings apply. Sessions
+    are counted per token (by its hash) or, without one, per address."""
+    header_token = bearer_token(request.headers)
+    if header_token:
+        client = f"token:{_fingerprint(header_token)}"
+    else:
+        client = f"address:{request.address or 'unknown'}"
+    return Credentials(client=client, hf_token=request.hf_token or header_token)
+
+
+_resolver: Callable[[ClientRequest], Credentials] = default_resolver
+
+
+def set_credentials_resolver(resolver: Callable[[ClientRequest], Credentials] | None) -> None:
+    """Make ``resolver`` the one that decides (``None``: back to :func:`default_resolver`).
+
+    It may raise :class:`CredentialsRefused`; it must not block for long (it runs on
+    the event loop).
+    """
+    global _resolver
+    _resolver = resolver or default_resolver
+
+
+def resolve_credentials(request: ClientRequest) -> Credentials:
+    """The credentials of ``request``, as the installed resolver decides.
+
+    Raises :class:`CredentialsRefused` when the resolver refuses them.
+    """
+    return _resolver(request)
+
+
+def call_hook(hooks: EpisodeHooks | None, name: str, *args: Any, **kwargs: Any) -> None:
+    """``hooks.<name>(...)`` if there are hooks; a failing hook is logged, not raised."""
+    if hooks is None:
+        return
+    try:
+        getattr(hooks, name)(*args, **kwargs)
+    except Exception:
+        logger.exception("Episode hook %s failed", name)
+
+
+_current: ContextVar[ClientRequest | None] = ContextVar("tau2_client_request", default=None)
+
+
+@contextmanager
+def serving(request: ClientRequest) -> Iterator[ClientRequest]:
+    """Make ``request`` the :func:`current_request` of this task (and of the tasks it
+    starts) while the ``with`` block runs: the faces' ASGI wrappers set it."""
+    token = _current.set(request)
+    try:
+        yield request
+    finally:
+        _current.reset(token)
+
+
+def current_request() -> ClientRequest:
+    """The request being served here (an empty one outside a request: in-process use)."""
+    return _current.get() or ClientRequest()

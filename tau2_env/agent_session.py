@@ -1,0 +1,273 @@
+"""An outside agent's episode, as the OpenEnv and MCP faces drive it.
+
+:class:`AgentSession` holds at most one :class:`~tau2_env.engine.Episode` and turns the
+agent's tool calls into the engine's actions — the domain's tools, ``respond_to_user``
+and ``done`` — with the same rules on both faces: what a bad input answers, what a call
+after the end answers, what the final verdict carries. It tells the client's
+:class:`~tau2_env.access.EpisodeHooks` about each start, hop and end.
+
+Blocking (LLM calls, tool calls, scoring): async callers run its methods in
+``tau2_env.openenv_env.episode_executor()``. One caller at a time.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+from tau2_env import access, arguments, catalog, config, engine, llm
+
+__all__ = [
+    "DONE",
+    "ENDED_MESSAGE",
+    "NOT_STARTED_MESSAGE",
+    "RESPOND_TO_USER",
+    "AgentSession",
+    "BadRequest",
+    "Outcome",
+    "agent_tools",
+    "tool_arguments",
+    "tool_specs",
+]
+
+ENDED_MESSAGE = "The conversation has ended."
+NOT_STARTED_MESSAGE = "No conversation yet: call reset() first."
+RESPOND_TO_USER = "respond_to_user"
+DONE = "done"
+
+
+class BadRequest(ValueError):
+    """A client's input cannot be used; ``str()`` says why, ``status`` is the HTTP status
+    it deserves (400, or 401 for missing or refused credentials)."""
+
+    def __init__(self, message: str, *, status: int = 400) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What one tool call answered: its ``text``, whether it is an error, whether the
+    episode is over (then :meth:`AgentSession.verdict` has the score)."""
+
+    text: str
+    is_error: bool = False
+    done: bool = False
+
+
+def agent_tools() -> list[dict[str, Any]]:
+    """The two tools every domain adds for the agent (``name``, ``description``,
+    ``input_schema``)."""
+    return [
+        {
+            "name": RESPOND_TO_USER,
+            "description": (
+                "Say something to the customer and get their reply. The conversation may "
+                "end when the customer is done."
+            ),
+            "input_schema": {
+                "type": "object",
+                "properties": {
+                    "message": {"type": "string", "description": "What to say to the customer."}
+                },
+                "required": ["message"],
+            },
+        },
+        {
+            "name": DONE,
+            "description": "End the conversation from the agent's side; it is then scored.",
+            "input_schema": {"type": "object", "properties": {}},
+        },
+    ]
+
+
+@functools.cache
+def _tool_specs(domain: str) -> tuple[dict[str, Any], ...]:
+    return tuple(engine.tool_specs(domain) + agent_tools())
+
+
+def tool_specs(domain: str) -> list[dict[str, Any]]:
+    """The agent's tools in ``domain``: τ²'s own (names, descriptions, JSON schemas) and
+    ``respond_to_user`` and ``done``. Raises ``KeyError`` for an unknown domain."""
+    return [dict(spec) for spec in _tool_specs(domain)]
+
+
+def tool_arguments(value: Any) -> dict[str, Any]:
+    """A tool call's arguments as a dict: given as an object, as a JSON string of one
+    (as the seed's server accepted them), or absent; within the limits of
+    :mod:`tau2_env.arguments`. Raises :class:`BadRequest` with the reason."""
+    if value is None or value == "":
+        return {}
+    try:
+        if isinstance(value, str):
+            value = arguments.parse_arguments(value)
+        problem = arguments.arguments_problem(value)
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+    if problem:
+        raise BadRequest(problem)
+    return value
+
+
+def _optional(name: str, value: Any, kinds: tuple[type, ...], what: str) -> Any:
+    if value is None or (isinstance(value, kinds) and not isinstance(value, bool)):
+        return value
+    raise BadRequest(f"{name} must be {what}, got {type(value).__name__}")
+
+
+class AgentSession:
+    """At most one open episode of one client, replaced by each :meth:`start`."""
+
+    def __init__(self, *, face: str) -> None:
+        self.face = face
+        self.episode: engine.Episode | None = None
+        self.split: str | None = None
+        self.steps = 0
+        self._hooks: access.EpisodeHooks | None = None
+        self._reported = 0
+        self._ended_reported = False
+
+    # ----------------------------------------------------------------- start
+
+    def start(
+        self,
+        *,
+        credentials: access.Credentials,
+        domain: Any = None,
+        split: Any = None,
+        task_id: Any = None,
+        seed: Any = None,
+    ) -> dict[str, Any]:
+        """End any open episode (unscored) and start one; returns its opening:
+        ``user_message``, ``policy``, ``task_id``, ``domain``, ``split``,
+        ``episode_id``, ``user_model``. Raises :class:`BadRequest` for an unknown
+        domain, split or task, a mistyped value, or no credentials for the customer."""
+        self.close("Replaced by a new reset().")
+        self.steps = 0
+        domain = _optional("domain", domain, (str,), "a string") or config.default_domain()
+        split = _optional("split", split, (str,), "a string") or config.default_split()
+        task_id = _optional("task_id", task_id, (str, int), "a string or an integer")
+        seed = _optional("seed", seed, (int,), "an integer")
+        if domain not in catalog.domain_names():
+            raise BadRequest(
+                f"Unknown domain {domain!r}; known: {', '.join(catalog.domain_names())}"
+            )
+        try:
+            route = llm.resolve_route(hf_token=credentials.hf_token)
+        except llm.MissingCredentialsError as exc:
+            raise BadRequest(str(exc), status=401) from None
+        try:
+            if task_id is None or split not in catalog.get_domain(domain).splits:
+                task_id = engine.pick_task_id(domain=domain, split=split, seed=seed)
+            task = catalog.get_tau2_task(domain, str(task_id))
+        except KeyError as exc:
+            raise BadRequest(exc.args[0] if exc.args else str(exc)) from None
+
+        episode = engine.Episode(domain=domain, task=task, user_llm=route)
+        self.episode, self.split, self._hooks = episode, split, credentials.hooks
+        self._reported, self._ended_reported = 0, False
+        opening = episode.start()
+        self._reported = len(episode.messages)
+        access.call_hook(self._hooks, "on_start", episode, face=self.face)
+        self._report_end()
+        return {
+            "user_message": opening.content if opening is not None else None,
+            "policy": episode.policy,
+            "task_id": task.id,
+            "domain": domain,
+            "split": split,
+            "episode_id": episode.id,
+            "user_model": route.describe(),
+        }
+
+    # ------------------------------------------------------------------- act
+
+    def act(self, name: str, arguments: Any) -> Outcome:
+        """Call the agent's tool ``name`` (a domain tool, ``respond_to_user`` or ``done``)
+        in the open episode. Bad arguments and unknown tools are error outcomes and the
+        episode goes on (unless τ²'s error limit ends it). Needs a started episode."""
+        episode = self.episode
+        if episode is None:
+            raise RuntimeError("No episode: start() first")
+        if episode.done:
+            return Outcome(ENDED_MESSAGE, done=True)
+        try:
+            arguments = tool_arguments(arguments)
+        except BadRequest as exc:
+            return Outcome(f"Error: {exc}", is_error=True)
+        self.steps += 1
+        try:
+            return self._act(episode, name, arguments)
+        finally:
+            self._report_hop()
+            self._report_end()
+
+    def _act(self, episode: engine.Episode, name: str, arguments: dict[str, Any]) -> Outcome:
+        if name == RESPOND_TO_USER:
+            message = arguments.get("message")
+            if not isinstance(message, str) or not message.strip() or set(arguments) - {"message"}:
+                return Outcome(
+                    "Error: respond_to_user takes one argument, message: a non-empty string.",
+                    is_error=True,
+                )
+            reply = episode.say(message)
+            if episode.done:
+                text = reply.content if reply is not None else (episode.error or ENDED_MESSAGE)
+                return self._ended(text)
+            return Outcome((reply.content or "") if reply is not None else "")
+        if name == DONE:
+            episode.finish()
+            return self._ended(episode.error or ENDED_MESSAGE)
+        result = episode.call_tool(name, arguments)
+        if episode.done:  # τ²'s step or error limit
+            return self._ended(result.content or "")
+        return Outcome(result.content or "", is_error=bool(result.error))
+
+    def _ended(self, text: str | None) -> Outcome:
+        assert self.episode is not None
+        return Outcome(text or "", is_error=self.episode.error is not None, done=True)
+
+    # --------------------------------------------------------------- verdict
+
+    def verdict(self) -> dict[str, Any]:
+        """The ended episode's verdict: ``reward``, ``termination_reason``,
+        ``reward_info`` (τ²'s breakdown, when scored), ``error`` (why there is no
+        score), ``messages`` (the whole conversation, τ²'s JSON)."""
+        episode = self.episode
+        assert episode is not None
+        verdict: dict[str, Any] = {
+            "reward": episode.reward,
+            "termination_reason": (
+                episode.termination_reason.value if episode.termination_reason else None
+            ),
+        }
+        if episode.reward_info is not None:
+            verdict["reward_info"] = episode.reward_info.model_dump(mode="json")
+        if episode.error is not None:
+            verdict["error"] = episode.error
+        verdict["messages"] = episode.messages_json()
+        return verdict
+
+    def close(self, reason: str) -> None:
+        """End the open episode, if any, without a score."""
+        episode = self.episode
+        if episode is not None and not episode.done:
+            episode.abandon(reason)
+            self._report_end()
+        self.episode = None
+
+    # -------------------------------------------------------------- internals
+
+    def _report_hop(self) -> None:
+        episode = self.episode
+        if episode is not None and len(episode.messages) > self._reported:
+            new = episode.messages_json(self._reported)
+            self._reported = len(episode.messages)
+            access.call_hook(self._hooks, "on_hop", episode, new)
+
+    def _report_end(self) -> None:
+        episode = self.episode
+        if episode is not None and episode.done and not self._ended_reported:
+            self._ended_reported = True
+            access.call_hook(self._hooks, "on_done", episode)

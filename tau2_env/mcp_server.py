@@ -1,0 +1,329 @@
+"""A standard MCP server for agents: one MCP session plays one τ²-bench episode.
+
+Built on the official MCP SDK (``mcp.server.lowlevel.Server`` behind a
+``StreamableHTTPSessionManager``: the streamable HTTP transport), so any MCP client —
+the SDK's, a desktop assistant, an evaluation harness — can be the agent:
+
+* **initialize** opens a session. The task comes from the URL's query (``domain``,
+  ``split``, ``task_id``, ``seed``: ``/agent/mcp?domain=airline&task_id=27``) or from
+  the arguments of the ``start`` tool; credentials from the ``Authorization: Bearer``
+  header, through :func:`tau2_env.access.resolve_credentials` (today: a Hugging Face
+  token; without one, the server's own settings).
+* **tools/list**: ``start``, the domain's tools (τ²'s names, descriptions and JSON
+  schemas, as OpenEnv's ``list_tools``), ``respond_to_user(message)`` and ``done()``.
+* **tools/call** returns MCP ``content`` (text) and ``structuredContent``: ``start``
+  the customer's opening and the policy; the others ``output`` (the customer's reply,
+  the tool's result) and ``done``, and once the episode is over τ²-bench's ``reward``,
+  ``reward_info`` breakdown, ``termination_reason`` and ``messages``. A tool's failure
+  (bad arguments, unknown tool, a call before ``start``) is an ``isError`` result and
+  the episode goes on; protocol problems (an unknown domain in the URL) are JSON-RPC
+  errors.
+
+Sessions hold a slot of the shared :class:`~tau2_env.capacity.SessionSlots`: a refusal
+is HTTP 503 with ``Retry-After`` and a JSON-RPC error whose ``data`` says
+``CAPACITY_REACHED`` and ``retry_after``; a session idle for the slots' idle time is
+closed (its episode ends unscored) and its id then answers 404.
+
+:class:`McpApp` is an ASGI app; its :meth:`McpApp.run` context must be entered for the
+server's lifetime (the project's ASGI lifespan does it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+from urllib.parse import parse_qs
+
+from mcp import types
+from mcp.server.lowlevel import Server
+from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
+from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+from mcp.shared.exceptions import McpError
+
+from tau2_env import access, catalog, config
+from tau2_env.agent_session import AgentSession, BadRequest, Outcome, tool_specs
+from tau2_env.capacity import CapacityReached, SessionSlots, Slot
+from tau2_env.openenv_env import episode_executor
+
+__all__ = ["START", "McpApp"]
+
+START = "start"
+NOT_STARTED = (
+    "No conversation yet: call start first (it returns the customer's opening message "
+    "and the policy to follow)."
+)
+INSTRUCTIONS = (
+    "You are the customer-service agent of a τ²-bench task. Call `start` first: it "
+    "returns the customer's opening message and the policy you must follow. Then use the "
+    "domain's tools, talk to the customer with `respond_to_user(message)` (it returns "
+    "their reply) and call `done()` when the conversation is over; the episode is then "
+    "scored by τ²-bench's evaluator. One MCP session plays one episode."
+)
+_QUERY_KEYS = ("domain", "split", "task_id", "seed")
+
+_T = TypeVar("_T")
+
+
+def _start_tool() -> types.Tool:
+    return types.Tool(
+        name=START,
+        description=(
+            "Start this session's episode and get the customer's opening message and the "
+            "policy to follow. Arguments default to the URL's query (domain, split, "
+            "task_id, seed); without a task_id a task of the split is drawn (seed makes "
+            "it reproducible)."
+        ),
+        inputSchema={
+            "type": "object",
+            "properties": {
+                "domain": {"type": "string", "description": "τ²-bench domain, e.g. airline"},
+                "split": {"type": "string", "description": "train, test or base"},
+                "task_id": {"type": "string", "description": "τ²-bench task id"},
+                "seed": {"type": "integer", "description": "Seed of the task draw"},
+            },
+        },
+    )
+
+
+@functools.cache
+def _tools(domain: str) -> tuple[types.Tool, ...]:
+    listed = [
+        types.Tool(name=s["name"], description=s["description"], inputSchema=s["input_schema"])
+        for s in tool_specs(domain)
+    ]
+    return (_start_tool(), *listed)
+
+
+@dataclass(eq=False)
+class _Session:
+    """One MCP session: its client's credentials, its slot, its URL's task, its episode."""
+
+    credentials: access.Credentials
+    slot: Slot
+    query: dict[str, Any]
+    agent: AgentSession = field(default_factory=lambda: AgentSession(face="mcp"))
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+
+    def domain(self) -> str:
+        if self.agent.episode is not None:
+            return self.agent.episode.domain
+        return self.query.get("domain") or config.default_domain()
+
+
+@dataclass
+class _Opening:
+    """A request that may open a session: the session it would be, once admitted."""
+
+    session: _Session
+    bound: bool = False
+
+
+_opening: ContextVar[_Opening | None] = ContextVar("tau2_mcp_opening", default=None)
+
+
+class _SessionManager(StreamableHTTPSessionManager):
+    """The SDK's manager, telling :class:`McpApp` when a session opens and when it is
+    discarded (client DELETE, idle timeout, shutdown): SDK 1.30's ``_admit_session``
+    and ``_discard_session``."""
+
+    def __init__(self, *args: Any, face: McpApp, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._face = face
+
+    def _admit_session(self, requestor: Any) -> Any:
+        transport = super()._admit_session(requestor)
+        opening = _opening.get()
+        if transport is not None and opening is not None and not opening.bound:
+            self._face.sessions[transport.mcp_session_id] = opening.session
+            opening.bound = True
+        return transport
+
+    async def _discard_session(self, session_id: str, transport: Any) -> None:
+        try:
+            await super()._discard_session(session_id, transport)
+        finally:
+            await self._face.end(session_id)
+
+
+class McpApp:
+    """The MCP face's ASGI app (see the module docstring)."""
+
+    def __init__(self, slots: SessionSlots) -> None:
+        self.slots = slots
+        self.sessions: dict[str, _Session] = {}
+        self.server: Server = Server(
+            "tau2", version=catalog.tau2_version(), instructions=INSTRUCTIONS
+        )
+        self.server.request_handlers[types.ListToolsRequest] = self._list_tools
+        self.server.request_handlers[types.CallToolRequest] = self._call_tool
+        self.manager = _SessionManager(
+            self.server,
+            face=self,
+            session_idle_timeout=float(slots.idle_seconds),
+            max_sessions=None,  # the slots decide
+        )
+
+    @asynccontextmanager
+    async def run(self) -> AsyncIterator[None]:
+        """The session manager's lifetime (enter it in the ASGI lifespan)."""
+        async with self.manager.run():
+            yield
+
+    # ------------------------------------------------------------------ ASGI
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return await self.manager.handle_request(scope, receive, send)
+        request = access.ClientRequest.from_scope(scope, face="mcp")
+        try:
+            credentials = access.resolve_credentials(request)
+        except access.CredentialsRefused as exc:
+            return await _json_error(send, 401, str(exc))
+        session_id = request.headers.get(MCP_SESSION_ID_HEADER)
+        if session_id is not None:
+            session = self.sessions.get(session_id)
+            if session is not None:
+                if session.credentials.client != credentials.client:
+                    # Only the client that opened a session may use it.
+                    return await _json_error(send, 404, "Session not found")
+                self.slots.touch(session.slot)
+            return await self.manager.handle_request(scope, receive, send)
+        try:
+            slot = self.slots.acquire(credentials.client)
+        except CapacityReached as exc:
+            return await _json_error(send, 503, str(exc), data=exc.details(), retry=exc)
+        query = {
+            key: values[-1]
+            for key, values in parse_qs(scope.get("query_string", b"").decode()).items()
+            if key in _QUERY_KEYS
+        }
+        opening = _Opening(_Session(credentials=credentials, slot=slot, query=query))
+        token = _opening.set(opening)
+        try:
+            await self.manager.handle_request(scope, receive, send)
+        finally:
+            _opening.reset(token)
+            if not opening.bound:
+                self.slots.release(slot)
+
+    async def end(self, session_id: str) -> None:
+        """The session is gone: end its episode unscored (if open), free its slot."""
+        session = self.sessions.pop(session_id, None)
+        if session is None:
+            return
+        self.slots.release(session.slot)
+        await _in_pool(session.agent.close, "The MCP session was closed.")
+
+    # -------------------------------------------------------------- handlers
+
+    def _session(self) -> _Session:
+        request = self.server.request_context.request
+        session_id = request.headers.get(MCP_SESSION_ID_HEADER) if request is not None else None
+        session = self.sessions.get(session_id or "")
+        if session is None:
+            raise McpError(
+                types.ErrorData(code=types.INVALID_REQUEST, message="No such MCP session")
+            )
+        return session
+
+    async def _list_tools(self, req: types.ListToolsRequest) -> types.ServerResult:
+        session = self._session()
+        domain = session.domain()
+        if domain not in catalog.domain_names():
+            raise McpError(
+                types.ErrorData(
+                    code=types.INVALID_PARAMS,
+                    message=(
+                        f"Unknown domain {domain!r}; known: {', '.join(catalog.domain_names())}"
+                    ),
+                )
+            )
+        return types.ServerResult(types.ListToolsResult(tools=list(_tools(domain))))
+
+    async def _call_tool(self, req: types.CallToolRequest) -> types.ServerResult:
+        session = self._session()
+        name, arguments = req.params.name, req.params.arguments or {}
+        async with session.lock:
+            if name == START:
+                result = await self._start(session, arguments)
+            elif session.agent.episode is None:
+                result = _result(f"Error: {NOT_STARTED}", is_error=True)
+            else:
+                outcome = await _in_pool(session.agent.act, name, arguments)
+                result = _outcome_result(session.agent, outcome)
+        return types.ServerResult(result)
+
+    async def _start(self, session: _Session, arguments: dict[str, Any]) -> types.CallToolResult:
+        if session.agent.episode is not None:
+            return _result(
+                "Error: this session's episode has already started; one MCP session plays "
+                "one episode (open a new session for another).",
+                is_error=True,
+            )
+        chosen = {**session.query, **{k: v for k, v in arguments.items() if v is not None}}
+        unknown = set(chosen) - set(_QUERY_KEYS)
+        if unknown:
+            return _result(f"Error: unknown argument(s) {', '.join(sorted(unknown))}", True)
+        seed = chosen.get("seed")
+        if isinstance(seed, str):
+            try:
+                chosen["seed"] = int(seed)
+            except ValueError:
+                return _result(f"Error: seed must be an integer, got {seed!r}", is_error=True)
+        before = session.domain()
+        try:
+            opening = await _in_pool(session.agent.start, credentials=session.credentials, **chosen)
+        except BadRequest as exc:
+            return _result(f"Error: {exc}", is_error=True)
+        if session.domain() != before:
+            await self.server.request_context.session.send_tool_list_changed()
+        text = json.dumps({k: opening[k] for k in ("user_message", "policy", "task_id")})
+        episode = session.agent.episode
+        if episode is not None and episode.done:  # the customer could not even begin
+            verdict = session.agent.verdict()
+            return _result(verdict.get("error") or text, is_error=True, data={**opening, **verdict})
+        return _result(text, data={**opening, "done": False})
+
+
+def _result(
+    text: str, is_error: bool = False, *, data: dict[str, Any] | None = None
+) -> types.CallToolResult:
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)],
+        structuredContent=data,
+        isError=is_error,
+    )
+
+
+def _outcome_result(agent: AgentSession, outcome: Outcome) -> types.CallToolResult:
+    data: dict[str, Any] = {"output": outcome.text, "done": outcome.done}
+    if outcome.done:
+        data.update(agent.verdict())
+    return _result(outcome.text, outcome.is_error, data=data)
+
+
+async def _in_pool(func: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
+    """``func`` in the episodes' thread pool (LLM calls, tools and scoring block)."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(episode_executor(), functools.partial(func, *args, **kwargs))
+
+
+async def _json_error(
+    send, status: int, message: str, *, data: Any = None, retry: CapacityReached | None = None
+) -> None:
+    """An HTTP ``status`` answer with a JSON-RPC error body (no request id to answer)."""
+    error: dict[str, Any] = {"code": types.INVALID_REQUEST, "message": message}
+    if data is not None:
+        error["data"] = data
+    body = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if retry is not None:
+        headers.append((b"retry-after", str(retry.retry_after).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
