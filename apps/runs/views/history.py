@@ -7,6 +7,7 @@ from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
 
@@ -32,6 +33,8 @@ def run_list(request):
         return redirect(signin_url(next_url=request.get_full_path(), reason="runs"))
     filters = RunFilters.from_params(request.GET)
     page = Paginator(selectors.run_list(filters=filters), 30).get_page(request.GET.get("page"))
+    # Runs ticked before a refused compare come back ticked (see run_compare).
+    picked = set(_ids(request.GET.get("picked", "")))
     return render(
         request,
         "runs/list.html",
@@ -40,6 +43,7 @@ def run_list(request):
             "filters": filters,
             "query": urlencode(filters.as_query()),
             "statuses": Run.Status.choices,
+            "picked": picked,
         },
     )
 
@@ -83,18 +87,24 @@ def run_json(request, pk: int):
     return response
 
 
+def _ids(text: str) -> list[int]:
+    """The run ids in a comma-separated list, in order, once each; junk is left out."""
+    parts = (part.strip() for part in text.split(","))
+    ids = dict.fromkeys(int(p) for p in parts if p.isascii() and p.isdigit() and len(p) < 19)
+    return list(ids)[:100]
+
+
 def run_compare(request):
     if not can_view_runs(request.user):
         raise PermissionDenied("Sign in to see the team's runs.")
-    try:
-        ids = [int(x) for x in request.GET.get("ids", "").replace(" ", "").split(",") if x]
-    except ValueError:
-        ids = []
-    ids = list(dict.fromkeys(ids))
+    # ids=1,2 from the list's script; pick=1&pick=2 from its form without script.
+    ids = _ids(",".join([request.GET.get("ids", ""), *request.GET.getlist("pick")]))
     if not 2 <= len(ids) <= 4:
-        return render(
-            request, "runs/compare.html", {"error": "Pick 2 to 4 runs to compare."}, status=400
-        )
+        # Back to the list with the same runs ticked, saying why (a 400 page lost them).
+        picked = f"{len(ids)} run{'' if len(ids) == 1 else 's'}" if ids else "no run"
+        messages.warning(request, f"Pick 2 to 4 runs to compare; you picked {picked}.")
+        query = urlencode({"picked": ",".join(map(str, ids))}) if ids else ""
+        return redirect(f"{reverse('runs:list')}{'?' + query if query else ''}")
     runs = {r.pk: r for r in selectors.run_list(filters=RunFilters()).filter(pk__in=ids)}
     missing = [i for i in ids if i not in runs]
     if missing:
