@@ -280,7 +280,8 @@ class McpApp:
         try:
             opening = await _in_pool(session.agent.start, credentials=session.credentials, **chosen)
         except BadRequest as exc:
-            return _result(f"Error: {exc}", is_error=True)
+            hint = " Over MCP, send your token as `Authorization: Bearer <token>`."
+            return _result(f"Error: {exc}{hint if exc.status == 401 else ''}", is_error=True)
         if session.domain() != before:
             await self.server.request_context.session.send_tool_list_changed()
         text = json.dumps({k: opening[k] for k in ("user_message", "policy", "task_id")})

@@ -1,0 +1,169 @@
+"""The MCP server for agents (``/agent/mcp``), through the official MCP SDK's client
+against the live ASGI server: streamable HTTP, one MCP session playing one episode.
+
+The customer is the scripted LLM (``gold_script``: task airline/27, solved by looking
+the customer up and sending a $150 certificate); the test plays the agent.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import httpx
+import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+from tests.support.llm_server import text
+from tests.support.scripts import gold_script
+
+VISITOR_TOKEN = "hf_visitor_token_mcp_22222222"
+GOLD_USER = "ethan_martin_2396"
+
+
+@asynccontextmanager
+async def mcp_session(url: str, *, token: str | None = VISITOR_TOKEN) -> AsyncIterator:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    async with (
+        httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(60, read=120)) as http,
+        streamable_http_client(url, http_client=http) as (read, write, session_id),
+        ClientSession(read, write) as session,
+    ):
+        session.session_id = session_id  # a callable: the Mcp-Session-Id once initialized
+        yield session
+
+
+async def test_the_sdk_client_plays_a_golden_episode_to_reward_1(asgi_server, llm_server):
+    gold_script(llm_server)
+    url = f"{asgi_server}/agent/mcp?domain=airline&task_id=27"
+    async with mcp_session(url) as session:
+        init = await session.initialize()
+        tools = (await session.list_tools()).tools
+        started = await session.call_tool("start", {})
+        user = await session.call_tool("get_user_details", {"user_id": GOLD_USER})
+        sent = await session.call_tool("send_certificate", {"user_id": GOLD_USER, "amount": 150})
+        reply = await session.call_tool(
+            "respond_to_user", {"message": "I have sent you a $150 certificate. Anything else?"}
+        )
+        after = await session.call_tool("done", {})
+
+    assert init.serverInfo.name == "tau2"
+    assert "start" in (init.instructions or "")
+    by_name = {tool.name: tool for tool in tools}
+    assert {"start", "get_user_details", "send_certificate", "respond_to_user", "done"} <= set(
+        by_name
+    )
+    assert by_name["send_certificate"].inputSchema["type"] == "object"
+    assert "user_id" in by_name["send_certificate"].inputSchema["properties"]
+    assert by_name["respond_to_user"].inputSchema["required"] == ["message"]
+
+    opening = started.structuredContent
+    assert started.isError is False
+    assert opening["task_id"] == "27" and opening["domain"] == "airline"
+    assert GOLD_USER in opening["user_message"] and "airline" in opening["policy"].lower()
+    assert json.loads(started.content[0].text)["user_message"] == opening["user_message"]
+
+    assert json.loads(user.content[0].text)["user_id"] == GOLD_USER
+    assert user.structuredContent == {"output": user.content[0].text, "done": False}
+    assert sent.isError is False
+
+    final = reply.structuredContent
+    assert reply.content[0].text == "Thanks, that's all. ###STOP###"
+    assert final["done"] is True and final["reward"] == 1.0
+    assert final["termination_reason"] == "user_stop"
+    assert final["reward_info"]["reward"] == 1.0
+    assert final["reward_info"]["db_check"]["db_match"] is True
+    assert [m["role"] for m in final["messages"]][:2] == ["assistant", "user"]
+    # After the end, calls say so and keep the verdict.
+    assert after.content[0].text == "The conversation has ended."
+    assert after.structuredContent["reward"] == 1.0
+    # The customer ran on the token of the Authorization header, and it was never echoed.
+    assert {r.token for r in llm_server.chat_requests()} == {VISITOR_TOKEN}
+    for result in (started, user, sent, reply, after):
+        assert VISITOR_TOKEN not in result.model_dump_json()
+
+
+async def test_a_wrong_tool_argument_is_an_error_result_and_the_episode_goes_on(
+    asgi_server, llm_server
+):
+    llm_server.add(text("Hi, I need to change a flight."), text("My id is noah_muller_9847."))
+    async with mcp_session(f"{asgi_server}/agent/mcp") as session:
+        await session.initialize()
+        before = await session.call_tool("get_user_details", {"user_id": "x"})
+        await session.call_tool("start", {"domain": "airline", "task_id": "2"})
+        bad = await session.call_tool("get_user_details", {"no_such_arg": 1})
+        unknown = await session.call_tool("no_such_tool", {})
+        empty = await session.call_tool("respond_to_user", {"message": ""})
+        again = await session.call_tool("start", {})
+        reply = await session.call_tool("respond_to_user", {"message": "Your user id?"})
+
+    assert before.isError is True and "call start first" in before.content[0].text
+    assert bad.isError is True and "no_such_arg" in bad.content[0].text
+    assert bad.structuredContent["done"] is False
+    assert unknown.isError is True
+    assert empty.isError is True and "non-empty string" in empty.content[0].text
+    assert again.isError is True and "one episode" in again.content[0].text
+    assert reply.isError is False
+    assert reply.structuredContent == {"output": "My id is noah_muller_9847.", "done": False}
+
+
+async def test_a_bad_task_or_missing_credentials_are_error_results(asgi_server, llm_server):
+    async with mcp_session(f"{asgi_server}/agent/mcp") as session:
+        await session.initialize()
+        unknown = await session.call_tool("start", {"domain": "airline", "task_id": "nope"})
+        bad_split = await session.call_tool("start", {"split": "nowhere"})
+    async with mcp_session(f"{asgi_server}/agent/mcp", token=None) as session:
+        await session.initialize()
+        no_token = await session.call_tool("start", {"domain": "airline", "task_id": "2"})
+
+    assert unknown.isError is True and "nope" in unknown.content[0].text
+    assert bad_split.isError is True and "nowhere" in bad_split.content[0].text
+    assert no_token.isError is True
+    assert "HF_TOKEN" in no_token.content[0].text and "Authorization" in no_token.content[0].text
+    assert llm_server.chat_requests() == []
+
+
+async def test_an_unknown_domain_in_the_url_is_a_protocol_error(asgi_server, llm_server):
+    from mcp.shared.exceptions import McpError
+
+    async with mcp_session(f"{asgi_server}/agent/mcp?domain=nowhere") as session:
+        await session.initialize()
+        with pytest.raises(McpError) as failure:
+            await session.list_tools()
+    assert "nowhere" in str(failure.value)
+
+
+async def test_the_url_domain_picks_the_listed_tools(asgi_server, llm_server):
+    async with mcp_session(f"{asgi_server}/agent/mcp?domain=retail") as session:
+        await session.initialize()
+        names = {tool.name for tool in (await session.list_tools()).tools}
+    assert {"get_order_details", "respond_to_user", "done", "start"} <= names
+    assert "book_reservation" not in names
+
+
+async def test_only_the_client_that_opened_a_session_may_use_it(asgi_server, llm_server):
+    async with mcp_session(f"{asgi_server}/agent/mcp") as session:
+        await session.initialize()
+        await session.list_tools()
+        session_id = session.session_id()
+        async with httpx.AsyncClient(base_url=asgi_server) as http:
+            stranger = await http.post(
+                "/agent/mcp",
+                headers={
+                    "Authorization": "Bearer hf_someone_else_000000",
+                    "Mcp-Session-Id": session_id,
+                    **_mcp_headers(),
+                },
+                json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}},
+            )
+        still = await session.list_tools()
+    assert session_id
+    assert stranger.status_code == 404
+    assert VISITOR_TOKEN not in stranger.text
+    assert any(tool.name == "done" for tool in still.tools)
+
+
+def _mcp_headers() -> dict[str, str]:
+    return {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
