@@ -344,6 +344,8 @@ def _vault_keys() -> list[str]:
 TAU2_VAULT_KEYS = _vault_keys()
 TAU2_TOKEN_REFRESH_MARGIN = envint("TAU2_TOKEN_REFRESH_MARGIN", 300, minimum=0)  # seconds
 TAU2_PUBLIC_RUNS = envbool("TAU2_PUBLIC_RUNS", False)
+# Every signed-in member may label runs on the run page, not only staff.
+TAU2_REVIEW_BY_MEMBERS = envbool("TAU2_REVIEW_BY_MEMBERS", False)
 TAU2_ALLOWED_ORGS = envlist("TAU2_ALLOWED_ORGS")
 # A sign-in without Hugging Face for laptops; refused (404) unless DEBUG is on too.
 TAU2_DEV_LOGIN = envbool("TAU2_DEV_LOGIN", False)

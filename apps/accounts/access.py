@@ -4,6 +4,8 @@
 * Runs are visible to signed-in people, or to everyone when ``TAU2_PUBLIC_RUNS`` is on.
 * Starting a run or a play session needs a signed-in person.
 * An evaluation is paused, resumed, stopped or retried by whoever started it, or staff.
+* Staff label runs and their messages (review), and so does every signed-in member when
+  ``TAU2_REVIEW_BY_MEMBERS`` is on; a label is deleted by its author, or staff.
 """
 
 from __future__ import annotations
@@ -33,6 +35,17 @@ def can_control(user, *, owner_id: int | None) -> bool:
     """True when ``user`` may pause, resume, stop or retry what ``owner_id`` started
     (an evaluation): its starter, or staff."""
     return _signed_in(user) and (user.pk == owner_id or user.is_staff)
+
+
+def can_review(user) -> bool:
+    """True when ``user`` may label runs and their messages, and see the review queue."""
+    return _signed_in(user) and (user.is_staff or bool(settings.TAU2_REVIEW_BY_MEMBERS))
+
+
+def can_delete_label(user, *, author_id: int | None) -> bool:
+    """True when ``user`` may delete a review label written by ``author_id``: its author
+    (even once the setting no longer lets members review), or staff."""
+    return can_control(user, owner_id=author_id)
 
 
 def signin_url(*, next_url: str, reason: str = "start") -> str:

@@ -1,7 +1,9 @@
 """Trace review: staff read a run's conversation and label the run or one of its events."""
 
+from django import forms
 from django.contrib import admin
 from django.utils.html import format_html
+from django.utils.text import Truncator
 
 from apps.runs import presenters
 from apps.runs.models import ReviewLabel, Run, RunEvent
@@ -24,12 +26,35 @@ class RunEventInline(admin.TabularInline):
         return format_html("<div class='trace-event'>{}</div>", presenters.event_html(event))
 
 
+def _event_choice(event: RunEvent) -> str:
+    """``#3 agent: I can help with…``: what a reviewer picks a message by."""
+    message = event.message or {}
+    text = message.get("content") or ", ".join(
+        str(call.get("name")) for call in message.get("tool_calls") or []
+    )
+    return f"#{event.seq} {event.get_kind_display()}: {Truncator(str(text)).chars(60)}"
+
+
+def _events_of(form_class, run: Run | None) -> None:
+    """Offer only ``run``'s own messages in the form's ``event`` field (none without a run).
+
+    ``ReviewLabel.clean`` refuses another run's message anyway; this keeps it off the list.
+    """
+    field = form_class.base_fields["event"]
+    field.queryset = RunEvent.objects.filter(run=run).order_by("seq")
+    field.label_from_instance = _event_choice
+
+
 class ReviewLabelInline(admin.TabularInline):
     model = ReviewLabel
     fields = ["event", "category", "severity", "note", "created_by", "created_at"]
     readonly_fields = ["created_by", "created_at"]
     extra = 1
-    autocomplete_fields = ["event"]
+
+    def get_formset(self, request, obj=None, **kwargs):
+        formset = super().get_formset(request, obj, **kwargs)
+        _events_of(formset.form, obj)
+        return formset
 
 
 @admin.register(Run)
@@ -106,10 +131,25 @@ class RunEventAdmin(admin.ModelAdmin):
 
 @admin.register(ReviewLabel)
 class ReviewLabelAdmin(admin.ModelAdmin):
+    """Labels one by one. A new label's run and message come from two pickers, so its
+    message may be any run's until ``ReviewLabel.clean`` refuses the mismatch; an existing
+    label keeps its run and offers only that run's messages."""
+
     list_display = ["run", "event", "category", "severity", "created_by", "created_at"]
     list_filter = ["category", "severity"]
     autocomplete_fields = ["run", "event"]
     readonly_fields = ["created_by"]
+
+    def get_readonly_fields(self, request, obj=None):
+        return [*self.readonly_fields, "run"] if obj else self.readonly_fields
+
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        form = super().get_form(request, obj, change=change, **kwargs)
+        if obj is not None:
+            # A plain list of the run's own messages, not the every-run autocomplete.
+            form.base_fields["event"].widget = forms.Select()
+            _events_of(form, obj.run)
+        return form
 
     def save_model(self, request, obj, form, change):
         if obj.created_by_id is None:

@@ -2,6 +2,7 @@ from django import forms
 from django.conf import settings
 
 from apps.inference.forms import AgentModelField
+from apps.runs.models import ReviewLabel
 from apps.tasks.models import Task
 
 
@@ -33,3 +34,23 @@ class RunForm(forms.Form):
                 self.add_error("task_id", f"No task {task_id!r} in {domain}.")
             data["task"] = task
         return data
+
+class LabelForm(forms.Form):
+    """A review label from the run page: on the run, or on its message ``seq``."""
+
+    seq = forms.IntegerField(
+        widget=forms.HiddenInput, required=False, min_value=0, max_value=2**31 - 1
+    )
+    category = forms.ChoiceField(choices=ReviewLabel.Category.choices)
+    severity = forms.ChoiceField(
+        choices=ReviewLabel.Severity.choices, initial=ReviewLabel.Severity.BENIGN
+    )
+    note = forms.CharField(
+        required=False, max_length=2000, widget=forms.Textarea(attrs={"rows": 2})
+    )
+
+    def __init__(self, *args, seq: int | None = None, **kwargs):
+        # One form per message on the page: ids must not collide.
+        kwargs.setdefault("auto_id", f"label-{'run' if seq is None else seq}-%s")
+        kwargs.setdefault("initial", {"seq": seq})
+        super().__init__(*args, **kwargs)

@@ -1,14 +1,15 @@
-"""Writes of runs: start, stop."""
+"""Writes of runs: start, stop, review labels."""
 
 from __future__ import annotations
 
 from django.conf import settings
-from django.core.exceptions import ValidationError
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from apps.accounts.access import can_delete_label, can_review
 from apps.runs.events import status_publish
-from apps.runs.models import Run
+from apps.runs.models import ReviewLabel, Run, RunEvent
 from apps.tasks.models import Task
 from apps.tasks.selectors import catalogue_latest
 from tau2_env import catalog
@@ -167,3 +168,35 @@ def run_stop(*, run: Run, by) -> Run:
     status_publish(run_id=run.pk)
     run.refresh_from_db()
     return run
+
+
+def label_create(
+    *,
+    run: Run,
+    by,
+    category: str,
+    severity: str,
+    note: str = "",
+    event: RunEvent | None = None,
+) -> ReviewLabel:
+    """Label ``run``, or its message ``event``, as ``by``; returns the saved label.
+
+    Raises ``PermissionDenied`` unless ``by`` may review (``can_review``), and
+    ``ValidationError`` for an event of another run or a critical "no issue"
+    (``ReviewLabel.clean``; PostgreSQL's composite foreign key backs the first).
+    """
+    if not can_review(by):
+        raise PermissionDenied("Only reviewers may label runs.")
+    label = ReviewLabel(
+        run=run, event=event, category=category, severity=severity, note=note, created_by=by
+    )
+    label.full_clean()
+    label.save()
+    return label
+
+
+def label_delete(*, label: ReviewLabel, by) -> None:
+    """Delete ``label``: its author or staff only (``PermissionDenied`` otherwise)."""
+    if not can_delete_label(by, author_id=label.created_by_id):
+        raise PermissionDenied("Only the label's author or staff may delete it.")
+    label.delete()

@@ -8,7 +8,10 @@ urlpatterns = [
     path("", views.run_list, name="list"),
     path("new/", views.run_new, name="new"),
     path("compare/", views.run_compare, name="compare"),
+    path("review/", views.review_queue, name="review_queue"),
     path("<int:pk>/", views.run_detail, name="detail"),
     path("<int:pk>.json", views.run_json, name="json"),
     path("<int:pk>/stop/", views.run_stop, name="stop"),
+    path("<int:pk>/labels/", views.label_add, name="label_add"),
+    path("<int:pk>/labels/<int:label_pk>/delete/", views.label_delete, name="label_delete"),
 ]

@@ -1,6 +1,17 @@
-"""Run pages: history (list, detail, JSON, compare, stop) and starting runs."""
+"""Run pages: history (list, detail, JSON, compare, stop), starting runs, and review."""
 
 from apps.runs.views.history import run_compare, run_detail, run_json, run_list, run_stop
+from apps.runs.views.review import label_add, label_delete, review_queue
 from apps.runs.views.start import run_new
 
-__all__ = ["run_compare", "run_detail", "run_json", "run_list", "run_new", "run_stop"]
+__all__ = [
+    "label_add",
+    "label_delete",
+    "review_queue",
+    "run_compare",
+    "run_detail",
+    "run_json",
+    "run_list",
+    "run_new",
+    "run_stop",
+]

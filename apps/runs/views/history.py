@@ -12,12 +12,13 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
 
 from apps.accounts.access import (
+    can_review,
     can_start,
     can_view_runs,
     signin_url,
 )
 from apps.runs import exports, presenters, selectors, services
-from apps.runs.models import Run
+from apps.runs.models import ReviewLabel, Run
 from apps.runs.selectors import RunFilters
 
 
@@ -44,17 +45,22 @@ def run_list(request):
             "query": urlencode(filters.as_query()),
             "statuses": Run.Status.choices,
             "picked": picked,
+            "categories": ReviewLabel.Category.choices,
+            "can_review": can_review(request.user),
         },
     )
 
 
 def run_detail(request, pk: int):
     run = _get_run_for_user(request, pk)
+    from apps.runs.views.review import review_context  # review imports _get_run_for_user
+
     events = [presenters.event_view(e) for e in run.events.order_by("seq")]
     return render(
         request,
         "runs/detail.html",
         {
+            **review_context(request, run, events),
             "run": run,
             "events": events,
             "result": presenters.reward_view(run.reward_info),
