@@ -24,9 +24,9 @@ django_http = get_asgi_application()  # sets Django up before anything imports m
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 from tau2site import embedded_worker  # noqa: E402
+from tau2site.middleware import ApiSecurityHeaders, SameOriginWebsockets  # noqa: E402
 from tau2site.routing import websocket_urlpatterns  # noqa: E402
 
 # OpenEnv's routes, matched exactly so that /ws/runs/<id>/ stays with Channels.
@@ -41,8 +41,9 @@ class Application:
     def __init__(self) -> None:
         from tau2_env.server import create_openenv_app
 
-        self.openenv = create_openenv_app()
-        self.channels_ws = AllowedHostsOriginValidator(
+        # Its lifespan goes to the app itself (the wrapper adds headers to HTTP only).
+        self.openenv = ApiSecurityHeaders(create_openenv_app())
+        self.channels_ws = SameOriginWebsockets(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         )
 

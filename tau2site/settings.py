@@ -71,6 +71,8 @@ INSTALLED_APPS = [
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    # 400 for a NUL character in the path, the query string or a form field.
+    "tau2site.middleware.RejectNulMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -80,7 +82,7 @@ MIDDLEWARE = [
     "social_django.middleware.SocialAuthExceptionMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # After XFrameOptionsMiddleware, so it sees the response first (Space iframe framing).
-    "apps.accounts.middleware.FramePolicyMiddleware",
+    "tau2site.middleware.ContentSecurityPolicyMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
 ]
 
@@ -227,7 +229,7 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.AllowAny"],
-    "DEFAULT_PAGINATION_CLASS": "rest_framework.pagination.LimitOffsetPagination",
+    "DEFAULT_PAGINATION_CLASS": "apps.tasks.pagination.Pagination",  # limit at most 1,000
     "PAGE_SIZE": 100,
     "UNAUTHENTICATED_USER": None,
 }
@@ -308,7 +310,7 @@ if SPACE_HOST:
     CSRF_TRUSTED_ORIGINS = [*CSRF_TRUSTED_ORIGINS, f"https://{SPACE_HOST}"]
 
 # Inside a Space the app is framed by huggingface.co: cookies must be SameSite=None; Secure
-# and frame-ancestors must allow HF (apps.accounts.middleware) instead of X-Frame-Options.
+# and frame-ancestors must allow HF (tau2site.middleware) instead of X-Frame-Options.
 TAU2_EMBED_IN_SPACE = envbool("TAU2_EMBED_IN_SPACE", bool(SPACE_HOST))
 TAU2_FRAME_ANCESTORS = envlist(
     "TAU2_FRAME_ANCESTORS", ["https://huggingface.co", "https://*.hf.space"]

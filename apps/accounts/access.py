@@ -3,7 +3,8 @@
 * Tasks, policies and the API are public.
 * Runs are visible to signed-in people, or to everyone when ``TAU2_PUBLIC_RUNS`` is on.
 * Starting a run or a play session needs a signed-in person.
-* An evaluation is paused, resumed, stopped or retried by whoever started it, or staff.
+* A run is stopped, and an evaluation paused, resumed, stopped or retried, by whoever
+  started it, or staff.
 * Staff label runs and their messages (review), and so does every signed-in member when
   ``TAU2_REVIEW_BY_MEMBERS`` is on; a label is deleted by its author, or staff.
 """
@@ -33,7 +34,7 @@ def can_start(user) -> bool:
 
 def can_control(user, *, owner_id: int | None) -> bool:
     """True when ``user`` may pause, resume, stop or retry what ``owner_id`` started
-    (an evaluation): its starter, or staff."""
+    (a run, a play session, an evaluation): its starter, or staff."""
     return _signed_in(user) and (user.pk == owner_id or user.is_staff)
 
 

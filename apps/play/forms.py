@@ -1,8 +1,7 @@
-import json
-
 from django import forms
 
 from apps.tasks.models import Domain, Split, Task
+from tau2_env.arguments import parse_arguments
 
 
 class PlayStartForm(forms.Form):
@@ -38,7 +37,8 @@ class SayForm(forms.Form):
 
 
 class ToolForm(forms.Form):
-    """A tool call as the page sends it: the tool's name and its arguments as JSON text."""
+    """A tool call as the page sends it: the tool's name and its arguments as JSON text
+    (a JSON object within the size and depth limits, no NUL character)."""
 
     name = forms.CharField(max_length=128)
     arguments = forms.CharField(required=False, initial="{}")
@@ -46,6 +46,6 @@ class ToolForm(forms.Form):
     def clean_arguments(self):
         raw = self.cleaned_data.get("arguments") or "{}"
         try:
-            return json.loads(raw)
+            return parse_arguments(raw, allow_nul=False)
         except ValueError as exc:
-            raise forms.ValidationError(f"Not JSON: {exc}") from None
+            raise forms.ValidationError(str(exc)) from None

@@ -14,6 +14,8 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
+from tau2_env.arguments import arguments_problem
+
 _MAX_DEPTH = 12  # a recursive $ref stops here (τ²'s domains have none)
 
 
@@ -123,9 +125,12 @@ def argument_errors(schema: dict[str, Any], arguments: Any) -> dict[str, str]:
     Empty when the arguments are valid. They must satisfy τ²'s schema and the form's
     reading of it (where τ² also accepts any object in place of a typed one, the form
     asks for the typed one's fields), so the server refuses exactly what the form does.
+    Arguments nested too deep, too large, or holding a NUL character (which the
+    conversation's storage cannot hold) are refused first.
     """
-    if not isinstance(arguments, dict):
-        return {"__all__": "The arguments must be a JSON object."}
+    problem = arguments_problem(arguments, allow_nul=False)
+    if problem:
+        return {"__all__": problem}
     errors: dict[str, str] = {}
     for checked in (schema, _strict(form_schema(schema))):
         validator = Draft202012Validator(checked)

@@ -92,12 +92,17 @@ def reward_view(reward_info: dict | None) -> dict[str, Any] | None:
 
 
 def status_html(run: Run, *, user, request=None) -> str:
-    """The status line (and the result once final) as ``user`` may act on it."""
-    return render_to_string(
-        "includes/run_status.html",
-        {"run": run, "result": reward_view(run.reward_info), "user": user},
-        request=request,
-    )
+    """The status line (and the result once final) as ``user`` may act on it: Stop only
+    for whoever started the run, or staff."""
+    from apps.accounts.access import can_control
+
+    context = {
+        "run": run,
+        "result": reward_view(run.reward_info),
+        "user": user,
+        "can_stop": can_control(user, owner_id=run.created_by_id),
+    }
+    return render_to_string("includes/run_status.html", context, request=request)
 
 
 def _role_cost(role: str, prompt: int, completion: int, cost: Decimal | None) -> dict[str, Any]:

@@ -1,6 +1,68 @@
+import re
+
 from django.conf import settings
+
+_SLUG = re.compile(r"^[-a-zA-Z0-9_]{1,64}$")
+
+# The header's places, by the URL namespace (and name) a page is served under.
+_SECTIONS = {
+    "tasks": "tasks",
+    "play": "play",
+    "runs": "runs",
+    "evaluations": "evaluations",
+    "inference": "models",
+    "api": "api",
+}
+
+
+def nav_section(match) -> str:
+    """Which item of the header is the current place (``""`` when none is)."""
+    if match is None:
+        return ""
+    if match.url_name == "leaderboard":
+        return "leaderboard"
+    if match.namespace == "tasks" and match.url_name == "domain":
+        return "policy"
+    return _SECTIONS.get(match.namespace, "")
+
+
+def _page_domain(request, match) -> str:
+    """The domain the page is about: in its path, its filter, or its run or evaluation."""
+    if match is None:
+        return ""
+    if match.kwargs.get("domain"):
+        return str(match.kwargs["domain"])
+    if request.GET.get("domain"):
+        return request.GET["domain"]
+    pk = match.kwargs.get("pk")
+    if pk is not None and match.namespace in ("runs", "play", "evaluations"):
+        if match.namespace == "evaluations":
+            from apps.evaluations.models import Evaluation as model
+        else:
+            from apps.runs.models import Run as model
+        return model.objects.filter(pk=pk).values_list("domain", flat=True).first() or ""
+    return ""
+
+
+def nav_domain(request, match) -> str:
+    """The domain "Policy & tools" opens: the current page's when it names a known one,
+    else the default (a malformed or unknown ``?domain=`` never breaks the header)."""
+    name = _page_domain(request, match)
+    if name and name != settings.TAU2_DOMAIN and _SLUG.match(name):
+        from apps.tasks.models import Domain
+
+        if Domain.objects.filter(name=name).exists():
+            return name
+    return settings.TAU2_DOMAIN
 
 
 def catalogue(request):
-    """What the header needs on every page."""
-    return {"default_domain": settings.TAU2_DOMAIN, "default_split": settings.TAU2_SPLIT}
+    """What the header needs on every page: the default domain and split, where the
+    page is (``nav_section``) and which domain's policy and tools it links to."""
+    match = getattr(request, "resolver_match", None)
+    return {
+        "default_domain": settings.TAU2_DOMAIN,
+        "default_split": settings.TAU2_SPLIT,
+        "nav_section": nav_section(match),
+        "nav_domain": nav_domain(request, match),
+    }

@@ -49,7 +49,8 @@ def explorer(request):
         "total": split.size if split else 0,
         "query": urlencode(query),
         # Cards link to detail_prefix + quoted task id: one reverse() per page, not per card.
-        "detail_prefix": reverse("tasks:domain", kwargs={"domain": filters.domain}),
+        # Only a known domain has one (an unknown name need not even be a slug: "a.b").
+        "detail_prefix": reverse("tasks:domain", kwargs={"domain": domain.name}) if domain else "",
     }
     if request.htmx and not request.htmx.history_restore_request:
         response = render(request, "includes/task_results.html", context)

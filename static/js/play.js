@@ -51,6 +51,9 @@
       final = true;
       root.dataset.final = "true";
       if (socket) socket.close();
+      // An ended session keeps no controls (as the page renders it once final).
+      const controls = document.getElementById("play-controls");
+      if (controls) controls.remove();
     }
   }
 
@@ -111,7 +114,7 @@
   }
 
   const textarea = document.getElementById("say-text");
-  textarea.addEventListener("keydown", (event) => {
+  if (textarea) textarea.addEventListener("keydown", (event) => {
     if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
       event.preventDefault();
       document.getElementById("say-form").requestSubmit();
@@ -275,6 +278,11 @@
     setEnabled(!select.disabled);
   }
 
+  bindForms(document);
+  window.tau2Play = { get lastSeq() { return lastSeq; } };
+  connect();
+  if (!select) return; // an ended session has no tool form
+
   fieldsBox.addEventListener("input", update);
   fieldsBox.addEventListener("change", update);
   select.addEventListener("change", pickTool);
@@ -302,9 +310,6 @@
     }
   });
 
-  bindForms(document);
   pickTool();
   setEnabled(root.querySelector("#play-state").dataset.phase === "your_turn");
-  window.tau2Play = { get lastSeq() { return lastSeq; } };
-  connect();
 })();

@@ -87,9 +87,11 @@ def test_alice_plays_task_27_to_reward_one_through_the_form(
 
     page.get_by_test_id("end").click()
     expect(page.get_by_test_id("reward")).to_have_text("1.00", timeout=SLOW)
-    expect(page.get_by_test_id("say-text")).to_be_disabled()
-    expect(page.get_by_test_id("call-tool")).to_be_disabled()
-    expect(page.get_by_test_id("end")).to_be_disabled()
+    # An ended session looks ended: no controls left, and the end is a mark, not a bubble.
+    expect(page.get_by_test_id("session-ended")).to_be_visible()
+    expect(page.get_by_test_id("play-controls")).to_have_count(0)
+    expect(page.get_by_test_id("stop-marker")).to_contain_text("The agent ended the conversation")
+    expect(page.get_by_test_id("conversation")).not_to_contain_text("STOP")
 
     run.refresh_from_db()
     assert run.status == Run.Status.COMPLETED and run.reward == 1.0

@@ -10,9 +10,10 @@ from pathlib import Path
 
 import channels
 
-__all__ = ["ORIGIN", "WebsocketCommunicator", "session_headers"]
+__all__ = ["HOST", "ORIGIN", "WebsocketCommunicator", "session_headers"]
 
-ORIGIN = b"http://testserver"  # in ALLOWED_HOSTS, as the origin validator wants
+ORIGIN = b"http://testserver"  # the page's own origin: scheme, host and port of HOST
+HOST = b"testserver"  # in ALLOWED_HOSTS
 
 
 def _channels_websocket_communicator() -> type:
@@ -32,9 +33,12 @@ def _channels_websocket_communicator() -> type:
 WebsocketCommunicator = _channels_websocket_communicator()
 
 
-def session_headers(client=None, *, origin: bytes = ORIGIN) -> list[tuple[bytes, bytes]]:
-    """The headers of a socket opened by ``client``'s person (anonymous without one)."""
-    headers = [(b"origin", origin)]
+def session_headers(
+    client=None, *, origin: bytes = ORIGIN, host: bytes = HOST
+) -> list[tuple[bytes, bytes]]:
+    """The headers of a socket opened by ``client``'s person (anonymous without one), from
+    a page at ``origin`` to ``host`` (as a browser sends them)."""
+    headers = [(b"host", host), (b"origin", origin)]
     if client is not None:
         headers.append((b"cookie", f"sessionid={client.cookies['sessionid'].value}".encode()))
     return headers

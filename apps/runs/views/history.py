@@ -12,6 +12,7 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
 
 from apps.accounts.access import (
+    can_control,
     can_review,
     can_start,
     can_view_runs,
@@ -65,7 +66,7 @@ def run_detail(request, pk: int):
             "events": events,
             "result": presenters.reward_view(run.reward_info),
             "last_seq": events[-1]["seq"] if events else -1,
-            "can_stop": can_start(request.user) and not run.is_final,
+            "can_stop": can_control(request.user, owner_id=run.created_by_id),
         },
     )
 
@@ -73,8 +74,8 @@ def run_detail(request, pk: int):
 @require_POST
 def run_stop(request, pk: int):
     run = _get_run_for_user(request, pk)
-    if not can_start(request.user):
-        raise PermissionDenied("Sign in to stop runs.")
+    if not can_control(request.user, owner_id=run.created_by_id):
+        raise PermissionDenied("Only the person who started this run, or staff, can stop it.")
     services.run_stop(run=run, by=request.user)
     if request.htmx:
         return HttpResponse(presenters.status_html(run, user=request.user, request=request))
