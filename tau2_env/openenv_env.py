@@ -185,6 +185,26 @@ class Tau2Environment(MCPEnvironment):
             version=catalog.tau2_version(),
         )
 
+    # The Task API (``/tau2/splits``, ``/tau2/tasks``, …): the default domain's splits.
+
+    def list_splits(self) -> list[str]:
+        return sorted(catalog.get_domain(config.default_domain()).splits)
+
+    def num_tasks(self, split: str) -> int:
+        return len(_split_ids(split))
+
+    def list_tasks(self, split: str) -> list[dict[str, Any]]:
+        return [_task_json(task_id) for task_id in _split_ids(split)]
+
+    def get_task(self, split: str, index: int) -> dict[str, Any]:
+        ids = _split_ids(split)
+        if not 0 <= index < len(ids):
+            raise IndexError(index)
+        return _task_json(ids[index])
+
+    def get_task_range(self, split: str, start: int | None, stop: int | None):
+        return [_task_json(task_id) for task_id in _split_ids(split)[start:stop]]
+
     def reset(
         self,
         seed: int | None = None,
@@ -306,6 +326,21 @@ class Tau2Environment(MCPEnvironment):
             fields["result"] = _result_payload(text, is_error="error" in verdict)
             fields["data"] = text
         return cls(done=True, reward=reward, metadata=metadata, **fields)
+
+
+def _split_ids(split: str) -> list[str]:
+    """The task ids of ``split`` in the default domain; ``BadRequest`` if unknown."""
+    domain = config.default_domain()
+    splits = catalog.get_domain(domain).splits
+    if split not in splits:
+        raise agent_session.BadRequest(
+            f"Unknown split {split!r} for domain {domain!r}; known: {', '.join(sorted(splits))}"
+        )
+    return list(splits[split])
+
+
+def _task_json(task_id: str) -> dict[str, Any]:
+    return catalog.get_tau2_task(config.default_domain(), task_id).model_dump(mode="json")
 
 
 def _credentials(hf_token: Any) -> access.Credentials:
