@@ -1,12 +1,15 @@
 """One ASGI application for the whole product.
 
 * OpenEnv's API (FastAPI, from ``tau2_env.server``) at OpenEnv's own paths:
-  ``/ws`` ``/reset`` ``/step`` ``/state`` ``/schema`` ``/metadata`` ``/health`` ``/mcp``;
+  ``/ws`` ``/reset`` ``/step`` ``/state`` ``/schema`` ``/metadata`` ``/health`` ``/mcp``,
+  with its ``/openapi.json`` and ``/docs``;
+* the MCP server for agents (``tau2_env.mcp_server``, the official SDK's streamable
+  HTTP transport) at ``/agent/mcp``, sharing the OpenEnv API's session slots;
 * Channels WebSockets under ``/ws/…`` (live runs, play sessions);
 * Django for every other page.
 
-Lifespan events go to the OpenEnv app (its idle-session reaper starts there) and start
-the embedded Celery worker when there is no broker.
+Lifespan events go to the OpenEnv app (its idle-session reaper starts there), run the MCP
+server's session manager, and start the embedded Celery worker when there is no broker.
 
 Serve with ``uvicorn tau2site.asgi:application``.
 """
@@ -32,17 +35,29 @@ from tau2site.routing import websocket_urlpatterns  # noqa: E402
 # OpenEnv's routes, matched exactly so that /ws/runs/<id>/ stays with Channels.
 OPENENV_PATHS = frozenset(
     {"/ws", "/reset", "/step", "/state", "/schema", "/metadata", "/health", "/mcp"}
+    | {"/openapi.json", "/docs"}
 )
+MCP_AGENT_PATH = "/agent/mcp"
+# OpenEnv's Task API: /list_environments and /<environment name>/… (the seed's name too).
+OPENENV_PREFIXES = ("/tau2/", "/tau2_env/", "/tau2-env/", "/list_environments")
 
 
 class Application:
     """Routes each ASGI connection to OpenEnv, Channels or Django."""
 
     def __init__(self) -> None:
+        from django.conf import settings
+
+        from tau2_env.capacity import SessionSlots
+        from tau2_env.mcp_server import McpApp
         from tau2_env.server import create_openenv_app
 
+        slots = SessionSlots.from_config()  # one pool for both agent faces
+        swagger = f"{settings.STATIC_URL}drf_spectacular_sidecar/swagger-ui-dist"
         # Its lifespan goes to the app itself (the wrapper adds headers to HTTP only).
-        self.openenv = ApiSecurityHeaders(create_openenv_app())
+        self.openenv = ApiSecurityHeaders(create_openenv_app(slots, swagger_assets=swagger))
+        self.mcp_app = McpApp(slots)
+        self.mcp = ApiSecurityHeaders(self.mcp_app)
         self.channels_ws = SameOriginWebsockets(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         )
@@ -52,8 +67,10 @@ class Application:
         if kind == "lifespan":
             return await self._lifespan(scope, receive, send)
         path = scope.get("path", "")
-        if path.rstrip("/") in OPENENV_PATHS or path in OPENENV_PATHS:
+        if path.rstrip("/") in OPENENV_PATHS or path.startswith(OPENENV_PREFIXES):
             return await self.openenv(scope, receive, send)
+        if path.rstrip("/") == MCP_AGENT_PATH:
+            return await self.mcp(scope, receive, send)
         if kind == "websocket":
             return await self.channels_ws(scope, receive, send)
         return await django_http(scope, receive, send)
@@ -68,7 +85,8 @@ class Application:
                 await asyncio.to_thread(embedded_worker.stop)
             return message
 
-        await self.openenv(scope, receive_and_start, send)
+        async with self.mcp_app.run():
+            await self.openenv(scope, receive_and_start, send)
 
 
 application = Application()
