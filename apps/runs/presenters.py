@@ -13,8 +13,9 @@ from apps.inference.pricing import money_label
 from apps.runs.models import Run, RunEvent
 
 # τ²'s markers that end a conversation (``tau2.user.base`` STOP, TRANSFER, OUT_OF_SCOPE;
-# ``LLMAgent.STOP_TOKEN`` is STOP too), and how the page says what happened. They are
-# control words, not text: rendered as Markdown ``###STOP###`` would become a heading.
+# an agent's stop, ``tau2_env.engine.AGENT_STOP``, is STOP too), and how the page says
+# what happened. They are control words, not text: as Markdown ``###STOP###`` would
+# become a heading.
 STOP_MARKERS = {
     "###STOP###": "ended the conversation",
     "###TRANSFER###": "asked for a transfer to a human agent",
