@@ -9,53 +9,27 @@ import re
 
 import pytest
 from django.contrib import admin
-from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.test import Client, RequestFactory, override_settings
 
 from apps.runs import services
 from apps.runs.admin import ReviewLabelInline
-from apps.runs.models import ReviewLabel, Run, RunEvent
-from apps.tasks.models import Task
+from apps.runs.models import ReviewLabel, Run
 from tests.support.people import signed_in
+from tests.support.review import staff_member, stored_run
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
 
 
 @pytest.fixture
 def stella(committed_db):
-    return get_user_model().objects.create_user(username="stella", is_staff=True)
+    return staff_member("stella")
 
 
 @pytest.fixture
 def stella_client(stella) -> Client:
     return signed_in(stella)
-
-
-def stored_run(user, *, task_id="27", status=Run.Status.COMPLETED, reward=1.0, messages=2):
-    """A finished run of airline ``task_id`` with ``messages`` agent/customer messages."""
-    run = Run.objects.create(
-        task=Task.objects.get(domain_id="airline", task_id=task_id),
-        domain="airline",
-        created_by=user,
-        agent_model="org/model-a",
-        user_model="u/m",
-        status=status,
-        reward=reward,
-        error="provider refused" if status == Run.Status.FAILED else "",
-        n_messages=messages,
-    )
-    RunEvent.objects.bulk_create(
-        RunEvent(
-            run=run,
-            seq=seq,
-            kind="agent" if seq % 2 == 0 else "customer",
-            message={"role": "assistant" if seq % 2 == 0 else "user", "content": f"line {seq}"},
-        )
-        for seq in range(messages)
-    )
-    return run
 
 
 def label(run, by, *, seq=None, category="agent_error", severity="benign", note=""):

@@ -1,0 +1,49 @@
+"""stella (staff) labels a customer's message on alice's run page in Chromium, through
+htmx, and deletes it again; the page never leaves, and the Content-Security-Policy
+reports nothing."""
+
+import pytest
+from django.test import Client
+from playwright.sync_api import expect
+
+from apps.runs.models import ReviewLabel
+from tests.support.review import staff_member, stored_run
+
+pytestmark = [pytest.mark.browser]
+
+
+def test_stella_labels_a_message_on_the_run_page_and_deletes_it(page, alice, base_url):
+    stella = staff_member("stella")
+    run = stored_run(alice, reward=0.0, messages=3)
+    client = Client()
+    client.force_login(stella)
+    page.context.add_cookies(
+        [{"name": "sessionid", "value": client.cookies["sessionid"].value, "url": base_url}]
+    )
+    refused = []
+    page.on("console", lambda m: "Content Security Policy" in m.text and refused.append(m.text))
+
+    page.goto(f"/runs/{run.pk}/")
+    slot = page.locator("#review-1")
+    slot.get_by_test_id("add-label").click()
+    form = slot.get_by_test_id("label-form")
+    form.get_by_label("Category").select_option("user_sim_error")
+    form.get_by_label("Severity").select_option("critical")
+    form.get_by_label("Note").fill("The customer invented a reservation.")
+    form.get_by_test_id("save-label").click()
+
+    shown = page.locator("#review-1").get_by_test_id("review-label")
+    expect(shown).to_contain_text("user-simulator error")
+    expect(shown).to_contain_text("The customer invented a reservation.")
+    expect(page.locator("#review-1 details.review-add")).not_to_have_attribute("open", "")
+    assert page.url.endswith(f"/runs/{run.pk}/")  # htmx swapped the slot in place
+    label = ReviewLabel.objects.get(run=run)
+    assert (label.event.seq, label.severity, label.created_by) == (1, "critical", stella)
+    expect(page.locator("#review-0").get_by_test_id("review-label")).to_have_count(0)
+
+    page.reload()
+    expect(page.locator("#review-1").get_by_test_id("review-label")).to_have_count(1)
+    page.locator("#review-1").get_by_test_id("delete-label").click()
+    expect(page.locator("#review-1").get_by_test_id("review-label")).to_have_count(0)
+    assert not ReviewLabel.objects.filter(run=run).exists()
+    assert refused == []
