@@ -112,6 +112,10 @@ class SessionSlots:
             self._slots.add(slot)
             return slot
 
+    def now(self) -> float:
+        """The slots' clock (``last_active`` is on it)."""
+        return self._clock()
+
     def touch(self, slot: Slot) -> None:
         """The session did something: its idle time starts again."""
         slot.last_active = self._clock()

@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 from urllib.parse import parse_qs
 
+import anyio
 from mcp import types
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
@@ -109,6 +110,7 @@ class _Session:
     query: dict[str, Any]
     agent: AgentSession = field(default_factory=lambda: AgentSession(face="mcp"))
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    busy: int = 0  # POSTs being served: a session answering a call is not idle
 
     def domain(self) -> str:
         if self.agent.episode is not None:
@@ -171,9 +173,30 @@ class McpApp:
 
     @asynccontextmanager
     async def run(self) -> AsyncIterator[None]:
-        """The session manager's lifetime (enter it in the ASGI lifespan)."""
-        async with self.manager.run():
-            yield
+        """The session manager's lifetime (enter it in the ASGI lifespan), with the
+        reaper of idle sessions."""
+        async with self.manager.run(), anyio.create_task_group() as tasks:
+            tasks.start_soon(self._reap_idle)
+            try:
+                yield
+            finally:
+                tasks.cancel_scope.cancel()
+
+    async def _reap_idle(self) -> None:
+        """Close sessions whose client sent nothing for the idle time. The SDK's own
+        idle timeout spares a session with an open GET stream, which every SDK client
+        keeps: without this, an idle client would hold its slot for good."""
+        idle = self.slots.idle_seconds
+        while True:
+            await anyio.sleep(max(0.5, min(idle / 4, 30.0)))
+            now = self.slots.now()
+            for session_id, session in list(self.sessions.items()):
+                if not session.busy and now - session.slot.last_active > idle:
+                    transport = self.manager._server_instances.get(session_id)
+                    if transport is None:
+                        await self.end(session_id)
+                    else:
+                        await self.manager._discard_session(session_id, transport)
 
     # ------------------------------------------------------------------ ASGI
 
@@ -193,6 +216,13 @@ class McpApp:
                     # Only the client that opened a session may use it.
                     return await _json_error(send, 404, "Session not found")
                 self.slots.touch(session.slot)
+                if scope.get("method") == "POST":
+                    session.busy += 1
+                    try:
+                        return await self.manager.handle_request(scope, receive, send)
+                    finally:
+                        session.busy -= 1
+                        self.slots.touch(session.slot)
             return await self.manager.handle_request(scope, receive, send)
         try:
             slot = self.slots.acquire(credentials.client)
