@@ -115,6 +115,7 @@ def start_server(llm_url: str, max_envs: int, var_dir: str, app: str) -> tuple:
         TAU2_SPLIT="test",
         TAU2_LLM_TIMEOUT="60",
         MAX_CONCURRENT_ENVS=str(max_envs),
+        TAU2_SESSIONS_PER_CLIENT=str(max_envs),  # every session comes from this one address
         PYTHONPATH=str(ROOT),
     )
     proc = subprocess.Popen(
