@@ -2,6 +2,7 @@
 
 from django import forms
 from django.contrib import admin
+from django.db.models import Count
 from django.utils.html import format_html
 from django.utils.text import Truncator
 
@@ -91,9 +92,12 @@ class RunAdmin(admin.ModelAdmin):
     def task_ref(self, run):
         return run.task.task_id
 
-    @admin.display(description="labels")
+    @admin.display(description="labels", ordering="n_labels")
     def n_labels(self, run):
-        return run.labels.count()
+        return run.n_labels
+
+    def get_queryset(self, request):
+        return super().get_queryset(request).annotate(n_labels=Count("labels", distinct=True))
 
     def save_formset(self, request, form, formset, change):
         for label in formset.save(commit=False):

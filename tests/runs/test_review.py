@@ -5,6 +5,7 @@ alice owns the runs; bob is another member; charlie is anonymous; stella is staf
 Members label only when ``TAU2_REVIEW_BY_MEMBERS`` is on.
 """
 
+import importlib
 import re
 
 import pytest
@@ -282,3 +283,23 @@ def test_the_review_queue_puts_unreviewed_failures_first(
     assert charlie.status_code == 302 and "/accounts/sign-in/" in charlie["Location"]
     with override_settings(TAU2_REVIEW_BY_MEMBERS=True):
         assert bob_client.get("/runs/review/").status_code == 200
+
+
+def test_migration_0004_detaches_a_label_from_another_runs_message(alice, bob, stella):
+    """The rows the old admin let through (run 1, message 5#2) keep their run and lose the
+    message, with a note saying which it was, before the composite foreign key is added."""
+    from django.apps import apps
+
+    migration = importlib.import_module("apps.runs.migrations.0004_review_labels")
+    mine, theirs = stored_run(alice), stored_run(bob)
+    fine = label(mine, stella, seq=1, note="Right message.")
+    with transaction.atomic():  # the composite key is checked at commit, after the repair
+        stray = ReviewLabel.objects.create(
+            run=mine, event=theirs.events.get(seq=1), category="task_bug", severity="benign"
+        )
+        migration.detach_events_of_other_runs(apps, None)
+    stray.refresh_from_db()
+    assert stray.run == mine and stray.event is None
+    assert stray.note == f"[was on message {theirs.pk}#1, another run's]"
+    fine.refresh_from_db()
+    assert fine.event.seq == 1 and fine.note == "Right message."
