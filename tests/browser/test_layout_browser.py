@@ -56,6 +56,26 @@ def long_run(alice, longest) -> Run:
     return run
 
 
+@pytest.fixture
+def long_session(alice, longest) -> Run:
+    """alice's open play session of the longest task."""
+    run = Run.objects.create(
+        kind=Run.Kind.HUMAN,
+        task=longest,
+        domain=longest.domain_id,
+        created_by=alice,
+        agent_model="a person",
+        user_model="deepseek-ai/DeepSeek-V4.1-Flash",
+        status=Run.Status.RUNNING,
+        play_phase=Run.PlayPhase.YOUR_TURN,
+        n_messages=1,
+    )
+    RunEvent.objects.create(
+        run=run, seq=0, kind="agent", message={"role": "assistant", "content": "Hi!"}
+    )
+    return run
+
+
 def holds(page, width: int) -> None:
     """The page is no wider than the window and alice's name is readable."""
     scroll = page.evaluate("document.documentElement.scrollWidth")
@@ -79,7 +99,7 @@ def holds(page, width: int) -> None:
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_pages_hold_with_the_longest_task_id(alice_page, longest, long_run, width):
+def test_pages_hold_with_the_longest_task_id(alice_page, longest, long_run, long_session, width):
     page = alice_page
     page.set_viewport_size({"width": width, "height": 900})
     assert len(longest.task_id) > 100 and longest.domain_id == "telecom"
@@ -89,11 +109,18 @@ def test_pages_hold_with_the_longest_task_id(alice_page, longest, long_run, widt
         "/runs/",
         long_run.get_absolute_url(),
         "/play/",
+        long_session.get_absolute_url().replace("/runs/", "/play/"),
         f"/tasks/{longest.domain_id}/",
-        f"/runs/compare/?ids={long_run.pk},{long_run.pk}",
+        f"/runs/compare/?ids={long_run.pk},{long_session.pk}",
+        f"/runs/new/?domain={longest.domain_id}&task={longest.task_id}",
+        "/evaluations/",
+        "/evaluations/new/",
+        "/leaderboard/",
+        "/models/",
     ]
     for path in pages:
-        page.goto(path)
+        response = page.goto(path)
+        assert response.ok, f"{path}: {response.status}"
         holds(page, width)
     page.goto(long_run.get_absolute_url())
     marker = page.get_by_test_id("stop-marker")
