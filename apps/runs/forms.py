@@ -1,14 +1,24 @@
 from django import forms
 from django.conf import settings
 
+from apps.evaluations.models import MAX_TRIALS
 from apps.inference.forms import AgentModelField
 from apps.runs.models import ReviewLabel
+from apps.tasks import selectors as task_selectors
 from apps.tasks.models import Task
 
 
 class RunForm(forms.Form):
-    domain = forms.CharField(widget=forms.HiddenInput)
-    task_id = forms.CharField(label="Task", max_length=255)
+    """One model run: a task (chosen by domain and id; the split only narrows the picker),
+    the agent and customer models, the step limit and the seed."""
+
+    domain = forms.ChoiceField(label="Domain")
+    split = forms.CharField(label="Split", max_length=32, required=False)
+    task_id = forms.CharField(
+        label="Task",
+        max_length=255,
+        help_text="Type words of its title or its id, then pick it from the list.",
+    )
     agent_model = AgentModelField(
         label="Agent model",
         help_text="A model on Hugging Face Inference Providers; pin a provider, or let the "
@@ -17,9 +27,26 @@ class RunForm(forms.Form):
     user_model = forms.CharField(label="Customer model", max_length=255, required=False)
     max_steps = forms.IntegerField(label="Step limit", min_value=1, initial=100)
     seed = forms.IntegerField(label="Seed", required=False)
+    # Set only when the form repeats an evaluation's trial ("run with another model"), so
+    # the new run gets that trial's seed; a run started from scratch is trial 0.
+    trial = forms.IntegerField(
+        widget=forms.HiddenInput, required=False, min_value=0, max_value=MAX_TRIALS - 1
+    )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        self.fields["domain"].choices = [(d.name, d.name) for d in task_selectors.domain_list()]
+        self.fields["domain"].widget.attrs["data-testid"] = "domain"
+        self.fields["task_id"].widget.attrs.update(
+            {
+                "data-testid": "task-input",
+                "autocomplete": "off",
+                "spellcheck": "false",
+                "role": "combobox",
+                "aria-controls": "task-picker",
+                "aria-autocomplete": "list",
+            }
+        )
         self.fields["max_steps"].max_value = settings.TAU2_RUN_MAX_STEPS
         self.fields["max_steps"].validators.append(
             forms.IntegerField(max_value=settings.TAU2_RUN_MAX_STEPS).validators[-1]
@@ -31,9 +58,14 @@ class RunForm(forms.Form):
         if domain and task_id:
             task = Task.objects.filter(domain_id=domain, task_id=task_id).first()
             if task is None:
-                self.add_error("task_id", f"No task {task_id!r} in {domain}.")
+                self.add_error(
+                    "task_id",
+                    f"No task {task_id!r} in {domain}: pick one from the list, or choose "
+                    "the domain it belongs to.",
+                )
             data["task"] = task
         return data
+
 
 class LabelForm(forms.Form):
     """A review label from the run page: on the run, or on its message ``seq``."""

@@ -122,11 +122,14 @@ def run_create(
     max_steps: int = 100,
     seed: int | None = None,
     agent_prices: tuple | None = None,
+    trial: int = 0,
+    max_errors: int = 10,
 ) -> Run:
     """Queue a model run of ``task`` by ``user``. The worker gets only the run's id.
 
-    The run is trial 0 of ``seed`` (``tau2 run``'s default 300 when none is given): the
-    orchestrator gets the first seed ``tau2 run --seed <seed>`` would derive.
+    The run is trial ``trial`` (0 unless it repeats an evaluation's trial) of ``seed``
+    (``tau2 run``'s default 300 when none is given): the orchestrator gets the seed
+    ``tau2 run --seed <seed>`` would derive for that trial.
     """
     from tau2_env import config
     from tau2_env.evaluation import DEFAULT_SEED, trial_seeds
@@ -141,9 +144,10 @@ def run_create(
         user_model=user_model,
         max_steps=max_steps,
         seed=seed,
-        trial=0,
-        trial_seed=trial_seeds(seed, 1)[0],
+        trial=trial,
+        trial_seed=trial_seeds(seed, trial + 1)[trial],
         prices=prices_for_storage(agent_prices),
+        max_errors=max_errors,
     )
     run.dispatched_at = timezone.now()
     run.save()
@@ -151,6 +155,41 @@ def run_create(
 
     transaction.on_commit(lambda: execute_run.delay(run.pk))
     return run
+
+
+def run_settings_of(run: Run) -> dict:
+    """What running ``run`` again repeats: its task, agent and customer models, step limit,
+    the seed it was given, its trial of that seed and its error limit (so the orchestrator
+    gets the same trial seed)."""
+    args = (run.provenance or {}).get("args") or {}
+    return {
+        "task": run.task,
+        "agent_model": run.agent_model,
+        "user_model": run.user_model,
+        "max_steps": run.max_steps,
+        "seed": args.get("seed", run.seed),
+        "trial": args.get("trial") or 0,
+        "max_errors": args.get("max_errors") or 10,
+    }
+
+
+def run_rerun(*, run: Run, by) -> Run:
+    """A new run by ``by`` of a finished model run, with the same settings and seed; the old
+    run is left as it is. The agent model is priced as the catalogue prices it now.
+
+    Raises ``ValidationError`` when ``run`` is a play session or still going, or when its
+    agent model can no longer run (gone from the catalogue, provider down).
+    """
+    from apps.inference.selectors import resolve_agent_model
+
+    if run.kind != Run.Kind.MODEL or not run.is_final:
+        raise ValidationError("Only a finished model run can be run again.")
+    kept = run_settings_of(run)
+    try:
+        model = resolve_agent_model(kept.pop("agent_model"))
+    except ValueError as exc:
+        raise ValidationError({"agent_model": str(exc)}) from exc
+    return run_create(user=by, agent_model=model.value, agent_prices=model.prices, **kept)
 
 
 def run_stop(*, run: Run, by) -> Run:

@@ -1,17 +1,20 @@
 """Run pages: history (list, detail, JSON, compare, stop), starting runs, and review."""
 
 from apps.runs.views.history import run_compare, run_detail, run_json, run_list, run_stop
-from apps.runs.views.review import label_add, label_delete, review_queue
-from apps.runs.views.start import run_new
+from apps.runs.views.review import label_add, label_delete, label_slot, review_queue
+from apps.runs.views.start import run_new, run_rerun, run_task_picker
 
 __all__ = [
     "label_add",
     "label_delete",
+    "label_slot",
     "review_queue",
     "run_compare",
     "run_detail",
     "run_json",
     "run_list",
     "run_new",
+    "run_rerun",
     "run_stop",
+    "run_task_picker",
 ]

@@ -21,6 +21,7 @@ from apps.accounts.access import (
 from apps.runs import exports, presenters, selectors, services
 from apps.runs.models import ReviewLabel, Run
 from apps.runs.selectors import RunFilters
+from apps.runs.views.start import rerun_offer
 
 
 def _get_run_for_user(request, pk: int) -> Run:
@@ -67,6 +68,7 @@ def run_detail(request, pk: int):
             "result": presenters.reward_view(run.reward_info),
             "last_seq": events[-1]["seq"] if events else -1,
             "can_stop": can_control(request.user, owner_id=run.created_by_id),
+            "rerun": rerun_offer(request.user, run),
         },
     )
 

@@ -1,25 +1,111 @@
-"""Starting runs: the run form."""
+"""Starting runs: the run form and its task picker, and running a finished run again."""
 
 from __future__ import annotations
 
-from django.core.exceptions import ValidationError
-from django.shortcuts import redirect, render
+from dataclasses import dataclass
 
-from apps.accounts.access import signin_required_to_start
-from apps.runs import services
+from django.conf import settings
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils.http import urlencode
+from django.views.decorators.http import require_POST
+
+from apps.accounts.access import can_start, signin_required_to_start
+from apps.runs import selectors, services
 from apps.runs.forms import RunForm
-from apps.tasks.models import Task
+from apps.runs.models import Run
+from apps.tasks import selectors as task_selectors
+from apps.tasks.models import Domain, Task
+from apps.tasks.selectors import TaskFilters
 from tau2_env import config
+
+PICKER_SIZE = 50
+# Querystring → form field: what a link to the form may preselect.
+_PREFILLS = {
+    "domain": "domain",
+    "split": "split",
+    "task": "task_id",
+    "model": "agent_model",
+    "user_model": "user_model",
+    "max_steps": "max_steps",
+    "seed": "seed",
+    "trial": "trial",
+}
+
+
+def _text(value) -> str:
+    """A submitted value as a query may use it: no NUL byte, at most 255 characters."""
+    return str(value or "").replace("\x00", "").strip()[:255]
+
+
+@dataclass(frozen=True)
+class TaskPicker:
+    """The picker under the task field: the domain (with its splits for the split list),
+    the split listed, what was typed, the first matching tasks and how many match."""
+
+    domain: Domain | None
+    split: str
+    q: str
+    tasks: list[Task]
+    count: int
+    link_query: str  # the form's other choices, kept by the no-JS links of the list
+
+
+def _split_listed(domain: Domain, wanted: str, task_id: str) -> str:
+    """``wanted`` if the domain has it; else the default split (or base, or the largest),
+    preferring one that holds ``task_id`` when that names a task."""
+    splits = [s.name for s in domain.splits.all()]  # largest first
+    if wanted in splits:
+        return wanted
+    order = list(dict.fromkeys([settings.TAU2_SPLIT, "base", *splits]))
+    order = [s for s in order if s in splits]
+    if task_id:
+        holding = set(
+            Task.objects.filter(domain_id=domain.name, task_id=task_id).values_list(
+                "splits__name", flat=True
+            )
+        )
+        order = [s for s in order if s in holding] + order
+    return order[0] if order else ""
+
+
+def task_picker(*, domain: str, split: str, q: str, keep: dict | None = None) -> TaskPicker:
+    """The tasks of ``domain``/``split`` whose title, reason, id or tools contain every word
+    of ``q`` (as on the explorer), in τ²'s order; the task whose id is ``q`` comes first,
+    whatever its split."""
+    row = next((d for d in task_selectors.domain_list() if d.name == domain), None)
+    if row is None:
+        return TaskPicker(domain=None, split="", q=q, tasks=[], count=0, link_query="")
+    split = _split_listed(row, split, q)
+    matches = task_selectors.task_list(filters=TaskFilters(domain=row.name, split=split, q=q))
+    tasks = list(task_selectors.task_card_fields(matches)[:PICKER_SIZE])
+    count = matches.count()
+    exact = task_selectors.task_card_fields(Task.objects.filter(domain=row, task_id=q)).first()
+    if exact is not None:
+        tasks = [exact, *(t for t in tasks if t.pk != exact.pk)][:PICKER_SIZE]
+        count += 0 if matches.filter(pk=exact.pk).exists() else 1
+    link = {"domain": row.name, "split": split, **{k: v for k, v in (keep or {}).items() if v}}
+    return TaskPicker(
+        domain=row, split=split, q=q, tasks=tasks, count=count, link_query=urlencode(link)
+    )
+
+
+def _initial(params) -> dict:
+    given = {field: _text(params.get(name)) for name, field in _PREFILLS.items()}
+    return {
+        "domain": settings.TAU2_DOMAIN,
+        "user_model": config.provider_settings().model,
+        **{field: value for field, value in given.items() if value},
+    }
 
 
 @signin_required_to_start
 def run_new(request):
-    initial = {
-        "domain": request.GET.get("domain") or "airline",
-        "task_id": request.GET.get("task") or "",
-        "user_model": config.provider_settings().model,
-    }
-    form = RunForm(request.POST or None, initial=initial)
+    """``GET``: the form, preselected by ``?domain=&split=&task=&model=&user_model=&max_steps=
+    &seed=&trial=``; ``POST``: start the run."""
+    form = RunForm(request.POST or None, initial=_initial(request.GET))
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         model = data["agent_model"]  # a ResolvedModel: what to send, what to charge
@@ -31,6 +117,7 @@ def run_new(request):
                 user_model=data.get("user_model"),
                 max_steps=data["max_steps"],
                 seed=data.get("seed"),
+                trial=data.get("trial") or 0,
                 agent_prices=model.prices,
             )
         except ValidationError as exc:
@@ -38,6 +125,59 @@ def run_new(request):
                 form.add_error(field if field in form.fields else None, errors)
         else:
             return redirect(run)
-    domain = form["domain"].value() or "airline"
-    task = Task.objects.filter(domain_id=domain, task_id=form["task_id"].value()).first()
-    return render(request, "runs/new.html", {"form": form, "task": task, "domain": domain})
+    value = {name: _text(form[field].value()) for name, field in _PREFILLS.items()}
+    picker = task_picker(
+        domain=value.pop("domain"), split=value.pop("split"), q=value.pop("task"), keep=value
+    )
+    model_fields = [form[name] for name in ("agent_model", "user_model", "max_steps", "seed")]
+    return render(
+        request, "runs/new.html", {"form": form, "picker": picker, "model_fields": model_fields}
+    )
+
+
+def run_task_picker(request):
+    """The picker's list for ``?domain=&split=&task_id=`` (htmx), and the domain's splits."""
+    params = request.GET
+    picker = task_picker(
+        domain=_text(params.get("domain")),
+        split=_text(params.get("split")),
+        q=_text(params.get("task_id")),
+    )
+    return render(request, "includes/task_picker.html", {"picker": picker, "oob": True})
+
+
+def rerun_query(run: Run) -> dict:
+    """The run form's querystring that repeats ``run``'s settings (for another model)."""
+    kept = services.run_settings_of(run)
+    query = {
+        "domain": run.domain,
+        "task": run.task.task_id,
+        "model": kept["agent_model"],
+        "user_model": kept["user_model"],
+        "max_steps": kept["max_steps"],
+        "seed": kept["seed"],
+        "trial": kept["trial"] or None,
+    }
+    return {name: value for name, value in query.items() if value is not None}
+
+
+def rerun_offer(user, run: Run) -> dict | None:
+    """What the run page offers ``user`` to start from ``run``: nothing unless they may
+    start runs and it is a model run; else the prefilled form's URL ("another model")."""
+    if not can_start(user) or run.kind != Run.Kind.MODEL:
+        return None
+    return {"form_url": f"{reverse('runs:new')}?{urlencode(rerun_query(run))}"}
+
+
+@require_POST
+def run_rerun(request, pk: int):
+    """Run a finished run again (or retry a failed one) with the same settings: a new run."""
+    if not can_start(request.user):
+        raise PermissionDenied("Sign in to start runs.")
+    old = selectors.run_get(pk=pk)
+    try:
+        run = services.run_rerun(run=old, by=request.user)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+        return redirect(f"{reverse('runs:new')}?{urlencode(rerun_query(old))}")
+    return redirect(run)
