@@ -1,25 +1,31 @@
 """stella (staff) labels a customer's message on alice's run page in Chromium, through
 htmx, and deletes it again; the page never leaves, and the Content-Security-Policy
-reports nothing."""
+reports nothing. A message that arrives live can be labelled too."""
 
 import pytest
 from django.test import Client
 from playwright.sync_api import expect
 
+from apps.runs.events import events_publish
 from apps.runs.models import ReviewLabel
 from tests.support.review import staff_member, stored_run
 
 pytestmark = [pytest.mark.browser]
 
 
-def test_stella_labels_a_message_on_the_run_page_and_deletes_it(page, alice, base_url):
-    stella = staff_member("stella")
-    run = stored_run(alice, reward=0.0, messages=3)
+def signed_in_as(page, user, base_url):
     client = Client()
-    client.force_login(stella)
+    client.force_login(user)
     page.context.add_cookies(
         [{"name": "sessionid", "value": client.cookies["sessionid"].value, "url": base_url}]
     )
+    return page
+
+
+def test_stella_labels_a_message_on_the_run_page_and_deletes_it(page, alice, base_url):
+    stella = staff_member("stella")
+    run = stored_run(alice, reward=0.0, messages=3)
+    signed_in_as(page, stella, base_url)
     refused = []
     page.on("console", lambda m: "Content Security Policy" in m.text and refused.append(m.text))
 
@@ -47,3 +53,24 @@ def test_stella_labels_a_message_on_the_run_page_and_deletes_it(page, alice, bas
     expect(page.locator("#review-1").get_by_test_id("review-label")).to_have_count(0)
     assert not ReviewLabel.objects.filter(run=run).exists()
     assert refused == []
+
+
+def test_a_message_that_arrives_live_gets_its_label_form(page, alice, base_url):
+    run = stored_run(alice, status="running", reward=None, messages=1)
+    signed_in_as(page, staff_member("stella"), base_url)
+    page.goto(f"/runs/{run.pk}/")
+    expect(page.locator("#review-0")).to_be_visible()
+    expect(page.get_by_test_id("live")).to_have_text("Live…")
+
+    events_publish(run=run, messages=[{"role": "user", "content": "I never booked that."}])
+    expect(page.get_by_test_id("event")).to_have_count(2)
+    slot = page.locator("#review-1")
+    slot.get_by_test_id("add-label").click()
+    slot.get_by_label("Category").select_option("user_sim_error")
+    slot.get_by_test_id("save-label").click()
+    expect(page.locator("#review-1").get_by_test_id("review-label")).to_contain_text(
+        "user-simulator error"
+    )
+    # The slot sits right after its message, not at the end of the conversation.
+    assert page.locator('[data-testid="event"][data-seq="1"] + #review-1').count() == 1
+    assert ReviewLabel.objects.get(run=run).event.seq == 1

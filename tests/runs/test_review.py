@@ -93,6 +93,24 @@ def test_a_contradictory_or_misplaced_label_is_refused_with_a_reason(alice, stel
     assert not ReviewLabel.objects.exists()
 
 
+def test_the_slot_of_one_message_is_served_for_messages_that_arrive_live(
+    alice, alice_client, stella_client
+):
+    run = stored_run(alice, status=Run.Status.RUNNING, reward=None)
+    assert 'data-review-slot="' in stella_client.get(f"/runs/{run.pk}/").content.decode()
+    slot = stella_client.get(f"/runs/{run.pk}/labels/slot/", {"seq": "1"})
+    assert slot.status_code == 200
+    assert slot.content.decode().startswith('<div class="review-slot" id="review-1"')
+    assert 'data-testid="label-form"' in slot.content.decode()
+    for junk in ("2", "-1", "1e3", "", "99999999999999999999"):
+        response = stella_client.get(f"/runs/{run.pk}/labels/slot/", {"seq": junk})
+        assert response.status_code == 404, junk
+    # alice may read the run but not label: no form, no script asking for one.
+    assert alice_client.get(f"/runs/{run.pk}/labels/slot/", {"seq": "1"}).content.strip() == b""
+    assert 'data-review-slot="' not in alice_client.get(f"/runs/{run.pk}/").content.decode()
+    assert Client().get(f"/runs/{run.pk}/labels/slot/", {"seq": "1"}).status_code == 403
+
+
 # --- who may label and delete -------------------------------------------------------------
 
 

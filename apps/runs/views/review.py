@@ -10,8 +10,9 @@ from __future__ import annotations
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
+from django.http import Http404
 from django.shortcuts import redirect, render
-from django.views.decorators.http import require_POST
+from django.views.decorators.http import require_GET, require_POST
 
 from apps.accounts.access import can_delete_label, can_review, can_start, signin_url
 from apps.runs import selectors, services
@@ -34,8 +35,7 @@ def label_add(request, pk: int):
     run = _get_run_for_user(request, pk)
     if not can_review(request.user):
         raise PermissionDenied("Only reviewers may label runs.")
-    raw = request.POST.get("seq", "")
-    form = LabelForm(request.POST, seq=int(raw) if raw.isascii() and raw.isdigit() else None)
+    form = LabelForm(request.POST, seq=_seq(request.POST.get("seq", "")))
     if form.is_valid():
         data = form.cleaned_data
         seq = data["seq"]
@@ -56,6 +56,17 @@ def label_add(request, pk: int):
     if not request.htmx:
         messages.error(request, "The label was not saved: " + " ".join(_errors(form)))
     return _answer(request, run, form.initial.get("seq"), form=form)
+
+
+@require_GET
+def label_slot(request, pk: int):
+    """The slot of message ``?seq=`` (for a message that arrived live, see review.js)."""
+    run = _get_run_for_user(request, pk)
+    seq = _seq(request.GET.get("seq", ""))
+    if seq is None:
+        raise Http404("No such message")
+    event = selectors.run_event_get(run_id=run.pk, seq=seq)
+    return _slot_fragment(request, run, event.seq)
 
 
 @require_POST
@@ -92,10 +103,19 @@ def _answer(request, run: Run, seq: int | None, *, form: LabelForm | None = None
     """The slot of ``seq`` as it is now (htmx), or back to it on the run page."""
     if not request.htmx:
         return redirect(f"{run.get_absolute_url()}#{_anchor(seq)}")
+    return _slot_fragment(request, run, seq, form=form)
+
+
+def _slot_fragment(request, run: Run, seq: int | None, *, form: LabelForm | None = None):
     labels = selectors.run_labels(run_id=run.pk)
     here = labels.on_run if seq is None else labels.by_seq.get(seq, [])
     slot = _slot(request, run, seq, here, can_review(request.user), form)
     return render(request, "includes/review_slot.html", {"slot": slot})
+
+
+def _seq(raw: str) -> int | None:
+    """A message number from a form or a query string; None when it is not one."""
+    return int(raw) if raw.isascii() and raw.isdigit() and len(raw) <= 9 else None
 
 
 def _anchor(seq: int | None) -> str:
