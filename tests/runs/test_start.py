@@ -138,6 +138,7 @@ def test_the_picker_searches_and_puts_the_typed_id_first(alice_client):
     ).content.decode()
     assert picker_items(typed)[0] == ("telecom", task.task_id)
     assert "picker-task chosen" in typed and f'title="{task.task_id} — ' in unescape(typed)
+    assert "Picked from telecom; clear the field to list every task of telecom/test" in typed
 
     # A telecom split of 2,285 tasks lists the first 50 and says how to narrow them.
     full = alice_client.get("/runs/new/tasks/", {"domain": "telecom", "split": "full"})

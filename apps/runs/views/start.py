@@ -51,6 +51,7 @@ class TaskPicker:
     tasks: list[Task]
     count: int
     link_query: str  # the form's other choices, kept by the no-JS links of the list
+    exact: bool = False  # what was typed is a task id of the domain (listed first)
 
 
 def _split_listed(domain: Domain, wanted: str, task_id: str) -> str:
@@ -88,7 +89,13 @@ def task_picker(*, domain: str, split: str, q: str, keep: dict | None = None) ->
         count += 0 if matches.filter(pk=exact.pk).exists() else 1
     link = {"domain": row.name, "split": split, **{k: v for k, v in (keep or {}).items() if v}}
     return TaskPicker(
-        domain=row, split=split, q=q, tasks=tasks, count=count, link_query=urlencode(link)
+        domain=row,
+        split=split,
+        q=q,
+        tasks=tasks,
+        count=count,
+        link_query=urlencode(link),
+        exact=exact is not None,
     )
 
 
