@@ -32,9 +32,14 @@ from tau2_env import catalog
 __all__ = ["ExpectedEnvironment", "cache_clear", "cache_info", "expected_side_cached", "stand_in"]
 
 _MAX_ENTRIES = 20_000  # a few hundred bytes each; every task of every domain fits
+# Whole expected environments, for views that need more than the hashes (the database
+# diff of tau2_env.diagnosis): copy-on-access ones hold only the rows their calls
+# touched; telecom's are whole (~100 KB).
+_MAX_ENVIRONMENTS = 256
 
 _scope = contextvars.ContextVar("tau2_expected_side_cached", default=False)
 _cache: OrderedDict[str, tuple[Any, Any]] = OrderedDict()
+_environments: OrderedDict[str, Any] = OrderedDict()
 _lock = threading.Lock()
 _stats = {"hits": 0, "misses": 0}
 
@@ -64,6 +69,7 @@ def cache_info() -> dict[str, int]:
 def cache_clear() -> None:
     with _lock:
         _cache.clear()
+        _environments.clear()
         _stats.update(hits=0, misses=0)
 
 
@@ -110,6 +116,23 @@ class ExpectedEnvironment:
         # Anything else: the real environment, in the state the recorded calls made.
         return getattr(self._materialize(), name)
 
+    def shared_environment(self) -> Any:
+        """The real environment in the state the recorded calls make: built once per
+        domain, τ²'s version and calls (the hashes' key), then the same object for every
+        stand-in with those calls. Shared: read it, never change it."""
+        key = self._key()
+        with _lock:
+            found = _environments.get(key)
+            if found is not None:
+                _environments.move_to_end(key)
+                return found
+        built = self._build()  # never self._real, which later calls may still change
+        with _lock:
+            found = _environments.setdefault(key, built)
+            while len(_environments) > _MAX_ENVIRONMENTS:
+                _environments.popitem(last=False)
+        return found
+
     def _key(self) -> str:
         payload = json.dumps(
             [self._domain, catalog.tau2_version(), _jsonable(self._calls)],
@@ -139,14 +162,18 @@ class ExpectedEnvironment:
 
     def _materialize(self) -> Any:
         if self._real is None:
-            from tau2_env import environments
-
-            real = environments.fresh_environment(self._domain)
-            for kind, kwargs in self._calls:
-                if kind == "set_state":
-                    real.set_state(**kwargs)
-                else:
-                    with contextlib.suppress(Exception):  # as τ²'s evaluator does
-                        real.make_tool_call(**kwargs)
-            self._real = real
+            self._real = self._build()
         return self._real
+
+    def _build(self) -> Any:
+        """A real environment, after the recorded calls in their order."""
+        from tau2_env import environments
+
+        real = environments.fresh_environment(self._domain)
+        for kind, kwargs in self._calls:
+            if kind == "set_state":
+                real.set_state(**kwargs)
+            else:
+                with contextlib.suppress(Exception):  # as τ²'s evaluator does
+                    real.make_tool_call(**kwargs)
+        return real

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from apps.runs import presenters
+from apps.runs import diagnosis, presenters
 from apps.runs.models import Run
 
 EXPORT_VERSION = 1
@@ -61,6 +61,8 @@ def run_export(run: Run) -> dict[str, Any]:
             "total_cost_usd": _money(presenters.cost_view(run)["total"]),
         },
         "provenance": run.provenance,
+        # Database diff and expected-action trace, beside τ²'s verdict (null: no score).
+        "diagnosis": diagnosis.run_diagnosis(run),
         "messages": [e.message for e in run.events.order_by("seq")],
     }
 
@@ -169,14 +171,19 @@ def run_export_tau2(run: Run) -> dict[str, Any]:
 
 
 def compare_columns(runs: list[Run]) -> list[dict[str, Any]]:
-    return [
-        {
-            "run": run,
-            "events": [presenters.event_view(e) for e in run.events.order_by("seq")],
-            "result": presenters.reward_view(run.reward_info),
-        }
-        for run in runs
-    ]
+    columns = []
+    for run in runs:
+        events = [presenters.event_view(e) for e in run.events.order_by("seq")]
+        columns.append(
+            {
+                "run": run,
+                "events": events,
+                "result": presenters.reward_view(run.reward_info),
+                # DB changes and first divergent write; marks the events' tool calls too.
+                "diagnosis": diagnosis.compare_summary(run, events=events),
+            }
+        )
+    return columns
 
 
 def _signature(event: dict[str, Any] | None) -> tuple:

@@ -18,7 +18,7 @@ from apps.accounts.access import (
     can_view_runs,
     signin_url,
 )
-from apps.runs import exports, presenters, selectors, services
+from apps.runs import diagnosis, exports, presenters, selectors, services
 from apps.runs.models import ReviewLabel, Run
 from apps.runs.selectors import RunFilters
 from apps.runs.views.start import rerun_offer
@@ -66,6 +66,7 @@ def run_detail(request, pk: int):
             "run": run,
             "events": events,
             "result": presenters.reward_view(run.reward_info),
+            "diagnosis": diagnosis.diagnosis_view(run, events=events),  # badges on events too
             "last_seq": events[-1]["seq"] if events else -1,
             "can_stop": can_control(request.user, owner_id=run.created_by_id),
             "rerun": rerun_offer(request.user, run),

@@ -1,0 +1,133 @@
+"""The diagnosis of a scored run on its page, in its JSON export and on compare.
+
+alice runs airline/27 on the production path (form, Celery worker, scripted models):
+once as expected, once with a $149 certificate instead of $150. bob, on her team, sees
+the same diagnosis; a run without a score has none.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from apps.runs.models import Run
+from tests.support.llm_server import text, tool_call
+from tests.support.scripts import AGENT_MODEL, GOLD_TASK, finished, gold_script, play, wait_for
+
+USER = "ethan_martin_2396"
+
+
+def _start(client) -> Run:
+    response = client.post(
+        "/runs/new/",
+        {
+            "domain": GOLD_TASK[0],
+            "task_id": GOLD_TASK[1],
+            "agent_model": AGENT_MODEL,
+            "user_model": "deepseek-ai/DeepSeek-V4.1-Flash",
+            "max_steps": 30,
+            "seed": 7,
+        },
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    return Run.objects.get(pk=int(response["Location"].rstrip("/").split("/")[-1]))
+
+
+def _wrong_amount_run(llm_server, client) -> Run:
+    play(
+        llm_server,
+        agent=[
+            tool_call("get_user_details", user_id=USER),
+            tool_call("send_certificate", user_id=USER, amount=149),
+            text("I have sent you a certificate."),
+        ],
+        customer=[
+            text(f"My flight was delayed; I'm {USER}."),
+            text("Thanks. ###STOP###"),
+        ],
+    )
+    run = wait_for(_start(client), finished)
+    assert run.status == Run.Status.COMPLETED, run.error
+    assert run.reward == 0.0
+    return run
+
+
+def _badges(page: str) -> list[str]:
+    return re.findall(r'data-testid="trace-badge" data-kind="([a-z_]+)"', page)
+
+
+def test_a_failed_run_shows_the_wrong_field_and_the_first_divergent_write(
+    celery_worker, llm_server, alice, alice_client, bob_client
+):
+    run = _wrong_amount_run(llm_server, alice_client)
+
+    for client in (alice_client, bob_client):
+        page = client.get(f"/runs/{run.pk}/").content.decode()
+        assert 'data-testid="diagnosis"' in page
+        [path] = re.findall(r'data-testid="db-change" data-path="([^"]+)"', page)
+        assert path.startswith(f"users.{USER}.payment_methods.certificate_")
+        assert path.endswith(".amount")
+        assert 'data-kind="changed"' in page
+        divergent = re.search(r'data-testid="first-divergent">(.*?)</p>', page, re.S).group(1)
+        assert "send_certificate" in divergent and "amount" in divergent
+        assert _badges(page) == ["match", "wrong_args"]
+        assert "write with different arguments" in page
+        assert 'data-kind="missing"' in page  # the expected $150 certificate, never sent
+        assert "css/diagnosis.css" in page and "<script>" not in page
+
+
+def test_the_json_export_carries_the_diagnosis_and_the_tau2_export_does_not(
+    celery_worker, llm_server, alice, alice_client
+):
+    run = _wrong_amount_run(llm_server, alice_client)
+
+    payload = json.loads(alice_client.get(f"/runs/{run.pk}.json").content)
+    diagnosis = payload["diagnosis"]
+    assert diagnosis["db_match"] is False and diagnosis["db_scored"] is True
+    [change] = diagnosis["changes"]
+    assert (change["kind"], change["expected"], change["actual"]) == ("changed", 150.0, 149.0)
+    assert change["path"].endswith(".amount")
+    divergent = diagnosis["first_divergent_write"]
+    assert (divergent["name"], divergent["kind"]) == ("send_certificate", "wrong_args")
+    assert divergent["differing_args"] == ["amount"]
+    assert [s["kind"] for s in diagnosis["steps"]] == ["match", "wrong_args", "missing"]
+
+    tau2 = json.loads(alice_client.get(f"/runs/{run.pk}.json?format=tau2").content)
+    assert "diagnosis" not in json.dumps(tau2)
+
+
+def test_a_golden_run_has_no_change_and_compare_counts_each_runs_changes(
+    celery_worker, llm_server, alice, alice_client
+):
+    wrong = _wrong_amount_run(llm_server, alice_client)
+    gold_script(llm_server)
+    gold = wait_for(_start(alice_client), finished)
+    assert gold.reward == 1.0
+
+    page = alice_client.get(f"/runs/{gold.pk}/").content.decode()
+    assert 'data-testid="db-diff-empty"' in page
+    assert _badges(page) == ["match", "match"]
+    assert 'data-testid="first-divergent"' not in page
+
+    compare = alice_client.get(f"/runs/compare/?ids={gold.pk},{wrong.pk}").content.decode()
+    counts = re.findall(r'data-testid="compare-db-changes">([^<]+)<', compare)
+    assert counts == ["0 DB changes", "1 DB change"]
+    firsts = re.findall(r'data-testid="compare-first-divergent">([^<]+)<', compare)
+    assert firsts == ["no divergent write", "send_certificate"]
+
+
+def test_a_run_without_a_score_has_no_diagnosis(alice, alice_client):
+    from apps.tasks.models import Task
+
+    run = Run.objects.create(
+        task=Task.objects.get(domain_id="airline", task_id="27"),
+        domain="airline",
+        created_by=alice,
+        agent_model="org/model",
+        user_model="u/m",
+        status=Run.Status.FAILED,
+        error="The agent's provider refused the call.",
+    )
+    page = alice_client.get(f"/runs/{run.pk}/").content.decode()
+    assert 'data-testid="diagnosis"' not in page
+    assert json.loads(alice_client.get(f"/runs/{run.pk}.json").content)["diagnosis"] is None
