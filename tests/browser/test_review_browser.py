@@ -3,29 +3,20 @@ htmx, and deletes it again; the page never leaves, and the Content-Security-Poli
 reports nothing. A message that arrives live can be labelled too."""
 
 import pytest
-from django.test import Client
 from playwright.sync_api import expect
 
 from apps.runs.events import events_publish
 from apps.runs.models import ReviewLabel
+from tests.support.browser import page_signed_in_as
 from tests.support.review import staff_member, stored_run
 
 pytestmark = [pytest.mark.browser]
 
 
-def signed_in_as(page, user, base_url):
-    client = Client()
-    client.force_login(user)
-    page.context.add_cookies(
-        [{"name": "sessionid", "value": client.cookies["sessionid"].value, "url": base_url}]
-    )
-    return page
-
-
 def test_stella_labels_a_message_on_the_run_page_and_deletes_it(page, alice, base_url):
     stella = staff_member("stella")
     run = stored_run(alice, reward=0.0, messages=3)
-    signed_in_as(page, stella, base_url)
+    page_signed_in_as(page, stella, base_url)
     refused = []
     page.on("console", lambda m: "Content Security Policy" in m.text and refused.append(m.text))
 
@@ -57,7 +48,7 @@ def test_stella_labels_a_message_on_the_run_page_and_deletes_it(page, alice, bas
 
 def test_a_message_that_arrives_live_gets_its_label_form(page, alice, base_url):
     run = stored_run(alice, status="running", reward=None, messages=1)
-    signed_in_as(page, staff_member("stella"), base_url)
+    page_signed_in_as(page, staff_member("stella"), base_url)
     page.goto(f"/runs/{run.pk}/")
     expect(page.locator("#review-0")).to_be_visible()
     expect(page.get_by_test_id("live")).to_have_text("Live…")
