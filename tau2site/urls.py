@@ -1,5 +1,7 @@
 from django.contrib import admin
+from django.templatetags.static import static
 from django.urls import include, path
+from django.utils.functional import lazy
 from django.views.generic import RedirectView
 
 from apps.accounts import views as accounts_views
@@ -7,6 +9,8 @@ from apps.evaluations.views import results as evaluation_results
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="tasks:explorer", permanent=False)),
+    # Browsers ask for /favicon.ico whatever the page says; the icon is a static SVG.
+    path("favicon.ico", RedirectView.as_view(url=lazy(static, str)("favicon.svg"))),
     path("tasks/", include("apps.tasks.urls")),
     path("runs/", include("apps.runs.urls")),
     path("play/", include("apps.play.urls")),
