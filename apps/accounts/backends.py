@@ -11,6 +11,7 @@ import threading
 from typing import Any
 
 from django.conf import settings
+from django.urls import reverse
 from requests.auth import HTTPBasicAuth
 from social_core.backends.oauth import BaseOAuth2PKCE
 from social_core.exceptions import AuthResponseError
@@ -75,6 +76,16 @@ class HuggingFaceOAuth2(BaseOAuth2PKCE):
             path = uri.split("://", 1)[-1].partition("/")[2]
             return f"https://{space_host}/{path}"
         return uri
+
+    def start(self):
+        # Without a client id and secret Hugging Face would refuse us after a round trip
+        # (or, offline, the discovery read fails as "could not be reached"): say instead
+        # which settings are missing, on the sign-in page.
+        from apps.accounts.selectors import signin_missing_settings
+
+        if signin_missing_settings():
+            return self.strategy.redirect(reverse("accounts:signin"))
+        return super().start()
 
     def get_key_and_secret(self) -> tuple[str, str]:
         return settings.SOCIAL_AUTH_HUGGINGFACE_KEY, settings.SOCIAL_AUTH_HUGGINGFACE_SECRET

@@ -42,3 +42,16 @@ def account_header_for(*, user) -> AccountHeader | None:
 def dev_login_enabled() -> bool:
     """The developer sign-in exists only with DEBUG on and TAU2_DEV_LOGIN=true."""
     return bool(settings.DEBUG and settings.TAU2_DEV_LOGIN)
+
+
+def signin_missing_settings() -> list[str]:
+    """The settings Hugging Face sign-in still needs here; empty when it can start.
+
+    A Space injects ``OAUTH_CLIENT_ID`` / ``OAUTH_CLIENT_SECRET``; elsewhere they are
+    ``SOCIAL_AUTH_HUGGINGFACE_KEY`` / ``_SECRET`` (tau2site/settings.py reads either).
+    """
+    wanted = {
+        "SOCIAL_AUTH_HUGGINGFACE_KEY": settings.SOCIAL_AUTH_HUGGINGFACE_KEY,
+        "SOCIAL_AUTH_HUGGINGFACE_SECRET": settings.SOCIAL_AUTH_HUGGINGFACE_SECRET,
+    }
+    return [name for name, value in wanted.items() if not value]

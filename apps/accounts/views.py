@@ -9,7 +9,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from apps.accounts import services
 from apps.accounts.access import signin_url
-from apps.accounts.selectors import dev_login_enabled
+from apps.accounts.selectors import dev_login_enabled, signin_missing_settings
 
 REASONS = {
     "start": "Starting a run or a play session uses your own Hugging Face credits, "
@@ -39,6 +39,7 @@ def signin(request):
             "reason": REASONS.get(request.GET.get("reason", "")),
             "signin_next": next_url,
             "dev_login": dev_login_enabled(),
+            "signin_missing": signin_missing_settings(),
         },
     )
 
