@@ -29,9 +29,15 @@ system-deps:
 	  echo "Installing Debian's chromium for the browser tests"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
 
-run: install
-	DEBUG=$${DEBUG:-true} $(BIN)/python manage.py bootstrap
-	DEBUG=$${DEBUG:-true} $(BIN)/uvicorn tau2site.asgi:application --host $(HOST) --port $(PORT)
+# Settings come from .env (made from the laptop's .env.example on the first run; the
+# environment wins over it); the address from make: `make run PORT=9000 HOST=0.0.0.0`.
+run: install .env
+	$(BIN)/python manage.py bootstrap
+	$(BIN)/uvicorn tau2site.asgi:application --host $(HOST) --port $(PORT)
+
+.env:
+	cp .env.example $@
+	@echo "Made .env from .env.example (laptop settings: DEBUG=true). Edit it to set up sign-in."
 
 test: install-dev
 	$(BIN)/pytest

@@ -7,12 +7,34 @@ Kubernetes secrets are.
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 from django.core.exceptions import ImproperlyConfigured
 
 from tau2_env import config
 
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
+
+
+def load_env_file(default: Path) -> Path | None:
+    """Put the variables of a ``.env`` file into ``os.environ``; returns the file read.
+
+    The file is ``TAU2_ENV_FILE`` if that is set (empty: read none), else ``default``
+    (the checkout's ``.env``), and only if it exists. The real environment wins over
+    the file, so ``PORT=9000 make run`` or a container's variables still decide. Called
+    by the settings before anything is read, so every reader here, the engine's
+    (``tau2_env.config``) and the Celery worker see the same values.
+    """
+    from dotenv import load_dotenv
+
+    chosen = os.environ.get("TAU2_ENV_FILE")
+    path = Path(chosen).expanduser() if chosen else (None if chosen == "" else default)
+    if path is None or not path.is_file():
+        return None
+    load_dotenv(path, override=False)
+    return path
 
 
 def envstr(name: str, default: str | None = None) -> str | None:

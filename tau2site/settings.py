@@ -9,15 +9,18 @@ channels_redis), DJANGO_SECRET_KEY, ALLOWED_HOSTS, CSRF_TRUSTED_ORIGINS.
 from __future__ import annotations
 
 import secrets
+import warnings
 from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from tau2_env import config as tau2_config
-from tau2site.env import envbool, envfloat, envint, envlist, envstr
+from tau2site.env import envbool, envfloat, envint, envlist, envstr, load_env_file
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# A laptop's settings live in .env (from .env.example); the real environment wins.
+ENV_FILE = load_env_file(BASE_DIR / ".env")
 VAR_DIR = Path(envstr("TAU2_VAR_DIR") or BASE_DIR / "var")
 VAR_DIR.mkdir(parents=True, exist_ok=True)
 
@@ -31,7 +34,8 @@ def _secret_key() -> str:
     if not DEBUG:
         raise ImproperlyConfigured(
             "DJANGO_SECRET_KEY must be set when DEBUG is off "
-            '(python -c "import secrets; print(secrets.token_urlsafe(50))").'
+            '(python -c "import secrets; print(secrets.token_urlsafe(50))"). '
+            "On a laptop: `cp .env.example .env` (DEBUG=true), as `make run` does."
         )
     # A laptop: one random key per checkout, kept so sessions survive restarts.
     path = VAR_DIR / "dev-secret-key"
@@ -154,7 +158,8 @@ if REDIS_URL:
 else:
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
 
-CELERY_BROKER_URL = REDIS_URL or "memory://"
+# kombu's in-memory transport ignores the host; naming one spares kombu's "No hostname" warning.
+CELERY_BROKER_URL = REDIS_URL or "memory://localhost/"
 CELERY_RESULT_BACKEND = REDIS_URL or "cache+memory://"
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
@@ -165,7 +170,7 @@ CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_DEFAULT_QUEUE = envstr("CELERY_QUEUE", "tau2")
 # Without a broker the web process runs a Celery worker in a thread (tau2site.embedded_worker).
-TAU2_EMBEDDED_WORKER = envbool("TAU2_EMBEDDED_WORKER", CELERY_BROKER_URL == "memory://")
+TAU2_EMBEDDED_WORKER = envbool("TAU2_EMBEDDED_WORKER", CELERY_BROKER_URL.startswith("memory://"))
 TAU2_EMBEDDED_WORKER_CONCURRENCY = envint("TAU2_EMBEDDED_WORKER_CONCURRENCY", 4, minimum=1)
 
 # --- τ²-bench --------------------------------------------------------------------------------
@@ -217,6 +222,11 @@ STORAGES = {
 }
 # Serve straight from the source folders unless the image ran collectstatic.
 WHITENOISE_USE_FINDERS = not envbool("STATIC_MANIFEST", False)
+# whitenoise hands Django a file iterator, which Django's ASGI handler reads in a thread
+# and warns about on the first static file of every process: expected, and harmless.
+warnings.filterwarnings(
+    "ignore", message="StreamingHttpResponse must consume synchronous iterators"
+)
 
 # --- Internationalisation -----------------------------------------------------------------
 LANGUAGE_CODE = "en-us"

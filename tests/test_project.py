@@ -70,7 +70,7 @@ def test_embedded_defaults_need_no_database_server_and_no_redis(tmp_path):
     assert result.stdout.split("\n")[:3] == [
         "django.db.backends.sqlite3",
         "channels.layers.InMemoryChannelLayer",
-        "memory:// True",
+        "memory://localhost/ True",
     ]
 
 
