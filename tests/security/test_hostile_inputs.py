@@ -1,0 +1,222 @@
+"""Hostile inputs never make a 500: every route of the URLconf, with NUL bytes, huge
+numbers, unreachable names, paths, long and odd text in its path and its query; the
+probes people found; and tool arguments that are too deep, too large or hold a NUL.
+
+alice owns the work the URLs point at (so her requests reach the deepest code);
+charlie is anonymous.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from urllib.parse import quote, urlencode
+
+import pytest
+from django.core.signals import got_request_exception
+from django.test import Client
+
+from tests.support.people import signed_in
+from tests.support.urlconf import fill, routes
+
+HOSTILE = [
+    "\x00",
+    "a\x00b",
+    "%00",
+    "9" * 30,
+    "-1",
+    "1e309",
+    "a.b",
+    "../../../etc/passwd",
+    "..%2F..%2F",
+    "x" * 5000,
+    "é漢字😀\u202e",
+    "[" * 1000,
+    '{"a":' * 500,
+    "' OR 1=1 --",
+    "<script>alert(1)</script>",
+]
+# Every query parameter a page or the API reads (and a few it does not).
+KEYS = [
+    "q", "domain", "split", "kind", "model", "person", "task", "status", "reward", "page",
+    "ids", "format", "after", "limit", "offset", "seq", "preview", "category", "critical",
+    "label", "next", "reason", "version", "agent_model", "task_id", "run", "evaluation",
+]  # fmt: skip
+
+
+class ServerErrors:
+    """Every request that ended in an exception (a 500), with what was raised."""
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+        self.current = ""
+
+    def __call__(self, sender, request=None, **kwargs):
+        exc = sys.exc_info()[1]
+        self.seen.append(f"{self.current}: {type(exc).__name__}: {str(exc)[:200]}")
+
+
+@pytest.fixture
+def server_errors():
+    errors = ServerErrors()
+    got_request_exception.connect(errors)
+    yield errors
+    got_request_exception.disconnect(errors)
+
+
+def _values(work) -> dict[str, str]:
+    return {
+        "pk": str(work["run"].pk),
+        "label_pk": "1",
+        "domain": "airline",
+        "task_id": "27",
+        "backend": "huggingface",
+        "association_id": "1",
+        "content_type_id": "1",
+        "object_id": "1",
+        "id": "1",
+        "app_label": "runs",
+        "url": "x/",
+    }
+
+
+def _get(client: Client, path: str, errors: ServerErrors, problems: list[str]) -> None:
+    errors.current = path[:160]
+    response = client.get(path)
+    if response.status_code >= 500:
+        problems.append(f"GET {path[:160]!r}: {response.status_code}")
+
+
+@pytest.mark.slow
+def test_no_html_route_answers_5xx_to_hostile_paths_and_queries(work, alice, server_errors):
+    """Every route: each path parameter replaced by each hostile value, then the normal
+    path with every query parameter set to it — as alice, and as an anonymous visitor."""
+    problems: list[str] = []
+    clients = {"alice": signed_in(alice), "charlie": Client(raise_request_exception=False)}
+    clients["alice"].raise_request_exception = False
+    normal = _values(work)
+    for route in routes():
+        admin = route.route.startswith("admin/")
+        for who, client in clients.items():
+            if admin and who == "charlie":
+                continue  # the admin sends him to its login page, whatever he asks
+            base = fill(route, normal)
+            for value in HOSTILE if not admin else HOSTILE[:4]:
+                for param in route.params:
+                    path = fill(route, {**normal, param: quote(value, safe="")})
+                    _get(client, path, server_errors, problems)
+                _get(
+                    client,
+                    f"{base}?{urlencode(dict.fromkeys(KEYS, value))}",
+                    server_errors,
+                    problems,
+                )
+    assert not problems, "\n".join(problems + server_errors.seen)
+
+
+# --- The probes of issue 11 -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/tasks/?domain=a.b",
+        "/tasks/?q=%00",
+        "/runs/?model=%00",
+        "/models/?q=%00",
+        "/api/tasks/?domain=%00",
+        "/tasks/airline/%00/",
+        "/runs/%00/",
+        "/api/tasks/?limit=99999999999999999999999",
+        "/api/tasks/?limit=5&offset=99999999999999999999999",
+        "/runs/99999999999999999999999/",
+        "/api/evaluations/?limit=99999999999999999999999",
+    ],
+)
+def test_the_probes_that_made_500s_answer_4xx_or_a_page(path, alice):
+    client = signed_in(alice)
+    client.raise_request_exception = True  # a 500 fails with its traceback
+    response = client.get(path)
+    assert response.status_code in (200, 400, 404), (path, response.status_code)
+    if "%00" in path:
+        assert response.status_code == 400
+        assert b"NUL" in response.content
+
+
+def test_an_unknown_domain_that_is_no_slug_says_so(client, catalogue):
+    response = client.get("/tasks/", {"domain": "a.b"})
+    assert response.status_code == 200 and "No domain “a.b”" in response.content.decode()
+
+
+def test_a_page_of_the_api_holds_at_most_1000_rows(client, catalogue):
+    body = client.get("/api/tasks/", {"domain": "telecom", "split": "full", "limit": 10**30})
+    assert body.status_code == 200
+    payload = body.json()
+    assert payload["count"] == 2285 and len(payload["results"]) == 1000
+    assert client.get("/api/tasks/", {"limit": 10**30, "offset": 10**30}).json()["results"] == []
+
+
+def test_a_nul_in_a_form_field_is_refused_before_any_view(alice):
+    client = signed_in(alice)
+    for path, data in (
+        ("/runs/new/", {"domain": "airline", "task_id": "2\x007"}),
+        ("/play/new/", {"domain": "airline", "split": "base", "task_id": "\x00"}),
+        ("/evaluations/new/", {"name": "a\x00"}),
+    ):
+        response = client.post(path, data)
+        assert response.status_code == 400 and b"NUL" in response.content, path
+    from apps.runs.models import Run
+
+    assert not Run.objects.exists()
+
+
+# --- Tool arguments on the play page ----------------------------------------------------------
+
+
+def _nested(depth: int) -> dict:
+    value: dict = {"user_id": "x"}
+    for _ in range(depth):
+        value = {"a": value}
+    return value
+
+
+@pytest.mark.parametrize(
+    ("arguments", "reason"),
+    [
+        ('{"user_id": "\\u0000"}', "NUL character"),
+        ('{"user_id": "a\\u0000b", "x": 1}', "NUL character"),
+        ('{"\\u0000": 1}', "NUL character"),
+        ("[" * 100_000 + "]" * 100_000, "larger than 64 KB"),
+        ('{"a":' * 5000 + "1" + "}" * 5000, "levels deep"),
+        (json.dumps(_nested(40)), "levels deep"),
+        (json.dumps({"user_id": "x" * 70_000}), "larger than 64 KB"),
+        ("[1, 2]", "must be a JSON object"),
+    ],
+)
+def test_tool_arguments_too_deep_too_large_or_with_a_nul_are_refused_and_nothing_is_stored(
+    arguments, reason, work, alice
+):
+    play = work["play"]
+    client = signed_in(alice)
+    client.raise_request_exception = True
+    response = client.post(
+        f"/play/{play.pk}/tool/",
+        {"name": "get_user_details", "arguments": arguments},
+        HTTP_ACCEPT="application/json",
+    )
+    assert response.status_code == 400
+    assert reason in json.dumps(response.json()["errors"])
+    assert not play.events.exists()
+    play.refresh_from_db()
+    assert play.play_phase == "your_turn"  # the player may go on
+
+
+def test_the_play_schemas_refuse_what_the_form_refuses():
+    from apps.play.schemas import argument_errors
+
+    schema = {"type": "object", "properties": {"user_id": {"type": "string"}}}
+    assert argument_errors(schema, {"user_id": "a\x00"}) == {
+        "__all__": "The arguments hold a NUL character (\\u0000), which can't be stored."
+    }
+    assert "levels deep" in argument_errors(schema, _nested(40))["__all__"]
+    assert argument_errors(schema, {"user_id": "ok"}) == {}
