@@ -103,7 +103,13 @@ def test_alice_plays_task_27_to_reward_one_on_her_own_token(
 
     page = alice_client.get(f"/play/{run.pk}/").content.decode()
     assert 'data-testid="reward"' in page and "1.00" in page
-    assert 'data-testid="say" disabled' in page
+    # Ended: no controls, and the player's done() is a mark, not an "Agent: STOP" bubble.
+    assert 'data-testid="play-controls"' not in page and 'data-testid="say"' not in page
+    assert "The agent ended the conversation" in page and "###STOP###" not in page
+    # The customer's two turns ran on alice's token: they are counted (priced or not).
+    run.refresh_from_db()
+    customer = run.events.filter(kind="customer")
+    assert run.user_prompt_tokens == sum(e.prompt_tokens for e in customer) > 0
     export = alice_client.get(f"/runs/{run.pk}.json")
     assert export.status_code == 200
 

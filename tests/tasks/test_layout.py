@@ -22,7 +22,7 @@ def current(html: str) -> list[str]:
 
 
 def policy_link(html: str) -> str:
-    return re.search(r'<a href="([^"]+)" data-testid="nav-policy"', html).group(1)
+    return re.search(r'<a href="([^"]+)" id="nav-policy"', html).group(1)
 
 
 def longest_telecom_task() -> Task:
@@ -45,6 +45,16 @@ def test_policy_and_tools_follows_the_domain_of_the_page(client, catalogue):
         assert response.status_code < 500
         if response.status_code == 200:
             assert policy_link(response.content.decode()) == "/tasks/airline/"
+
+
+def test_picking_a_domain_in_the_explorer_moves_policy_and_tools_along(client, catalogue):
+    # htmx swaps the results only; the header's link comes with them, out of band.
+    response = client.get("/tasks/?domain=retail", headers={"HX-Request": "true"})
+    html = response.content.decode()
+    assert '<html' not in html and 'hx-swap-oob="true"' in html
+    assert policy_link(html) == "/tasks/retail/"
+    # A whole page (no htmx) has the one link in its header.
+    assert client.get("/tasks/?domain=retail").content.decode().count(' id="nav-policy"') == 1
 
 
 def test_the_current_place_is_marked_in_the_header(alice_client, catalogue):
