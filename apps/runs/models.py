@@ -13,6 +13,9 @@ class Run(models.Model):
     class Kind(models.TextChoices):
         MODEL = "model", "model"
         HUMAN = "human", "human"
+        # An outside agent's episode over the OpenEnv or MCP face, opened with a studio
+        # API key (apps.runs.agent_runs records it; the reaper only stops a lost one).
+        AGENT = "agent", "agent via API"
 
     class Status(models.TextChoices):
         """Where a run is. Allowed transitions:
@@ -25,8 +28,11 @@ class Run(models.Model):
         or STOPPED (someone pressed Stop). FAILED → QUEUED only through "retry the
         failed runs" of an evaluation, for transient and infrastructure failures.
         A play session (kind ``human``) is created RUNNING and stays so while the
-        person plays; where it is in between is its :class:`PlayPhase`. The reaper
-        moves only model runs.
+        person plays; where it is in between is its :class:`PlayPhase`. An agent's
+        episode (kind ``agent``) is created RUNNING and ends COMPLETED (scored), FAILED
+        (the customer or the scoring failed) or STOPPED (abandoned: closed idle,
+        disconnected, replaced). The reaper re-queues only model runs; it stops an
+        agent run whose lease (renewed at each hop) ran out.
         COMPLETED, FAILED and STOPPED are final.
         """
 
