@@ -313,8 +313,10 @@ def test_a_model_gone_from_the_catalogue_sends_to_the_form_to_pick_another(alice
     response = alice_client.post(f"/runs/{old.pk}/rerun/")
     assert response.status_code == 302 and response["Location"].startswith("/runs/new/?")
     assert parse_qs(urlsplit(response["Location"]).query)["model"] == ["gone/model"]
-    page = alice_client.get(response["Location"]).content.decode()
-    assert "gone/model" in unescape(page) and Run.objects.count() == 1
+    page = unescape(alice_client.get(response["Location"]).content.decode())
+    assert "gone/model is not in the catalogue of models with a live provider" in page
+    assert input_value(page, "task_id") == "27" and input_value(page, "seed") == "7"
+    assert Run.objects.count() == 1
 
 
 def test_charlie_and_people_who_may_not_start_cannot_run_again(alice, bob, bob_client):
