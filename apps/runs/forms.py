@@ -42,9 +42,7 @@ class RunForm(forms.Form):
                 "data-testid": "task-input",
                 "autocomplete": "off",
                 "spellcheck": "false",
-                "role": "combobox",
-                "aria-controls": "task-picker",
-                "aria-autocomplete": "list",
+                "aria-controls": "task-picker",  # the list of matching tasks under it
             }
         )
         self.fields["max_steps"].max_value = settings.TAU2_RUN_MAX_STEPS
