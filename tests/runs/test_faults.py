@@ -8,23 +8,11 @@ import pytest
 from apps.runs.models import Run
 from apps.runs.runner import runs_reap
 from apps.runs.tasks import execute_run
-from apps.tasks.models import Task
 from tests.conftest import start_celery_worker, stop_celery_worker
-from tests.runs.conftest import AGENT_MODEL, GOLD_TASK, finished, gold_script, wait_for
+from tests.runs.conftest import finished, gold_script, wait_for
+from tests.support.scripts import queued_run
 
 pytestmark = pytest.mark.slow
-
-
-def _queued_run(user) -> Run:
-    task = Task.objects.get(domain_id=GOLD_TASK[0], task_id=GOLD_TASK[1])
-    return Run.objects.create(
-        task=task,
-        domain=task.domain_id,
-        created_by=user,
-        agent_model=AGENT_MODEL,
-        user_model="deepseek-ai/DeepSeek-V4.1-Flash",
-        max_steps=30,
-    )
 
 
 @pytest.fixture
@@ -47,7 +35,7 @@ def test_a_killed_workers_run_resumes_elsewhere_from_its_stored_history(
 ):
     proc, queue = doomed_worker
     gold_script(llm_server, delay=0.6)
-    run = _queued_run(alice)
+    run = queued_run(alice)
     execute_run.apply_async(args=[run.pk], queue=queue)
     wait_for(run, lambda r: r.events.count() >= 3, what="the doomed worker's first events")
     held_by = Run.objects.get(pk=run.pk).worker
@@ -76,7 +64,7 @@ def test_a_run_whose_workers_keep_dying_fails_with_the_reason(committed_db, alic
 
     from django.utils import timezone
 
-    run = _queued_run(alice)
+    run = queued_run(alice)
     Run.objects.filter(pk=run.pk).update(
         status=Run.Status.RUNNING,
         worker="gone:1",
@@ -93,7 +81,7 @@ def test_a_run_whose_workers_keep_dying_fails_with_the_reason(committed_db, alic
 def test_two_workers_cannot_both_claim_a_run(committed_db, alice):
     from apps.runs.runner import run_claim
 
-    run = _queued_run(alice)
+    run = queued_run(alice)
     assert run_claim(run_id=run.pk, worker="w1") is not None
     assert run_claim(run_id=run.pk, worker="w2") is None
     assert Run.objects.get(pk=run.pk).worker == "w1"
@@ -104,7 +92,7 @@ def test_a_stopped_run_whose_worker_died_ends_stopped(committed_db, alice):
 
     from django.utils import timezone
 
-    run = _queued_run(alice)
+    run = queued_run(alice)
     Run.objects.filter(pk=run.pk).update(
         status=Run.Status.RUNNING,
         worker="gone:1",
@@ -128,7 +116,7 @@ def test_a_queued_run_whose_message_was_lost_is_sent_again(
     from django.utils import timezone
 
     gold_script(llm_server)
-    run = _queued_run(alice)  # queued, and no message ever sent: as if Redis lost it
+    run = queued_run(alice)  # queued, and no message ever sent: as if Redis lost it
     Run.objects.filter(pk=run.pk).update(dispatched_at=timezone.now())
     assert runs_reap() == []  # handed to the queue just now: a worker may still take it
 

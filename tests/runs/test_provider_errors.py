@@ -14,10 +14,10 @@ import pytest
 
 from apps.runs.models import Run
 from apps.runs.runner import run_execute
-from apps.tasks.models import Task
 from tau2_env import llm
-from tests.runs.conftest import AGENT_MODEL, ALICE_TOKEN, GOLD_TASK
+from tests.runs.conftest import ALICE_TOKEN
 from tests.support.llm_server import delayed, error, text
+from tests.support.scripts import queued_run
 
 TOKEN = "hf_visitor_token_0123456789"
 
@@ -126,15 +126,7 @@ def test_a_run_whose_router_refuses_fails_with_the_reason_on_its_page(
     settings.TAU2_RUN_BACKOFF_SECONDS = 0.0
     port = _closed_port()
     monkeypatch.setenv("TAU2_HF_ROUTER_URL", f"http://127.0.0.1:{port}/v1")
-    task = Task.objects.get(domain_id=GOLD_TASK[0], task_id=GOLD_TASK[1])
-    run = Run.objects.create(
-        task=task,
-        domain=task.domain_id,
-        created_by=alice,
-        agent_model=AGENT_MODEL,
-        user_model="deepseek-ai/DeepSeek-V4.1-Flash",
-        max_steps=30,
-    )
+    run = queued_run(alice)
 
     assert run_execute(run_id=run.pk, worker="test-worker") == Run.Status.FAILED
 

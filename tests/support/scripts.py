@@ -99,3 +99,20 @@ def refresh_agent_models():
     report = catalogue_refresh()
     assert report.source == "router", report.summary()
     return report
+
+
+def queued_run(user, *, task: tuple[str, str] = GOLD_TASK, max_steps: int = 30):
+    """A model run of ``task`` by ``user``, queued and not sent to any worker: a test
+    hands it to a worker (or calls the runner) itself."""
+    from apps.runs.models import Run
+    from apps.tasks.models import Task
+
+    row = Task.objects.get(domain_id=task[0], task_id=task[1])
+    return Run.objects.create(
+        task=row,
+        domain=row.domain_id,
+        created_by=user,
+        agent_model=AGENT_MODEL,
+        user_model="deepseek-ai/DeepSeek-V4.1-Flash",
+        max_steps=max_steps,
+    )
