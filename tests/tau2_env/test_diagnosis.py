@@ -195,7 +195,8 @@ def test_telecom_records_in_lists_are_named_by_their_id():
 
 
 def test_diagnosis_is_cheap_and_reuses_the_expected_side(llm_server, capsys):
-    """Time per diagnosis of a finished golden run, the expected side cached."""
+    """Time per diagnosis of a finished golden run: the expected side comes from the
+    scorer's cache (no new miss), the rest is τ²'s replay of the run's calls."""
     timings = {}
     for domain, task_id in (("airline", "27"), ("retail", "0"), ("telecom", "0")):
         task_id = (
@@ -213,4 +214,6 @@ def test_diagnosis_is_cheap_and_reuses_the_expected_side(llm_server, capsys):
         assert scoring.cache_info()["misses"] == before["misses"]
     with capsys.disabled():
         print("\ndiagnosis per run:", {d: f"{t * 1000:.1f} ms" for d, t in timings.items()})
-    assert max(timings.values()) < 0.5
+    # Tens of milliseconds alone (retail's replay copies every customer row when the
+    # agent looks one up by name, as scoring's does); generous for a loaded machine.
+    assert max(timings.values()) < 3.0
