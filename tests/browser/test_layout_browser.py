@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import pytest
 from django.db.models.functions import Length
-from django.test import Client
 from playwright.sync_api import expect
 
 from apps.runs.models import Run, RunEvent
 from apps.tasks.models import Task
+from tests.support.people import sign_in_browser
+from tests.support.scripts import refresh_agent_models
 
 pytestmark = [pytest.mark.browser]
 
@@ -19,12 +20,13 @@ WIDTHS = (400, 1400)
 
 @pytest.fixture
 def alice_page(page, alice, base_url):
-    client = Client()
-    client.force_login(alice)
-    page.context.add_cookies(
-        [{"name": "sessionid", "value": client.cookies["sessionid"].value, "url": base_url}]
-    )
-    return page
+    return sign_in_browser(page, alice, base_url)
+
+
+@pytest.fixture
+def models(committed_db, llm_server):
+    """The model catalogue as the scripted router lists it: the model pickers' long options."""
+    return refresh_agent_models()
 
 
 @pytest.fixture
@@ -99,7 +101,9 @@ def holds(page, width: int) -> None:
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_pages_hold_with_the_longest_task_id(alice_page, longest, long_run, long_session, width):
+def test_pages_hold_with_the_longest_task_id(
+    alice_page, models, longest, long_run, long_session, width
+):
     page = alice_page
     page.set_viewport_size({"width": width, "height": 900})
     assert len(longest.task_id) > 100 and longest.domain_id == "telecom"
