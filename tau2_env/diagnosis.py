@@ -273,9 +273,7 @@ def _diff_value(changes: list[Change], db: str, path: str, actual: Any, expected
                 expected[index] if index < len(expected) else _MISSING,
             )
     else:
-        changes.append(
-            Change(db=db, path=path, kind="changed", expected=expected, actual=actual)
-        )
+        changes.append(Change(db=db, path=path, kind="changed", expected=expected, actual=actual))
 
 
 def final_environments(
@@ -505,8 +503,8 @@ def _insert_missing(
     steps: list[Step], expected: list[Action], missing: list[int], types: dict
 ) -> list[Step]:
     """``steps`` with each missing expected action placed after the last call that tried
-    it with other arguments, or else before the first call matching a later expected
-    action (else at the end)."""
+    it with other arguments, or else before the first call that matches or tries a
+    later expected action (else at the end)."""
     after: dict[int, list[Step]] = {}  # step index → missing steps to put after it
     before: dict[int, list[Step]] = {}
     for i in missing:
@@ -524,7 +522,9 @@ def _insert_missing(
         later = [
             n
             for n, s in enumerate(steps)
-            if s.kind == "match" and s.action_index is not None and s.action_index > i
+            if s.kind in ("match", "wrong_args")
+            and s.action_index is not None
+            and s.action_index > i
         ]
         if tried:
             after.setdefault(tried[-1], []).append(step)
@@ -544,9 +544,7 @@ def _insert_missing(
 # ------------------------------------------------------------------------ both
 
 
-def diagnose(
-    *, domain: str, task: Task, messages: Sequence[Message | dict[str, Any]]
-) -> Diagnosis:
+def diagnose(*, domain: str, task: Task, messages: Sequence[Message | dict[str, Any]]) -> Diagnosis:
     """The database diff and the expected-action trace of a finished conversation.
 
     The diff is computed only when τ²'s own database check fails; in domains that sync
@@ -555,9 +553,7 @@ def diagnose(
     ``messages`` raises.
     """
     trajectory = messages_from_json(messages)
-    actual, expected, db_match = final_environments(
-        domain=domain, task=task, messages=trajectory
-    )
+    actual, expected, db_match = final_environments(domain=domain, task=task, messages=trajectory)
     changes: list[Change] = []
     if db_match is False:
         if _syncs(expected):

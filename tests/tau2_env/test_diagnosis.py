@@ -14,8 +14,14 @@ import pytest
 
 from tau2_env import catalog, diagnosis, llm, scoring
 from tau2_env.engine import Episode
-from tests.support.llm_server import text
-from tests.support.trajectories import CustomerScript, drive_engine
+from tests.support.llm_server import text, tool_call
+from tests.support.trajectories import (
+    CUSTOMER_DID_IT,
+    CUSTOMER_OPENING,
+    CustomerScript,
+    drive_engine,
+    phone_request,
+)
 
 DOMAINS = ("airline", "retail", "telecom")
 TOKEN = "hf_diagnosis_token_7"
@@ -217,3 +223,40 @@ def test_diagnosis_is_cheap_and_reuses_the_expected_side(llm_server, capsys):
     # Tens of milliseconds alone (retail's replay copies every customer row when the
     # agent looks one up by name, as scoring's does); generous for a loaded machine.
     assert max(timings.values()) < 3.0
+
+
+TELECOM_TASK = (
+    "[mms_issue]airplane_mode_on|bad_network_preference|data_usage_exceeded[PERSONA:None]"
+)
+
+
+def test_telecom_diffs_the_records_and_the_customers_phone(llm_server):
+    """Expected: the phone leaves airplane mode and prefers 4G/5G, the agent refuels 2 GB.
+    Played: airplane mode off, the network preference never set, 1 GB refuelled."""
+    task = catalog.get_tau2_task("telecom", TELECOM_TASK)
+    toggle, prefer, refuel = task.evaluation_criteria.actions
+    customer = CustomerScript(llm_server)
+    customer.will(text(CUSTOMER_OPENING))
+    episode = Episode(domain="telecom", task=task, user_llm=_route(llm_server))
+    episode.start()
+    customer.will(tool_call(toggle.name, **toggle.arguments), text(CUSTOMER_DID_IT))
+    episode.say(phone_request(toggle))
+    episode.call_tool(refuel.name, {**refuel.arguments, "gb_amount": 1.0})
+    episode.finish()
+
+    result = diagnosis.diagnose(domain="telecom", task=task, messages=episode.messages)
+
+    paths = {(c.db, c.path): c for c in result.changes}
+    refuelled = paths[("agent", "lines.L1002.data_refueling_gb")]
+    assert refuelled.actual == refuelled.expected - 1.0
+    preference = paths[("user", "device.network_mode_preference")]
+    assert preference.expected == prefer.arguments["mode"]
+    assert [(s.kind, s.requestor, s.action_index) for s in result.steps] == [
+        ("match", "user", 0),
+        ("missing", "user", 1),
+        ("wrong_args", "assistant", 2),
+        ("missing", "assistant", 2),
+    ]
+    assert result.steps[2].differing_args == ("gb_amount",)
+    assert result.first_divergent == result.steps[2]
+    assert result.db_scored is False
