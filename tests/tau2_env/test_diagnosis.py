@@ -260,3 +260,26 @@ def test_telecom_diffs_the_records_and_the_customers_phone(llm_server):
     assert result.steps[2].differing_args == ("gb_amount",)
     assert result.first_divergent == result.steps[2]
     assert result.db_scored is False
+
+
+def test_the_expected_environment_is_built_once_per_task_and_shared():
+    def stand_in(amount: int) -> scoring.ExpectedEnvironment:
+        expected = scoring.ExpectedEnvironment("airline")
+        expected.set_state(
+            initialization_data=None, initialization_actions=None, message_history=[]
+        )
+        expected.make_tool_call(
+            tool_name="send_certificate",
+            requestor="assistant",
+            user_id="ethan_martin_2396",
+            amount=amount,
+        )
+        return expected
+
+    first, again, other = stand_in(150), stand_in(150), stand_in(149)
+    shared = first.shared_environment()
+    assert again.shared_environment() is shared
+    assert other.shared_environment() is not shared
+    # The very state τ²'s hashes describe, and not the stand-in's own environment.
+    assert shared.get_db_hash() == first.get_db_hash() != other.get_db_hash()
+    assert first.tools is not shared.tools
