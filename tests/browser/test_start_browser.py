@@ -6,10 +6,10 @@ production path (real ASGI app, channels_redis, a Celery worker process, the scr
 import re
 
 import pytest
-from django.test import Client
 from playwright.sync_api import expect
 
 from apps.runs.models import Run
+from tests.support.browser import page_signed_in_as
 from tests.support.llm_server import RecordedRequest, text
 from tests.support.scripts import AGENT_MODEL, is_agent_request, refresh_agent_models
 
@@ -23,11 +23,7 @@ def agent_models(committed_db, llm_server):
 
 @pytest.fixture
 def alices_page(page, alice, base_url):
-    client = Client()
-    client.force_login(alice)
-    session = client.cookies["sessionid"].value
-    page.context.add_cookies([{"name": "sessionid", "value": session, "url": base_url}])
-    return page
+    return page_signed_in_as(page, alice, base_url)
 
 
 def short_conversation(request: RecordedRequest):
