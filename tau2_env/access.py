@@ -19,6 +19,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
+from urllib.parse import parse_qs
 
 if TYPE_CHECKING:
     from tau2_env.engine import Episode
@@ -46,13 +47,15 @@ class CredentialsRefused(Exception):
 @dataclass(frozen=True)
 class ClientRequest:
     """What a client presented: its HTTP ``headers`` (lower-case names), its network
-    ``address``, the face it came through (``"openenv"`` or ``"mcp"``) and, at a reset,
-    the ``hf_token`` it gave in the request body."""
+    ``address``, the face it came through (``"openenv"`` or ``"mcp"``), at a reset the
+    ``hf_token`` it gave in the request body, and its URL's ``query`` (last value of each
+    name; e.g. ``agent``, the name it plays under)."""
 
     headers: Mapping[str, str] = field(repr=False, default_factory=dict)
     address: str = ""
     face: str = ""
     hf_token: str | None = field(repr=False, default=None)
+    query: Mapping[str, str] = field(repr=False, default_factory=dict)
 
     @classmethod
     def from_scope(cls, scope: Mapping[str, Any], *, face: str) -> ClientRequest:
@@ -62,7 +65,11 @@ class ClientRequest:
             for name, value in scope.get("headers") or ()
         }
         client = scope.get("client") or ("", 0)
-        return cls(headers=headers, address=str(client[0] or ""), face=face)
+        query = {
+            name: values[-1]
+            for name, values in parse_qs(scope.get("query_string", b"").decode("latin-1")).items()
+        }
+        return cls(headers=headers, address=str(client[0] or ""), face=face, query=query)
 
 
 class EpisodeHooks(Protocol):

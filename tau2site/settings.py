@@ -361,6 +361,9 @@ TAU2_REVIEW_BY_MEMBERS = envbool("TAU2_REVIEW_BY_MEMBERS", False)
 TAU2_ALLOWED_ORGS = envlist("TAU2_ALLOWED_ORGS")
 # A sign-in without Hugging Face for laptops; refused (404) unless DEBUG is on too.
 TAU2_DEV_LOGIN = envbool("TAU2_DEV_LOGIN", False)
+# The OpenEnv and MCP faces serve only clients with a studio API key (tau2s_…): anonymous
+# clients are refused and the server's HF_TOKEN is never spent for them.
+TAU2_AGENT_API_REQUIRE_KEY = envbool("TAU2_AGENT_API_REQUIRE_KEY", False)
 # --- end Sign-in (apps.accounts) -----------------------------------------------------------
 
 # --- Inference Providers catalogue (apps.inference) ---------------------------------------

@@ -132,7 +132,8 @@ def cost_view(run: Run) -> dict[str, Any]:
             "customer", run.user_prompt_tokens, run.user_completion_tokens, run.user_cost_usd
         ),
     ]
-    if run.kind == Run.Kind.HUMAN and not roles[0]["tokens"]:
+    # A person or an outside agent plays the agent: its calls are not this server's.
+    if run.kind in (Run.Kind.HUMAN, Run.Kind.AGENT) and not roles[0]["tokens"]:
         roles = roles[1:]
     used = [r for r in roles if r["tokens"]]
     priced = [r["cost"] for r in used if r["cost"] is not None]

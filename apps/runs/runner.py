@@ -341,7 +341,8 @@ def runs_reap(*, now=None) -> list[int]:
     queued runs whose message was lost.
 
     A run still "running" after its lease expired lost its worker (crash, ``kill -9``,
-    deploy). Below ``TAU2_RUN_MAX_ATTEMPTS`` it is queued again, to resume from its
+    deploy); an agent run (kind ``agent``) is then stopped with the reason instead.
+    Below ``TAU2_RUN_MAX_ATTEMPTS`` it is queued again, to resume from its
     stored events; beyond, it fails with the reason. A run handed to the queue more than
     a lease ago and still not claimed may have lost its message (Redis restarted without
     persistence, or it could not be sent): it is sent again, at most once per lease — a
@@ -350,6 +351,18 @@ def runs_reap(*, now=None) -> list[int]:
     from apps.runs.tasks import execute_run
 
     now = now or timezone.now()
+    # An agent's episode lives in the server that served it: when its lease (renewed at
+    # each hop) ran out that server is gone, and the run is stopped, never re-queued.
+    lost_agents = Run.objects.filter(
+        kind=Run.Kind.AGENT, status=Run.Status.RUNNING, lease_expires_at__lt=now
+    )
+    for run in lost_agents:
+        run_finish(
+            run=run,
+            status=Run.Status.STOPPED,
+            termination_reason="stopped",
+            error="The agent's session was lost (its server stopped or restarted).",
+        )
     stale = Run.objects.filter(
         kind=Run.Kind.MODEL, status=Run.Status.RUNNING, lease_expires_at__lt=now
     )

@@ -23,6 +23,7 @@ class RunFilters:
     reward: str = ""  # "1" (solved), "0" (not solved), "none" (no score)
     critical: str = ""  # "1": has a critical review label
     category: str = ""  # a ReviewLabel.Category, or "none" (no label at all)
+    kind: str = ""  # a Run.Kind: model runs, play sessions, agents via the API
 
     @classmethod
     def from_params(cls, params) -> RunFilters:
@@ -45,6 +46,8 @@ def run_list(*, filters: RunFilters) -> QuerySet[Run]:
         runs = runs.filter(agent_model__icontains=filters.model)
     if filters.person:
         runs = runs.filter(created_by__username=filters.person)
+    if filters.kind in Run.Kind.values:
+        runs = runs.filter(kind=filters.kind)
     if filters.status in Run.Status.values:
         runs = runs.filter(status=filters.status)
     if filters.reward == "1":

@@ -46,6 +46,7 @@ def run_list(request):
             "filters": filters,
             "query": urlencode(filters.as_query()),
             "statuses": Run.Status.choices,
+            "kinds": Run.Kind.choices,
             "picked": picked,
             "categories": ReviewLabel.Category.choices,
             "can_review": can_review(request.user),

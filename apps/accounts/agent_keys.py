@@ -1,0 +1,102 @@
+"""Studio API keys on the agent faces: the credentials resolver this project plugs into
+``tau2_env.access`` (:func:`install`, called by ``AccountsConfig.ready``).
+
+A client that presents a key (``Authorization: Bearer tau2s_…`` on either face, or the
+key as OpenEnv's ``reset(hf_token=…)``) plays on its owner's Hugging Face token from
+the vault, its sessions are counted per key, and its episodes are recorded as runs of
+kind "agent via API" (``apps.runs.agent_runs``). Without a key a client goes on as
+before (its own Hugging Face token, else the server's) — unless
+``TAU2_AGENT_API_REQUIRE_KEY`` is on: then it is refused, and the server's ``HF_TOKEN``
+is never spent for it.
+
+The resolver runs on the event loop: its database reads (an indexed key lookup, the
+vault's row) go to a small thread pool and it waits for them, a few milliseconds. The
+vault's token is never logged, nor put in a ``repr``, an argument list or a frame.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
+
+from django.conf import settings
+from django.db import close_old_connections
+
+from apps.accounts.services import API_KEY_PREFIX, ApiKeyRefused, api_key_resolve
+from tau2_env import access
+
+__all__ = ["KEY_REQUIRED", "agent_name", "install", "presented_key", "studio_credentials"]
+
+KEY_REQUIRED = (
+    "This server serves agents with a studio API key only: create one on its "
+    "/accounts/keys/ page and send it as `Authorization: Bearer tau2s_…`."
+)
+AGENT_VIA_API = "agent via API"
+AGENT_HEADER = "x-tau2-agent"
+
+_T = TypeVar("_T")
+_pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="api-keys")
+
+
+def presented_key(request: access.ClientRequest) -> str | None:
+    """The studio key ``request`` carries (as a Bearer token, or as the reset's
+    ``hf_token``), or ``None``. Anything else there is a Hugging Face token."""
+    for candidate in (access.bearer_token(request.headers), request.hf_token):
+        if candidate and candidate.startswith(API_KEY_PREFIX):
+            return candidate
+    return None
+
+
+def agent_name(request: access.ClientRequest) -> str:
+    """The name the client plays under (``X-Tau2-Agent`` header or ``agent`` query
+    parameter, printable, at most 100 characters), else "agent via API"."""
+    given = request.headers.get(AGENT_HEADER) or request.query.get("agent") or ""
+    name = " ".join("".join(c for c in given if c.isprintable()).split())[:100]
+    return name or AGENT_VIA_API
+
+
+def _key_owner_token(raw: str) -> tuple[int, str, str]:
+    """(owner's id, key id, owner's Hugging Face token) of the key ``raw``; raises
+    :class:`~tau2_env.access.CredentialsRefused`. Runs off the event loop."""
+    from apps.accounts.vault import SignInRequired, hf_token_for
+
+    close_old_connections()
+    try:
+        key = api_key_resolve(raw=raw)
+        token = hf_token_for(user=key.user)
+    except ApiKeyRefused as exc:
+        raise access.CredentialsRefused(str(exc)) from None
+    except SignInRequired as exc:
+        raise access.CredentialsRefused(f"The owner of this API key: {exc}") from None
+    return key.user_id, key.key_id, token
+
+
+def _off_loop(func: Callable[..., _T], *args) -> _T:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # a plain thread (in-process use): the database is ours
+        return func(*args)
+    return _pool.submit(func, *args).result()
+
+
+def studio_credentials(request: access.ClientRequest) -> access.Credentials:
+    """The credentials of ``request`` (see the module docstring); raises
+    :class:`~tau2_env.access.CredentialsRefused` for an unknown or revoked key, a key
+    whose owner must sign in again, or no key where one is required."""
+    raw = presented_key(request)
+    if raw is None:
+        if settings.TAU2_AGENT_API_REQUIRE_KEY:
+            raise access.CredentialsRefused(KEY_REQUIRED)
+        return access.default_resolver(request)
+    from apps.runs.agent_runs import AgentRunRecorder
+
+    user_id, key_id, token = _off_loop(_key_owner_token, raw)
+    recorder = AgentRunRecorder(user_id=user_id, key_id=key_id, agent=agent_name(request))
+    return access.Credentials(client=f"key:{key_id}", hf_token=token, hooks=recorder)
+
+
+def install() -> None:
+    """Make :func:`studio_credentials` the agent faces' resolver."""
+    access.set_credentials_resolver(studio_credentials)

@@ -1,0 +1,266 @@
+"""An outside agent's episodes in the team's history: runs of kind "agent via API".
+
+A client that plays with a studio API key (``apps.accounts.agent_keys``) gets an
+:class:`AgentRunRecorder` as its episode hooks (``tau2_env.access.EpisodeHooks``). Each
+episode it starts becomes a run, created by the key's owner: its messages are stored
+and published hop by hop through the runs' one publisher (``events_publish``), so
+``/runs/<id>/`` shows it live; at ``done`` τ²'s verdict is stored by the runs' own
+``run_finish``. An episode abandoned (closed idle, disconnected, replaced) ends its run
+STOPPED with the reason; one whose server died is stopped by the reaper once its lease
+(renewed at each hop) ran out. Stop on the run page stops the recording at the next
+hop (the agent's episode goes on, unrecorded).
+
+The hooks are called on the episode's own thread: they copy what they need and hand the
+database work to a queue served by a small thread pool, one run's writes in order, so
+an episode never waits for the database.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import close_old_connections
+from django.utils import timezone
+
+from apps.runs.events import LostRun, events_publish
+from apps.runs.models import Run
+from apps.runs.runner import run_finish
+from apps.runs.services import run_provenance
+from apps.tasks.models import Task
+from tau2_env import config
+from tau2_env.engine import DEFAULT_MAX_STEPS, Episode, TerminationReason
+
+__all__ = ["AgentRunRecorder", "agent_lease", "agent_run_end", "agent_run_start"]
+
+logger = logging.getLogger(__name__)
+
+_pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="agent-runs")
+FACES = {"openenv": "OpenEnv", "mcp": "MCP"}
+
+
+def agent_lease() -> timedelta:
+    """How long an agent run stays RUNNING without a hop before the reaper stops it: an
+    idle session is closed (and its run ended) well before."""
+    return timedelta(seconds=config.session_idle_seconds() + 2 * settings.TAU2_RUN_LEASE_SECONDS)
+
+
+@dataclass(frozen=True)
+class Opening:
+    """What a run is made from, copied off the episode on its own thread."""
+
+    episode_id: str
+    domain: str
+    task_id: str
+    user_model: str
+    user_provider: str
+    seed: int | None
+    face: str
+    messages: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class Ending:
+    """An ended episode's verdict, copied off the episode."""
+
+    status: str
+    termination_reason: str
+    reward_info: dict[str, Any] | None
+    error: str
+    failure: str
+
+
+def _ending(episode: Episode) -> Ending:
+    reason = episode.termination_reason
+    if episode.reward_info is not None:
+        return Ending(
+            status=Run.Status.COMPLETED,
+            termination_reason=reason.value if reason else "",
+            reward_info=episode.reward_info.model_dump(mode="json"),
+            error="",
+            failure="",
+        )
+    if reason == TerminationReason.AGENT_ERROR:  # abandoned: closed idle, disconnected…
+        return Ending(
+            status=Run.Status.STOPPED,
+            termination_reason="stopped",
+            reward_info=None,
+            error=episode.error or "The agent's session ended.",
+            failure="",
+        )
+    return Ending(  # the customer's model or the scoring failed
+        status=Run.Status.FAILED,
+        termination_reason=reason.value if reason else "",
+        reward_info=None,
+        error=episode.error or "The conversation ended without a score.",
+        failure=Run.Failure.CONVERSATION,
+    )
+
+
+def agent_run_start(*, user_id: int, key_id: str, agent: str, opening: Opening) -> Run | None:
+    """A RUNNING run of kind agent for ``opening``, by the key's owner, with its opening
+    messages stored and published; ``None`` when the task is not in the catalogue."""
+    task = Task.objects.filter(domain_id=opening.domain, task_id=opening.task_id).first()
+    if task is None:
+        logger.warning(
+            "Agent episode on %s/%s not recorded: no such task in the catalogue",
+            opening.domain,
+            opening.task_id,
+        )
+        return None
+    now = timezone.now()
+    run = Run.objects.create(
+        kind=Run.Kind.AGENT,
+        status=Run.Status.RUNNING,
+        task=task,
+        domain=opening.domain,
+        created_by_id=user_id,
+        agent_model=agent,
+        user_model=opening.user_model,
+        user_provider=opening.user_provider[:32],
+        max_steps=DEFAULT_MAX_STEPS,
+        seed=opening.seed,
+        started_at=now,
+        worker=f"agent:{opening.face}:{opening.episode_id}",
+        lease_expires_at=now + agent_lease(),
+        attempts=1,
+        provenance=run_provenance(
+            task=task,
+            agent={
+                "implementation": f"an outside agent over {FACES.get(opening.face, opening.face)}",
+                "model": agent,
+                "face": opening.face,
+                "api_key": key_id,
+            },
+            user_model=opening.user_model,
+            max_steps=DEFAULT_MAX_STEPS,
+            seed=opening.seed,
+            agent_prices=None,
+        ),
+    )
+    events_publish(run=run, messages=opening.messages, worker=run.worker)
+    return run
+
+
+def agent_run_hop(*, run: Run, messages: list[dict[str, Any]]) -> bool:
+    """Store and publish an agent run's new ``messages`` and renew its lease; returns
+    False once the run no longer records (stopped from its page, or ended)."""
+    try:
+        events_publish(run=run, messages=messages, worker=run.worker)
+    except LostRun:
+        return False
+    renewed = Run.objects.filter(
+        pk=run.pk, worker=run.worker, status=Run.Status.RUNNING, stop_requested=False
+    ).update(lease_expires_at=timezone.now() + agent_lease())
+    if not renewed:  # Stop was pressed: the recording ends here
+        run_finish(
+            run=run, status=Run.Status.STOPPED, worker=run.worker, termination_reason="stopped"
+        )
+        return False
+    return True
+
+
+def agent_run_end(*, run: Run, ending: Ending) -> bool:
+    """End an agent run with its episode's verdict (once); τ²'s ``reward_info`` as a
+    model run stores it."""
+    return run_finish(
+        run=run,
+        status=ending.status,
+        worker=run.worker,
+        error=ending.error,
+        termination_reason=ending.termination_reason,
+        reward_info=ending.reward_info,
+        failure=ending.failure,
+    )
+
+
+class _Serial:
+    """Jobs run one after another, in order, on the shared pool."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._jobs: deque[tuple[Callable[..., Any], tuple[Any, ...]]] = deque()
+        self._draining = False
+        self.idle = threading.Event()
+        self.idle.set()
+
+    def submit(self, func: Callable[..., Any], *args: Any) -> None:
+        with self._lock:
+            self._jobs.append((func, args))
+            self.idle.clear()
+            if self._draining:
+                return
+            self._draining = True
+        _pool.submit(self._drain)
+
+    def _drain(self) -> None:
+        close_old_connections()
+        while True:
+            with self._lock:
+                if not self._jobs:
+                    self._draining = False
+                    self.idle.set()
+                    return
+                func, args = self._jobs.popleft()
+            try:
+                func(*args)
+            except Exception:
+                logger.exception("Recording an agent episode failed")
+
+
+class AgentRunRecorder:
+    """Episode hooks recording each episode of one keyed client as an agent run."""
+
+    def __init__(self, *, user_id: int, key_id: str, agent: str) -> None:
+        self.user_id, self.key_id, self.agent = user_id, key_id, agent
+        self._serial = _Serial()
+        self._runs: dict[str, Run | None] = {}  # episode id → its run (touched by jobs only)
+
+    def __repr__(self) -> str:
+        return f"<AgentRunRecorder user_id={self.user_id} key_id={self.key_id}>"
+
+    def on_start(self, episode: Episode, *, face: str) -> None:
+        opening = Opening(
+            episode_id=episode.id,
+            domain=episode.domain,
+            task_id=str(episode.task.id),
+            user_model=episode.user_llm.model,
+            user_provider=episode.user_llm.provider,
+            seed=episode.seed,
+            face=face,
+            messages=episode.messages_json(),
+        )
+        self._serial.submit(self._start, opening)
+
+    def on_hop(self, episode: Episode, messages: list[dict[str, Any]]) -> None:
+        self._serial.submit(self._hop, episode.id, messages)
+
+    def on_done(self, episode: Episode) -> None:
+        self._serial.submit(self._end, episode.id, _ending(episode))
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Wait until everything heard so far is stored; False on timeout."""
+        return self._serial.idle.wait(timeout)
+
+    # Jobs, in order on the pool.
+    def _start(self, opening: Opening) -> None:
+        self._runs[opening.episode_id] = agent_run_start(
+            user_id=self.user_id, key_id=self.key_id, agent=self.agent, opening=opening
+        )
+
+    def _hop(self, episode_id: str, messages: list[dict[str, Any]]) -> None:
+        run = self._runs.get(episode_id)
+        if run is not None and not agent_run_hop(run=run, messages=messages):
+            self._runs[episode_id] = None
+
+    def _end(self, episode_id: str, ending: Ending) -> None:
+        run = self._runs.pop(episode_id, None)
+        if run is not None:
+            agent_run_end(run=run, ending=ending)
