@@ -10,7 +10,7 @@ from playwright.sync_api import expect
 
 from apps.runs.models import Run, RunEvent
 from apps.tasks.models import Task
-from tests.support.people import sign_in_browser
+from tests.support.browser import page_signed_in_as
 from tests.support.scripts import refresh_agent_models
 
 pytestmark = [pytest.mark.browser]
@@ -20,7 +20,7 @@ WIDTHS = (400, 1400)
 
 @pytest.fixture
 def alice_page(page, alice, base_url):
-    return sign_in_browser(page, alice, base_url)
+    return page_signed_in_as(page, alice, base_url)
 
 
 @pytest.fixture

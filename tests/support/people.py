@@ -39,15 +39,6 @@ def signed_in(user) -> Client:
     return client
 
 
-def sign_in_browser(page, user, base_url: str):
-    """``page`` (Playwright) with ``user``'s session cookie, as if they had signed in."""
-    client = signed_in(user)
-    page.context.add_cookies(
-        [{"name": "sessionid", "value": client.cookies["sessionid"].value, "url": base_url}]
-    )
-    return page
-
-
 @pytest.fixture
 def alice(committed_db):
     return person("alice", ALICE_TOKEN)
