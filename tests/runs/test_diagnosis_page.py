@@ -131,3 +131,37 @@ def test_a_run_without_a_score_has_no_diagnosis(alice, alice_client):
     page = alice_client.get(f"/runs/{run.pk}/").content.decode()
     assert 'data-testid="diagnosis"' not in page
     assert json.loads(alice_client.get(f"/runs/{run.pk}.json").content)["diagnosis"] is None
+
+
+def test_a_played_run_is_diagnosed_like_a_model_run(celery_worker, llm_server, alice, alice_client):
+    """alice plays airline/27: looks the customer up twice (an extra read), then sends $149."""
+    play(
+        llm_server,
+        agent=[],
+        customer=[text(f"My flight was delayed; I'm {USER}."), text("Thanks.")],
+    )
+    response = alice_client.post(
+        "/play/new/", {"domain": "airline", "task_id": "27", "split": "base"}
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    run = Run.objects.get(pk=int(response["Location"].rstrip("/").split("/")[-1]))
+    wait_for(run, lambda r: r.events.filter(kind="customer").exists() and not r.worker)
+
+    def tool(name, **arguments):
+        response = alice_client.post(
+            f"/play/{run.pk}/tool/",
+            {"name": name, "arguments": json.dumps(arguments)},
+            HTTP_ACCEPT="application/json",
+        )
+        assert response.status_code == 200, response.content
+
+    tool("get_user_details", user_id=USER)
+    tool("get_reservation_details", reservation_id="NO6JO3")
+    tool("send_certificate", user_id=USER, amount=149)
+    alice_client.post(f"/play/{run.pk}/end/", HTTP_ACCEPT="application/json")
+    run = wait_for(run, finished)
+    assert run.kind == Run.Kind.HUMAN and run.reward == 0.0, run.error
+
+    page = alice_client.get(f"/runs/{run.pk}/").content.decode()
+    assert _badges(page) == ["match", "extra_read", "wrong_args"]
+    assert re.search(r'data-testid="db-change" data-path="[^"]+\.amount"', page)
