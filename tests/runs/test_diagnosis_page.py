@@ -134,7 +134,7 @@ def test_a_run_without_a_score_has_no_diagnosis(alice, alice_client):
 
 
 def test_a_played_run_is_diagnosed_like_a_model_run(celery_worker, llm_server, alice, alice_client):
-    """alice plays airline/27: looks the customer up twice (an extra read), then sends $149."""
+    """alice plays airline/27: looks a reservation up too (an extra read), then sends $149."""
     play(
         llm_server,
         agent=[],
