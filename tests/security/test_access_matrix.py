@@ -118,6 +118,12 @@ MATRIX: dict[str, dict[str, tuple[str, str, str]]] = {
     "accounts/sign-in/": {"GET": same("200"), "POST": same("405")},
     "accounts/sign-out/": {"GET": same("405"), "POST": same("302 /tasks/")},
     "accounts/dev-login/": {"GET": same("404"), "POST": same("404")},
+    # Studio API keys: one's own only (an empty name is refused; no one revokes another's).
+    "accounts/keys/": {"GET": (SIGNIN, "200", "200"), "POST": (SIGNIN, "400", "400")},
+    "accounts/keys/<int:pk>/revoke/": {
+        "GET": (SIGNIN, "405", "405"),
+        "POST": (SIGNIN, "404", "404"),
+    },
     "auth/login/<str:backend>/": {"GET": same("405"), "POST": same("302 {provider}")},
     "auth/complete/<str:backend>/": {"GET": same("400"), "POST": same("400")},
     "auth/idp-launch/<str:backend>/": {"GET": same("404"), "POST": same("405")},
@@ -231,6 +237,10 @@ def _values(route: Route, work, alice) -> dict[str, str]:
         pk = work["play"].pk
     elif "evaluations/" in route.route:
         pk = work["evaluation"].pk
+    elif route.route.startswith("accounts/keys/"):  # alice's own key: nobody else revokes it
+        from apps.accounts.services import api_key_create
+
+        pk = api_key_create(user=alice, name="matrix")[0].pk
     object_id = str(alice.pk)
     model = _admin_model(route)
     if model is not None:
