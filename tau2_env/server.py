@@ -14,9 +14,10 @@ small ASGI layer (:class:`OpenEnvApp`) that adds what openenv leaves open:
   ``TAU2_SESSION_IDLE_SECONDS`` for its client is closed (code 1001); a session over
   HTTP is reaped by openenv after the same time.
 * **Inputs**: tool arguments given as a JSON string are read as the object they hold
-  (as the seed's server accepted them); a bad ``/reset`` or ``/step`` answers 4xx JSON
-  ``{"detail": …}``, never 500; the seed's environment name (``tau2_env``) is accepted
-  in the Task API's paths as well as ``tau2``.
+  (as the seed's server accepted them); a step's action given as text is read as τ²'s
+  gym reads it (:func:`text_action`: a tool call, else ``respond_to_user``); a bad
+  ``/reset`` or ``/step`` answers 4xx JSON ``{"detail": …}``, never 500; the seed's
+  environment name (``tau2_env``) is accepted in the Task API's paths as well as ``tau2``.
 
 The project's ASGI application mounts it beside Django and must forward lifespan events
 to it: openenv starts its idle-session reaper on startup.
@@ -344,13 +345,15 @@ def _json_body_receive(receive):
 def _normalized(text: str) -> str:
     """``text`` (a JSON message of any OpenEnv transport) with a ``call_tool``'s or
     ``tools/call``'s ``arguments`` given as a JSON string replaced by the object it
-    holds; anything else is returned as it came."""
+    holds, and a step's text action by its ``call_tool`` (:func:`text_action`); anything
+    else is returned as it came."""
     try:
         message = json.loads(text)
     except (ValueError, RecursionError):
         return text
     if not isinstance(message, dict):
         return text
+    changed = _read_text_action(message)
     data = message.get("data")
     targets = [
         message.get("action"),  # HTTP /step
@@ -358,7 +361,6 @@ def _normalized(text: str) -> str:
         message.get("params"),  # JSON-RPC tools/call
         data.get("params") if isinstance(data, dict) else None,  # JSON-RPC over /ws
     ]
-    changed = False
     for target in targets:
         if isinstance(target, dict) and isinstance(target.get("arguments"), str):
             try:
@@ -369,6 +371,41 @@ def _normalized(text: str) -> str:
                 target["arguments"] = value
                 changed = True
     return json.dumps(message) if changed else text
+
+
+def _read_text_action(message: dict[str, Any]) -> bool:
+    """A step whose action is text — HTTP ``{"action": "…"}``, WebSocket ``{"type":
+    "step", "data": "…"}`` or ``{"data": {"action": "…"}}`` (what openenv's client sends
+    for ``step("…")``) — gets the action :func:`text_action` reads in it, in place."""
+    if message.get("type") == "step":
+        data = message.get("data")
+        if isinstance(data, dict) and set(data) == {"action"}:
+            data = data["action"]
+        if isinstance(data, str):
+            message["data"] = text_action(data)
+            return True
+    elif isinstance(message.get("action"), str) and "type" not in message:
+        message["action"] = text_action(message["action"])
+        return True
+    return False
+
+
+def text_action(text: str) -> dict[str, Any]:
+    """The ``call_tool`` action of a gym-style text action, read as τ²'s own gym
+    (``AgentGymEnv.step``, through ``tau2.utils.tools.parse_action_string``) reads it: a
+    tool call as JSON (``{"name": …, "arguments": {…}}``) or in functional form
+    (``get_user_details(user_id='…')``) is that tool call; anything else is said to the
+    customer, i.e. ``respond_to_user(message=<the text as given>)``."""
+    from tau2.utils.tools import parse_action_string
+
+    try:
+        parsed = parse_action_string(text)
+    except ValueError:  # empty text: respond_to_user refuses it with its own message
+        parsed = None
+    if parsed is not None and parsed.tool_calls:
+        (call,) = parsed.tool_calls
+        return {"type": "call_tool", "tool_name": call.name, "arguments": call.arguments}
+    return {"type": "call_tool", "tool_name": "respond_to_user", "arguments": {"message": text}}
 
 
 _app: Any = None
