@@ -21,6 +21,12 @@ each LLM delay and concurrency N, N WebSocket sessions speak OpenEnv's ``/ws`` p
 5. ``--scored`` of them call ``done`` (τ²'s evaluator: CPU-bound, ~1 s each for
    airline, so not all 256), the others close.
 
+With ``--keys`` every session plays with a studio API key (``Authorization: Bearer
+tau2s_…``) whose owner's vault holds the session's token, so each episode is recorded as
+an "agent via API" run (stored and published hop by hop): the database is migrated and
+the catalogue loaded first (``manage.py bootstrap``, SQLite in the temporary
+``TAU2_VAR_DIR``), and the channel layer is in memory. Compare with a run without it.
+
 The LLM's delay is chosen per session by its token (``hf_bench_<ms>_<n>``), so one
 stateless LLM process serves every phase. Per phase it prints p50/p95 of each step, the
 platform's overhead (latency minus the LLM's delay), errors and RSS per open session,
@@ -61,6 +67,7 @@ PHASE_TIMEOUT_S = 240.0
 SERVER_START_TIMEOUT_S = 300.0  # a loaded 2-core machine imports Django + τ² slowly
 PROBE_INTERVAL_S = 0.02
 PROBE_MAX_CALLS = 500
+KEYS: dict[str, str] = {}  # token → studio API key (--keys)
 
 
 # ------------------------------------------------------------------ the scripted LLM
@@ -101,8 +108,7 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_server(llm_url: str, max_envs: int, var_dir: str, app: str) -> tuple:
-    port = free_port()
+def server_env(llm_url: str, max_envs: int, var_dir: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
     for name in ("HF_TOKEN", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "TAU2_USER_PROVIDER"):
         env.pop(name, None)
@@ -118,6 +124,69 @@ def start_server(llm_url: str, max_envs: int, var_dir: str, app: str) -> tuple:
         TAU2_SESSIONS_PER_CLIENT=str(max_envs),  # every session comes from this one address
         PYTHONPATH=str(ROOT),
     )
+    return env
+
+
+KEYS_SETUP = """
+import json, sys
+from django.contrib.auth import get_user_model
+from apps.accounts.services import api_key_create, credential_store
+keys = {}
+for token in json.load(sys.stdin):
+    user = get_user_model().objects.create_user(username=token[:150])
+    granted = {"access_token": token, "expires_in": 86400, "scope": "openid inference-api"}
+    credential_store(user=user, token_response=granted)
+    keys[token] = api_key_create(user=user, name="bench")[1]
+print(json.dumps(keys))
+"""
+
+
+def make_keys(env: dict[str, str], tokens: list[str]) -> dict[str, str]:
+    """A person per token (their vault holds it) with a studio key: token → key."""
+    subprocess.run(
+        [sys.executable, "manage.py", "bootstrap"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        stdout=subprocess.DEVNULL,
+    )
+    done = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", KEYS_SETUP],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        input=json.dumps(tokens),
+        capture_output=True,
+        text=True,
+    )
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+RECORDED = """
+from collections import Counter
+from apps.runs.models import Run, RunEvent
+runs = Run.objects.filter(kind="agent")
+statuses = dict(Counter(runs.values_list("status", flat=True)))
+messages = RunEvent.objects.filter(run__kind="agent").count()
+print(f"recorded: {runs.count()} agent runs {statuses}, {messages} messages")
+"""
+
+
+def print_recorded(env: dict[str, str]) -> None:
+    """--keys: what the recorder stored (every episode a run, every message an event)."""
+    done = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", RECORDED],
+        cwd=ROOT,
+        env=env,
+        check=False,
+        capture_output=True,
+        text=True,
+    )
+    print((done.stdout.strip().splitlines() or [done.stderr[-300:]])[-1])
+
+
+def start_server(env: dict[str, str], app: str) -> tuple:
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port)]
         + ["--log-level", "warning", "--backlog", "4096"],
@@ -159,13 +228,19 @@ class Session:
     def __init__(self, url: str, token: str) -> None:
         self.url = url
         self.token = token
+        self.key = KEYS.get(token)  # --keys: play with the studio key of the token's owner
         self.ws = None
 
     async def connect(self) -> None:
         import websockets
 
+        headers = {"Authorization": f"Bearer {self.key}"} if self.key else None
         self.ws = await websockets.connect(
-            self.url, max_size=None, open_timeout=STEP_TIMEOUT_S, ping_interval=None
+            self.url,
+            max_size=None,
+            open_timeout=STEP_TIMEOUT_S,
+            ping_interval=None,
+            additional_headers=headers,
         )
 
     async def _send(self, message: dict) -> dict:
@@ -177,7 +252,9 @@ class Session:
         return answer["data"]
 
     async def reset(self) -> dict:
-        data = {"task_id": TASK_ID, "domain": "airline", "hf_token": self.token}
+        data = {"task_id": TASK_ID, "domain": "airline"}
+        if not self.key:
+            data["hf_token"] = self.token
         answer = await self._send({"type": "reset", "data": data})
         if not answer["observation"]["metadata"].get("user_message"):
             raise StepError(f"reset without an opening: {str(answer)[:200]}")
@@ -248,19 +325,25 @@ async def db_calls(session: Session, user_id: str, samples: list[float]) -> None
     )
 
 
+def phase_tokens(sessions: int, delay: float, serial: int) -> tuple[str, list[str]]:
+    """The probe's token and the sessions' (the LLM reads its delay from them)."""
+    ms = int(delay * 1000)
+    return f"hf_bench_0_probe{serial}", [f"hf_bench_{ms}_{serial}x{i}" for i in range(sessions)]
+
+
 async def run_phase(
     url: str, server_pid: int, sessions: int, delay: float, scored: int, serial: int
 ) -> Phase:
     phase = Phase(sessions=sessions, delay=delay)
-    ms = int(delay * 1000)
     started = time.perf_counter()
     phase.rss_before = rss_mib(server_pid)
 
-    probe = Session(url, f"hf_bench_0_probe{serial}")
+    probe_token, tokens = phase_tokens(sessions, delay, serial)
+    probe = Session(url, probe_token)
     await probe.connect()
     await probe.reset()
 
-    clients = [Session(url, f"hf_bench_{ms}_{serial}x{i}") for i in range(sessions)]
+    clients = [Session(url, token) for token in tokens]
     alive: list[bool] = [True] * sessions
 
     async def guarded(i: int, coro) -> None:
@@ -443,6 +526,9 @@ def main() -> None:
     parser.add_argument("--delays", default="0,1")
     parser.add_argument("--scored", type=int, default=8, help="sessions per phase that call done")
     parser.add_argument("--app", default="tau2site.asgi:application")
+    parser.add_argument(
+        "--keys", action="store_true", help="play with studio API keys: episodes recorded as runs"
+    )
     parser.add_argument("--serve-llm", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve_llm:
@@ -461,8 +547,18 @@ def main() -> None:
     )
     llm_url = f"http://127.0.0.1:{int(llm.stdout.readline())}/v1"
     with tempfile.TemporaryDirectory(prefix="tau2-bench-") as var_dir:
+        env = server_env(llm_url, max_envs, var_dir)
         try:
-            server, port = start_server(llm_url, max_envs, var_dir, args.app)
+            if args.keys:
+                plan = [(1, 0.0)] + [(n, delay) for delay in delays for n in counts]
+                tokens = [
+                    token
+                    for serial, (n, delay) in enumerate(plan)
+                    for probe, others in [phase_tokens(n, delay, serial)]
+                    for token in [probe, *others]
+                ]
+                KEYS.update(make_keys(env, tokens))
+            server, port = start_server(env, args.app)
         except BaseException:
             llm.stdin.close()
             llm.wait(timeout=10)
@@ -470,7 +566,8 @@ def main() -> None:
         try:
             url = f"ws://127.0.0.1:{port}/ws"
             print(
-                f"server {args.app} pid {server.pid}, MAX_CONCURRENT_ENVS={max_envs}; "
+                f"server {args.app} pid {server.pid}, MAX_CONCURRENT_ENVS={max_envs}, "
+                f"{'studio keys: episodes recorded' if KEYS else 'no keys'}; "
                 f"RSS at start {rss_mib(server.pid):.0f} MiB; "
                 f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}"
             )
@@ -497,6 +594,10 @@ def main() -> None:
             print()
             print_table(phases)
             print_targets(phases, rss_start)
+            if KEYS:
+                server.terminate()
+                server.wait(timeout=30)
+                print_recorded(env)
         finally:
             server.terminate()
             server.wait(timeout=30)
