@@ -164,25 +164,40 @@ class McpApp:
         )
         self.server.request_handlers[types.ListToolsRequest] = self._list_tools
         self.server.request_handlers[types.CallToolRequest] = self._call_tool
-        self.manager = _SessionManager(
-            self.server,
-            face=self,
-            session_idle_timeout=float(slots.idle_seconds),
-            max_sessions=None,  # the slots decide
-        )
+        # One session manager per serving event loop (an SDK manager runs once, on one
+        # loop; tests serve one application from two servers).
+        self._managers: dict[asyncio.AbstractEventLoop, _SessionManager] = {}
+
+    @property
+    def manager(self) -> _SessionManager:
+        try:
+            return self._managers[asyncio.get_running_loop()]
+        except KeyError:
+            raise RuntimeError("The MCP server is not running: enter McpApp.run()") from None
 
     @asynccontextmanager
     async def run(self) -> AsyncIterator[None]:
-        """The session manager's lifetime (enter it in the ASGI lifespan), with the
-        reaper of idle sessions."""
-        async with self.manager.run(), anyio.create_task_group() as tasks:
-            tasks.start_soon(self._reap_idle)
-            try:
-                yield
-            finally:
-                tasks.cancel_scope.cancel()
+        """A session manager's lifetime (enter it in the ASGI lifespan), with the reaper
+        of idle sessions."""
+        loop = asyncio.get_running_loop()
+        manager = _SessionManager(
+            self.server,
+            face=self,
+            session_idle_timeout=float(self.slots.idle_seconds),
+            max_sessions=None,  # the slots decide
+        )
+        self._managers[loop] = manager
+        try:
+            async with manager.run(), anyio.create_task_group() as tasks:
+                tasks.start_soon(self._reap_idle, manager)
+                try:
+                    yield
+                finally:
+                    tasks.cancel_scope.cancel()
+        finally:
+            self._managers.pop(loop, None)
 
-    async def _reap_idle(self) -> None:
+    async def _reap_idle(self, manager: _SessionManager) -> None:
         """Close sessions whose client sent nothing for the idle time. The SDK's own
         idle timeout spares a session with an open GET stream, which every SDK client
         keeps: without this, an idle client would hold its slot for good."""
@@ -190,13 +205,10 @@ class McpApp:
         while True:
             await anyio.sleep(max(0.5, min(idle / 4, 30.0)))
             now = self.slots.now()
-            for session_id, session in list(self.sessions.items()):
-                if not session.busy and now - session.slot.last_active > idle:
-                    transport = self.manager._server_instances.get(session_id)
-                    if transport is None:
-                        await self.end(session_id)
-                    else:
-                        await self.manager._discard_session(session_id, transport)
+            for session_id, transport in list(manager._server_instances.items()):
+                session = self.sessions.get(session_id)
+                if session and not session.busy and now - session.slot.last_active > idle:
+                    await manager._discard_session(session_id, transport)
 
     # ------------------------------------------------------------------ ASGI
 

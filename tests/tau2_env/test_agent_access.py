@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import json
 import threading
-from contextlib import asynccontextmanager
 
 import httpx
 import pytest
-from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
 from websockets.asyncio.client import connect
 
 from tau2_env import access
 from tests.support.llm_server import text
+from tests.support.mcp_client import mcp_session
 from tests.support.scripts import gold_script
 
 ALICE_KEY = "studio_key_alice"
@@ -66,22 +64,11 @@ def recorder():
     access.set_credentials_resolver(None)
 
 
-@asynccontextmanager
-async def mcp_session(url: str, key: str):
-    async with (
-        httpx.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=60) as http,
-        streamable_http_client(url, http_client=http) as (read, write, _),
-        ClientSession(read, write) as session,
-    ):
-        await session.initialize()
-        yield session
-
-
 async def test_a_keyed_mcp_episode_runs_on_the_keys_token_and_is_heard_hop_by_hop(
     asgi_server, llm_server, recorder
 ):
     gold_script(llm_server)
-    async with mcp_session(f"{asgi_server}/agent/mcp?task_id=27", ALICE_KEY) as session:
+    async with mcp_session(f"{asgi_server}/agent/mcp?task_id=27", token=ALICE_KEY) as session:
         await session.call_tool("start", {})
         await session.call_tool("get_user_details", {"user_id": GOLD_USER})
         await session.call_tool("send_certificate", {"user_id": GOLD_USER, "amount": 150})
