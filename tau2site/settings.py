@@ -239,6 +239,10 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.AllowAny"],
+    # The session of a signed-in person only: nobody has a password here (Hugging Face
+    # signs people in), and HTTP Basic looked up any username it was sent — with a NUL
+    # in it, a 500.
+    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
     "DEFAULT_PAGINATION_CLASS": "apps.tasks.pagination.Pagination",  # limit at most 1,000
     "PAGE_SIZE": 100,
     "UNAUTHENTICATED_USER": None,

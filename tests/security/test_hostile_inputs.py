@@ -220,3 +220,10 @@ def test_the_play_schemas_refuse_what_the_form_refuses():
     }
     assert "levels deep" in argument_errors(schema, _nested(40))["__all__"]
     assert argument_errors(schema, {"user_id": "ok"}) == {}
+
+
+def test_the_api_takes_no_http_basic_credentials(client, catalogue):
+    """Nobody has a password: a Basic header (here with a NUL in its username, which the
+    fuzzer found made a 500) is no way in."""
+    response = client.get("/api/evaluations/", HTTP_AUTHORIZATION="Basic AF7Q2qVyPrZQ+V6/3tI6")
+    assert response.status_code == 403
