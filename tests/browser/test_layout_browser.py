@@ -100,9 +100,17 @@ def holds(page, width: int) -> None:
     assert colours["inside"], f"the name is outside the header's background at {width} px"
 
 
+@pytest.fixture
+def long_key(alice):
+    """alice's API key with the longest name a key may have, without a space."""
+    from apps.accounts.services import api_key_create
+
+    return api_key_create(user=alice, name="k" * 100)[0]
+
+
 @pytest.mark.parametrize("width", WIDTHS)
 def test_pages_hold_with_the_longest_task_id(
-    alice_page, models, longest, long_run, long_session, width
+    alice_page, models, longest, long_run, long_session, long_key, width
 ):
     page = alice_page
     page.set_viewport_size({"width": width, "height": 900})
@@ -121,6 +129,7 @@ def test_pages_hold_with_the_longest_task_id(
         "/evaluations/new/",
         "/leaderboard/",
         "/models/",
+        "/accounts/keys/",
     ]
     for path in pages:
         response = page.goto(path)
