@@ -18,7 +18,7 @@ from apps.accounts.access import (
     can_view_runs,
     signin_url,
 )
-from apps.runs import diagnosis, exports, presenters, selectors, services
+from apps.runs import compare, diagnosis, exports, presenters, selectors, services
 from apps.runs.models import ReviewLabel, Run
 from apps.runs.selectors import RunFilters
 from apps.runs.views.start import rerun_offer
@@ -120,9 +120,5 @@ def run_compare(request):
     missing = [i for i in ids if i not in runs]
     if missing:
         raise Http404(f"No run {missing[0]}")
-    columns = exports.compare_columns([runs[i] for i in ids])
-    return render(
-        request,
-        "runs/compare.html",
-        {"columns": columns, "ids": ",".join(map(str, ids)), "rows": exports.compare_rows(columns)},
-    )
+    context = compare.compare_context([runs[i] for i in ids])
+    return render(request, "runs/compare.html", {**context, "ids": ",".join(map(str, ids))})
