@@ -83,7 +83,8 @@ async def test_http_reset_answers_4xx_json_for_bad_input(
     [
         {"action": {"type": "call_tool", "tool_name": "done", "arguments": 7}},
         {"action": {"type": "call_tool", "arguments": {}}},
-        {"action": "done"},
+        {"action": 42},  # text is a gym-style action; a number is nothing
+        {"action": ["done"]},
         {},
     ],
 )
