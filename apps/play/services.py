@@ -56,7 +56,8 @@ def _tool_lease() -> timedelta:
     return timedelta(seconds=settings.TAU2_RUN_LEASE_SECONDS)
 
 
-def _provenance(*, task: Task, user_model: str, max_steps: int, seed: int | None) -> dict:
+def play_provenance(*, task: Task, user_model: str, max_steps: int, seed: int | None) -> dict:
+    """A play session's provenance (``run_provenance``): a person plays the agent."""
     return run_provenance(
         task=task,
         agent={"implementation": "a person (apps.play)", "model": HUMAN_AGENT},
@@ -105,7 +106,7 @@ def play_start(*, user, task: Task, seed: int | None = None) -> Run:
             started_at=now,
             play_phase=Phase.CUSTOMER,
             lease_expires_at=now + pending_lease(),
-            provenance=_provenance(
+            provenance=play_provenance(
                 task=task, user_model=user_model, max_steps=max_steps, seed=seed
             ),
         )

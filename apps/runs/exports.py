@@ -37,6 +37,9 @@ def run_export(run: Run) -> dict[str, Any]:
         "user_model": run.user_model,
         "max_steps": run.max_steps,
         "seed": run.seed,
+        # A fork's parent run and the parent's message it replaced (apps.runs.forks).
+        "parent": run.parent_id,
+        "fork_seq": run.fork_seq,
         "created_at": _iso(run.created_at),
         "started_at": _iso(run.started_at),
         "finished_at": _iso(run.finished_at),

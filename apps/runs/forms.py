@@ -84,3 +84,39 @@ class LabelForm(forms.Form):
         kwargs.setdefault("auto_id", f"label-{'run' if seq is None else seq}-%s")
         kwargs.setdefault("initial", {"seq": seq})
         super().__init__(*args, **kwargs)
+
+
+class ForkForm(forms.Form):
+    """A fork of a finished run at one of its messages (``apps.runs.forks``): who goes on
+    in the agent's place, and the customer's model (empty: the run's own)."""
+
+    MODEL, SEED, PLAY = "model", "seed", "play"
+
+    at = forms.IntegerField(widget=forms.HiddenInput, min_value=0, max_value=2**31 - 1)
+    continue_with = forms.ChoiceField(
+        label="Continue with",
+        widget=forms.RadioSelect,
+        initial=MODEL,
+        choices=[
+            (MODEL, "another agent model"),
+            (SEED, "the same agent model, another seed"),
+            (PLAY, "me: take over as a play session"),
+        ],
+    )
+    agent_model = AgentModelField(label="Agent model", required=False)
+    seed = forms.IntegerField(label="Seed", required=False, min_value=0, max_value=2**63 - 1)
+    user_model = forms.CharField(
+        label="Customer model",
+        max_length=255,
+        required=False,
+        help_text="Empty: the run's own customer model goes on.",
+    )
+
+    def clean(self):
+        data = super().clean()
+        how = data.get("continue_with")
+        if how == self.MODEL and not data.get("agent_model") and "agent_model" not in self.errors:
+            self.add_error("agent_model", "Pick the agent model that continues it.")
+        if how == self.SEED and data.get("seed") is None:
+            self.add_error("seed", "Give the seed the same model goes on with.")
+        return data

@@ -152,10 +152,22 @@ class Run(models.Model):
         help_text="The customer's calls; empty when unpriced.",
     )
     provenance = models.JSONField(default=dict, help_text="τ² version, task set, models, args.")
+    # A fork (apps.runs.forks) continues its parent's conversation: its messages before
+    # ``fork_seq`` are the parent's, replayed onto a fresh environment; from it on, its own.
+    parent = models.ForeignKey(
+        "self", on_delete=models.SET_NULL, null=True, blank=True, related_name="forks"
+    )
+    fork_seq = models.PositiveIntegerField(
+        null=True, blank=True, help_text="The parent's message this fork replaced (forks only)."
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]
         constraints = [
+            models.CheckConstraint(
+                condition=Q(parent__isnull=True) | Q(fork_seq__isnull=False),
+                name="run_fork_has_a_fork_point",
+            ),
             models.CheckConstraint(
                 condition=Q(reward__isnull=True) | Q(reward__gte=0, reward__lte=1),
                 name="run_reward_in_unit_interval",

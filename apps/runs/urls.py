@@ -14,6 +14,7 @@ urlpatterns = [
     path("<int:pk>.json", views.run_json, name="json"),
     path("<int:pk>/stop/", views.run_stop, name="stop"),
     path("<int:pk>/rerun/", views.run_rerun, name="rerun"),
+    path("<int:pk>/fork/", views.run_fork, name="fork"),
     path("<int:pk>/labels/", views.label_add, name="label_add"),
     path("<int:pk>/labels/slot/", views.label_slot, name="label_slot"),
     path("<int:pk>/labels/<int:label_pk>/delete/", views.label_delete, name="label_delete"),

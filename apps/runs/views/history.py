@@ -18,7 +18,7 @@ from apps.accounts.access import (
     can_view_runs,
     signin_url,
 )
-from apps.runs import compare, diagnosis, exports, presenters, selectors, services
+from apps.runs import compare, diagnosis, exports, forks, presenters, selectors, services
 from apps.runs.models import ReviewLabel, Run
 from apps.runs.selectors import RunFilters
 from apps.runs.views.start import rerun_offer
@@ -71,6 +71,7 @@ def run_detail(request, pk: int):
             "last_seq": events[-1]["seq"] if events else -1,
             "can_stop": can_control(request.user, owner_id=run.created_by_id),
             "rerun": rerun_offer(request.user, run),
+            "fork": forks.fork_context(request.user, run),
         },
     )
 

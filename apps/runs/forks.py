@@ -1,0 +1,215 @@
+"""Forks: a new run that continues a finished run's conversation from one of its messages.
+
+A fork at message ``S`` of a run keeps the run's messages before ``S`` (the *prefix*,
+copied as they were stored) and replaces ``S`` and everything after it: by an agent
+model (another one, or the same with another seed) on a worker, or by the person who
+forked it, as a play session. Nothing is replayed here: the fork is a run whose stored
+messages are the prefix, and the worker (``apps.runs.runner``) or the play page
+(``apps.play.services``) continues it as it continues any stored conversation — τ²'s
+orchestrator replays the prefix's tool calls onto a fresh environment (the environment
+is then exactly the parent's just before ``S``) and sends the model the prefix, as
+``tau2 run`` would with that history.
+
+A fork records its parent and fork point (``Run.parent``, ``Run.fork_seq``); it is a run
+like any other, never one of an evaluation's trials. Its usage counts only its own calls:
+the prefix's were the parent's.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+from django.utils import timezone
+
+from apps.accounts.access import can_start
+from apps.runs.models import Run, RunEvent
+
+# Where a fork may start: a message the agent or the customer says (a tool's result
+# follows from its call; fork at the call instead).
+FORKABLE = (RunEvent.Kind.AGENT, RunEvent.Kind.CUSTOMER)
+
+
+@dataclass(frozen=True)
+class Lineage:
+    """Where ``run`` comes from and what came of it: its parent and fork point (if it
+    is a fork) and its own forks, oldest first."""
+
+    parent: Run | None
+    fork_seq: int | None
+    children: list[Run]
+
+    @property
+    def is_fork(self) -> bool:
+        return self.fork_seq is not None
+
+
+def fork_lineage(run: Run) -> Lineage:
+    children = list(run.forks.order_by("created_at", "id"))
+    return Lineage(parent=run.parent, fork_seq=run.fork_seq, children=children)
+
+
+def fork_point(*, run: Run, at_seq) -> RunEvent:
+    """The message ``at_seq`` of ``run`` if a fork may replace it; raises
+    ``ValidationError`` otherwise (the run is not over, no such message, the greeting,
+    or a tool's result)."""
+    if not run.is_final:
+        raise ValidationError("Only a finished run can be forked.")
+    try:
+        seq = int(at_seq)
+    except (TypeError, ValueError):
+        raise ValidationError({"at": "Name the message to fork at by its number."}) from None
+    event = run.events.filter(seq=seq).first() if 0 < seq < 2**31 else None
+    if event is None:
+        raise ValidationError({"at": f"Run {run.pk} has no message {at_seq} to fork at."})
+    if event.kind not in FORKABLE:
+        raise ValidationError(
+            {"at": "A tool's result follows from its call: fork at the call instead."}
+        )
+    return event
+
+
+def run_fork(
+    *,
+    run: Run,
+    at_seq: int,
+    by,
+    agent_model: str | None = None,
+    seed: int | None = None,
+    user_model: str | None = None,
+    as_play: bool = False,
+) -> Run:
+    """A new run by ``by`` whose history is ``run``'s messages before ``at_seq``.
+
+    Continued by ``agent_model`` (default: ``run``'s, for a model run) with ``seed``
+    given as to ``tau2 run --seed`` (default: ``run``'s own orchestrator seed), or, with
+    ``as_play``, by ``by`` on the play page; the customer by ``user_model`` (default:
+    ``run``'s). Raises ``PermissionDenied`` unless ``by`` may start runs, and
+    ``ValidationError`` for a fork point no fork may have (:func:`fork_point`), a model
+    that cannot run, or (play) no usable token.
+    """
+    if not can_start(by):
+        raise PermissionDenied("Sign in to fork runs.")
+    point = fork_point(run=run, at_seq=at_seq)
+    user_model = (user_model or "").strip() or run.user_model
+    if " " in user_model:
+        raise ValidationError({"user_model": "Pick a customer model, e.g. org/model."})
+    prefix = list(run.events.filter(seq__lt=point.seq).order_by("seq"))
+    with transaction.atomic():
+        if as_play:
+            fork = _play_fork(run=run, by=by, user_model=user_model, seed=seed, next_=point)
+        else:
+            fork = _model_fork(
+                run=run, by=by, agent_model=agent_model, user_model=user_model, seed=seed
+            )
+        fork.parent, fork.fork_seq = run, point.seq
+        fork.provenance = {**fork.provenance, "fork": {"parent": run.pk, "at_seq": point.seq}}
+        fork.n_messages = len(prefix)
+        fork.n_tool_calls = sum(
+            len(e.message.get("tool_calls") or []) for e in prefix if e.kind in FORKABLE
+        )
+        fork.save()
+        RunEvent.objects.bulk_create(
+            RunEvent(run=fork, seq=e.seq, kind=e.kind, message=e.message) for e in prefix
+        )
+        _queue(fork, next_=point)
+    return fork
+
+
+def _model_fork(*, run: Run, by, agent_model, user_model: str, seed) -> Run:
+    from apps.inference.selectors import resolve_agent_model
+    from apps.runs.services import model_run_build, model_run_validate, prices_for_storage
+    from tau2_env.evaluation import trial_seeds
+
+    chosen = agent_model or (run.agent_model if run.kind == Run.Kind.MODEL else "")
+    if not chosen:
+        raise ValidationError({"agent_model": "Pick the agent model that continues it."})
+    try:
+        model = resolve_agent_model(chosen)
+    except ValueError as exc:
+        raise ValidationError({"agent_model": str(exc)}) from exc
+    args = (run.provenance or {}).get("args") or {}
+    model_run_validate(agent_model=model.value, max_steps=run.max_steps)
+    if seed is None:  # the parent's own trial of its seed: the orchestrator gets run.seed
+        given, trial, trial_seed = args.get("seed", run.seed), args.get("trial") or 0, run.seed
+    else:
+        given, trial, trial_seed = seed, 0, trial_seeds(seed, 1)[0]
+    fork = model_run_build(
+        user=by,
+        task=run.task,
+        agent_model=model.value,
+        user_model=user_model,
+        max_steps=run.max_steps,
+        seed=given,
+        trial=trial,
+        trial_seed=trial_seed,
+        prices=prices_for_storage(model.prices),
+        max_errors=args.get("max_errors") or 10,
+    )
+    fork.dispatched_at = timezone.now()
+    return fork
+
+
+def _play_fork(*, run: Run, by, user_model: str, seed, next_: RunEvent) -> Run:
+    from apps.accounts.vault import SignInRequired, hf_token_for
+    from apps.play.services import HUMAN_AGENT, pending_lease, play_provenance
+
+    try:
+        hf_token_for(user=by)  # refused here, with the vault's reason, not on a worker
+    except SignInRequired as exc:
+        raise ValidationError(str(exc)) from exc
+    seed = run.seed if seed is None else seed
+    now = timezone.now()
+    customer_next = next_.kind == RunEvent.Kind.CUSTOMER
+    return Run(
+        kind=Run.Kind.HUMAN,
+        task=run.task,
+        domain=run.domain,
+        created_by=by,
+        agent_model=HUMAN_AGENT,
+        user_model=user_model,
+        max_steps=run.max_steps,
+        seed=seed,
+        status=Run.Status.RUNNING,
+        started_at=now,
+        play_phase=Run.PlayPhase.CUSTOMER if customer_next else Run.PlayPhase.YOUR_TURN,
+        lease_expires_at=now + pending_lease() if customer_next else None,
+        provenance=play_provenance(
+            task=run.task, user_model=user_model, max_steps=run.max_steps, seed=seed
+        ),
+    )
+
+
+def _queue(fork: Run, *, next_: RunEvent) -> None:
+    """Hand the fork to whoever says message ``next_``'s part first: a model run to the
+    workers; a play session's customer to a worker when it is the customer's turn (else
+    the person acts)."""
+    if fork.kind == Run.Kind.MODEL:
+        from apps.runs.tasks import execute_run
+
+        transaction.on_commit(lambda: execute_run.delay(fork.pk))
+    elif next_.kind == RunEvent.Kind.CUSTOMER:
+        from apps.play.tasks import customer_turn
+
+        at = fork.n_messages
+        transaction.on_commit(lambda: customer_turn.delay(fork.pk, at))
+
+
+def fork_context(user, run: Run) -> dict:
+    """What the run page shows of forks: the lineage, whether ``user`` may fork ``run``
+    here ("Fork here" on its messages), and which kinds of message they may fork at."""
+    return {
+        "lineage": fork_lineage(run),
+        "can_fork": can_start(user) and run.is_final,
+        "kinds": [kind.value for kind in FORKABLE],
+    }
+
+
+def fork_compare_from(runs: list[Run]) -> int | None:
+    """Where a comparison of ``runs`` may start: when one of them is a fork of another,
+    the fork point (their messages before it are the same), else ``None``. A hook for the
+    aligned comparison (``apps.runs.compare``) to align parent and fork from there."""
+    ids = {run.pk for run in runs}
+    points = [run.fork_seq for run in runs if run.parent_id in ids and run.fork_seq is not None]
+    return min(points) if points else None
