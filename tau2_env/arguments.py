@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["MAX_BYTES", "MAX_DEPTH", "arguments_problem", "parse_arguments"]
+__all__ = ["MAX_BYTES", "MAX_DEPTH", "arguments_problem", "holds_nul", "parse_arguments"]
 
 MAX_DEPTH = 16  # objects and lists inside the arguments object
 MAX_BYTES = 64 * 1024  # as JSON text
@@ -36,6 +36,12 @@ def _walk(value: Any, *, limit: int) -> tuple[int, bool]:
         elif isinstance(node, str) and "\x00" in node:
             nul = True
     return deepest, nul
+
+
+def holds_nul(value: Any) -> bool:
+    """True when a string (or a key) anywhere in ``value`` holds a NUL character, which
+    PostgreSQL's text and jsonb cannot store."""
+    return _walk(value, limit=10**9)[1]
 
 
 def arguments_problem(arguments: Any, *, allow_nul: bool = True) -> str | None:

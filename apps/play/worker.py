@@ -16,8 +16,9 @@ import logging
 
 from apps.play import services
 from apps.play.selectors import Phase
-from apps.runs.events import LostRun, events_publish
+from apps.runs.events import LostRun, UnstorableMessage, events_publish
 from apps.runs.models import Run
+from apps.runs.runner import run_finish
 from tau2_env import engine, llm
 
 logger = logging.getLogger(__name__)
@@ -59,6 +60,10 @@ def customer_turn(*, run_id: int, at: int, worker: str) -> str:
         return _settle(run=run, worker=worker, episode=episode, open_="answered")
     except LostRun:
         return "skipped"
+    except UnstorableMessage as exc:  # the customer's reply held a NUL: the session ends
+        failed, failure = Run.Status.FAILED, Run.Failure.PROVIDER
+        run_finish(run=run, status=failed, worker=worker, error=str(exc), failure=failure)
+        return "failed"
     except Exception as exc:  # a bug, not a provider error: let the player ask again
         logger.exception("The customer's turn of play session %s failed", run.pk)
         reason = llm.explain_error(exc, secrets=(token,)).message

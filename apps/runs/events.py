@@ -19,6 +19,7 @@ from django.db import transaction
 
 from apps.inference.pricing import PricePair, cost_usd
 from apps.runs.models import Run, RunEvent
+from tau2_env.arguments import holds_nul
 
 logger = logging.getLogger(__name__)
 
@@ -41,6 +42,23 @@ class StatusMessage(TypedDict):
 
 class LostRun(RuntimeError):
     """This worker no longer holds the run (another took it over, or it was stopped)."""
+
+
+class UnstorableMessage(ValueError):
+    """A message holds a NUL character, which PostgreSQL's text and jsonb cannot store.
+
+    Nothing of the batch is stored: the conversation is never changed to fit (what τ²
+    saw stays what is recorded), and the run ends with this readable reason instead.
+    """
+
+    def __init__(self, message: dict[str, Any]) -> None:
+        who = {"assistant": "The agent model's", "user": "The customer's"}.get(
+            message.get("role"), "A"
+        )
+        super().__init__(
+            f"{who} reply contained a NUL character (\\u0000), which can't be stored; "
+            "the conversation ends here rather than be changed."
+        )
 
 
 def group_name(run_id: int) -> str:
@@ -117,6 +135,9 @@ def events_publish(
     """
     if not messages:
         return []
+    for message in messages:
+        if holds_nul(message):
+            raise UnstorableMessage(message)
     with transaction.atomic():
         locked = Run.objects.select_for_update().filter(pk=run.pk)
         if worker is not None:

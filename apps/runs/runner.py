@@ -35,7 +35,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from apps.runs.events import LostRun, events_publish, status_publish
+from apps.runs.events import LostRun, UnstorableMessage, events_publish, status_publish
 from apps.runs.models import Run
 
 logger = logging.getLogger(__name__)
@@ -205,6 +205,15 @@ def run_execute(*, run_id: int, worker: str) -> str:
     except LostRun:
         logger.info("Run %s was taken over or stopped; %s lets go", run.pk, worker)
         return _status(run.pk)
+    except UnstorableMessage as exc:  # a provider's reply with a NUL: said as such
+        run_finish(
+            run=run,
+            status=Run.Status.FAILED,
+            worker=worker,
+            error=str(exc),
+            failure=Run.Failure.PROVIDER,
+        )
+        return Run.Status.FAILED
     except INFRASTRUCTURE_ERRORS as exc:
         # The database or the broker went away (a restart, a failover): not the run's
         # fault. Hand it back to be resumed from its stored messages.
