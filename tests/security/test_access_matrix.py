@@ -57,6 +57,8 @@ MATRIX: dict[str, dict[str, tuple[str, str, str]]] = {
         "GET": same("405"),
         "POST": ("403", "302 /runs/new/", "302 /runs/new/"),
     },
+    # A fork needs who may start runs, and a message to fork at (none given here: 400).
+    "runs/<int:pk>/fork/": {"GET": (SIGNIN, "400", "400"), "POST": (SIGNIN, "400", "400")},
     "runs/<int:pk>/labels/": {
         "GET": same("405"),
         "POST": ("403", "403", "302 /runs/{run}/"),
