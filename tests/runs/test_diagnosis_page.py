@@ -15,6 +15,9 @@ from tests.support.llm_server import text, tool_call
 from tests.support.scripts import AGENT_MODEL, GOLD_TASK, finished, gold_script, play, wait_for
 
 USER = "ethan_martin_2396"
+# The worker's first run waits for it to start; on a machine shared with other suites
+# that has taken over a minute.
+WAIT = 180.0
 
 
 def _start(client) -> Run:
@@ -46,7 +49,7 @@ def _wrong_amount_run(llm_server, client) -> Run:
             text("Thanks. ###STOP###"),
         ],
     )
-    run = wait_for(_start(client), finished)
+    run = wait_for(_start(client), finished, timeout=WAIT)
     assert run.status == Run.Status.COMPLETED, run.error
     assert run.reward == 0.0
     return run
@@ -101,7 +104,7 @@ def test_a_golden_run_has_no_change_and_compare_counts_each_runs_changes(
 ):
     wrong = _wrong_amount_run(llm_server, alice_client)
     gold_script(llm_server)
-    gold = wait_for(_start(alice_client), finished)
+    gold = wait_for(_start(alice_client), finished, timeout=WAIT)
     assert gold.reward == 1.0
 
     page = alice_client.get(f"/runs/{gold.pk}/").content.decode()
@@ -145,7 +148,11 @@ def test_a_played_run_is_diagnosed_like_a_model_run(celery_worker, llm_server, a
     )
     assert response.status_code == 302, response.content.decode()[:2000]
     run = Run.objects.get(pk=int(response["Location"].rstrip("/").split("/")[-1]))
-    wait_for(run, lambda r: r.events.filter(kind="customer").exists() and not r.worker)
+    wait_for(
+        run,
+        lambda r: r.events.filter(kind="customer").exists() and not r.worker,
+        timeout=WAIT,
+    )
 
     def tool(name, **arguments):
         response = alice_client.post(
@@ -159,7 +166,7 @@ def test_a_played_run_is_diagnosed_like_a_model_run(celery_worker, llm_server, a
     tool("get_reservation_details", reservation_id="NO6JO3")
     tool("send_certificate", user_id=USER, amount=149)
     alice_client.post(f"/play/{run.pk}/end/", HTTP_ACCEPT="application/json")
-    run = wait_for(run, finished)
+    run = wait_for(run, finished, timeout=WAIT)
     assert run.kind == Run.Kind.HUMAN and run.reward == 0.0, run.error
 
     page = alice_client.get(f"/runs/{run.pk}/").content.decode()
