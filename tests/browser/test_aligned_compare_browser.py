@@ -9,7 +9,7 @@ import pytest
 from playwright.sync_api import expect
 
 from tests.support.browser import page_signed_in_as
-from tests.support.compare_runs import EXTRA_READ, LOOKUP, certificate, stored_run
+from tests.support.scored_runs import EXTRA_READ, LOOKUP, certificate, stored_run
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 

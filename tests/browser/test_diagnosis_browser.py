@@ -1,7 +1,7 @@
 """A failed run's diagnosis in Chromium, at 400 px and 1,400 px: the wrong field of its
 database, the first divergent write, badges on its tool calls, and no page wider than
 the window. The run is played by the engine in-process (scripted customer) and stored
-as the runner stores one."""
+as the runner stores one (tests/support/scored_runs.py)."""
 
 from __future__ import annotations
 
@@ -9,46 +9,16 @@ import pytest
 from django.test import Client
 from playwright.sync_api import expect
 
-from apps.runs.models import Run, RunEvent
-from apps.tasks.models import Task
-from tau2_env import llm
-from tau2_env.engine import Episode, messages_to_json
-from tests.support.llm_server import text
+from apps.runs.models import Run
+from tests.support.scored_runs import LOOKUP, certificate, stored_run
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
-
-USER = "ethan_martin_2396"
 
 
 @pytest.fixture
 def failed_run(alice, llm_server) -> Run:
     """alice's run of airline/27 that sent a $149 certificate instead of $150."""
-    llm_server.add(text(f"My flight was delayed; I'm {USER}."))
-    route = llm.Route(
-        provider="hf", model="scripted/customer", base_url=llm_server.base_url, api_key="hf_x7"
-    )
-    episode = Episode(domain="airline", task_id="27", user_llm=route)
-    episode.start()
-    episode.call_tool("get_user_details", {"user_id": USER})
-    episode.call_tool("send_certificate", {"user_id": USER, "amount": 149})
-    episode.finish()
-    messages = messages_to_json(episode.messages)
-    run = Run.objects.create(
-        task=Task.objects.get(domain_id="airline", task_id="27"),
-        domain="airline",
-        created_by=alice,
-        agent_model="org/model-a",
-        user_model="u/m",
-        status=Run.Status.COMPLETED,
-        termination_reason=episode.termination_reason.value,
-        reward=episode.reward,
-        reward_info=episode.reward_info.model_dump(mode="json"),
-        n_messages=len(messages),
-    )
-    kinds = {"assistant": "agent", "user": "customer", "tool": "tool_result"}
-    for seq, message in enumerate(messages):
-        RunEvent.objects.create(run=run, seq=seq, kind=kinds[message["role"]], message=message)
-    return run
+    return stored_run(alice, llm_server, [LOOKUP, certificate(149)], model="org/model-a")
 
 
 @pytest.mark.parametrize("width", [400, 1400])

@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 
 from apps.runs.models import Run
-from tests.support.compare_runs import EXTRA_READ, LOOKUP, certificate, stored_run
+from tests.support import review
+from tests.support.scored_runs import EXTRA_READ, LOOKUP, certificate, stored_run
 
 
 def _rows(page: str) -> list[str]:
@@ -119,17 +120,8 @@ def test_three_and_four_runs_with_a_missing_call_align_on_the_expected_actions(
 
 
 def test_runs_of_different_tasks_are_shown_by_index_with_a_note(llm_server, alice, alice_client):
-    from apps.tasks.models import Task
-
     mine = stored_run(alice, llm_server, [LOOKUP, certificate(150)], model="org/gold")
-    other = Run.objects.create(
-        task=Task.objects.get(domain_id="airline", task_id="1"),
-        domain="airline",
-        created_by=alice,
-        agent_model="org/other",
-        user_model="u/m",
-        status=Run.Status.COMPLETED,
-    )
+    other = review.stored_run(alice, task_id="1")
     page = _compare(alice_client, mine, other)
     assert 'data-aligned="false"' in page
     assert "aligning by expected action needs runs of one task" in page

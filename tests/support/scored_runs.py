@@ -1,4 +1,4 @@
-"""Scored runs of airline/27 made of given tool calls, for the aligned compare tests.
+"""Scored runs of airline/27 made of given tool calls (diagnosis and compare tests).
 
 The engine plays each in-process (the scripted customer opens, the agent's tool calls run
 on τ²'s environment, τ² scores the end) and the run is stored as the runner stores one.
