@@ -48,6 +48,7 @@ class Application:
     def __init__(self) -> None:
         from django.conf import settings
 
+        from apps.agents.playground import BrowserSessions
         from tau2_env.capacity import SessionSlots
         from tau2_env.mcp_server import McpApp
         from tau2_env.server import create_openenv_app
@@ -55,7 +56,9 @@ class Application:
         slots = SessionSlots.from_config()  # one pool for both agent faces
         swagger = f"{settings.STATIC_URL}drf_spectacular_sidecar/swagger-ui-dist"
         # Its lifespan goes to the app itself (the wrapper adds headers to HTTP only).
-        self.openenv = ApiSecurityHeaders(create_openenv_app(slots, swagger_assets=swagger))
+        # A signed-in person's page may open /ws on their session (the agents playground).
+        openenv = BrowserSessions(create_openenv_app(slots, swagger_assets=swagger))
+        self.openenv = ApiSecurityHeaders(openenv)
         self.mcp_app = McpApp(slots)
         self.mcp = ApiSecurityHeaders(self.mcp_app)
         self.channels_ws = SameOriginWebsockets(

@@ -18,6 +18,7 @@ urlpatterns = [
     path("leaderboard/", evaluation_results.leaderboard, name="leaderboard"),
     path("api/", include("apps.tasks.api_urls")),
     path("accounts/", include("apps.accounts.urls")),
+    path("agents/", include("apps.agents.urls")),
     path("auth/", include("social_django.urls", namespace="social")),
     path("admin/login/", accounts_views.admin_login, name="admin_login"),
     path("", include("apps.inference.urls")),  # /models/, /api/models/

@@ -87,6 +87,9 @@ def studio_credentials(request: access.ClientRequest) -> access.Credentials:
     whose owner must sign in again, or no key where one is required."""
     raw = presented_key(request)
     if raw is None:
+        signed_in = _browser_credentials(request)
+        if signed_in is not None:
+            return signed_in
         if settings.TAU2_AGENT_API_REQUIRE_KEY:
             raise access.CredentialsRefused(KEY_REQUIRED)
         return access.default_resolver(request)
@@ -95,6 +98,25 @@ def studio_credentials(request: access.ClientRequest) -> access.Credentials:
     user_id, key_id, token = _off_loop(_key_owner_token, raw)
     recorder = AgentRunRecorder(user_id=user_id, key_id=key_id, agent=agent_name(request))
     return access.Credentials(client=f"key:{key_id}", hf_token=token, hooks=recorder)
+
+
+def _browser_credentials(request: access.ClientRequest) -> access.Credentials | None:
+    """A signed-in person's own session on the playground's same-origin ``/ws``
+    (``apps.agents.playground``), when the client presents no token of its own."""
+    from apps.accounts.vault import SignInRequired
+    from apps.agents.playground import browser_session_key, session_owner_token
+
+    session_key = browser_session_key()
+    if not session_key or access.bearer_token(request.headers) or request.hf_token:
+        return None
+    try:
+        owner = _off_loop(session_owner_token, session_key)
+    except SignInRequired as exc:
+        raise access.CredentialsRefused(str(exc)) from None
+    if owner is None:
+        return None
+    user_id, token = owner
+    return access.Credentials(client=f"user:{user_id}", hf_token=token)
 
 
 def install() -> None:

@@ -12,6 +12,7 @@ _SECTIONS = {
     "evaluations": "evaluations",
     "inference": "models",
     "api": "api",
+    "agents": "agents",
 }
 
 

@@ -1,0 +1,168 @@
+"""Agents' pages: "Connect an agent" (copy-paste snippets for this server) and the OpenEnv
+playground (an episode played by hand over ``/ws``, frame by frame).
+
+They live together in ``apps/agents`` with the playground's credentials
+(:mod:`apps.agents.playground`): both are about outside agents on the OpenEnv and MCP
+faces, neither about accounts, runs or play sessions.
+"""
+
+from __future__ import annotations
+
+import json
+
+from django.conf import settings
+from django.shortcuts import render
+from django.urls import reverse
+
+from apps.accounts.access import signin_required_to_start
+from apps.tasks.selectors import domain_list
+
+KEY_PLACEHOLDER = "tau2s_PASTE_YOUR_KEY"  # never a real key: the page is the same for all
+EXAMPLE_SEED = 7  # a task of the split drawn reproducibly, so each snippet plays one
+
+OPENENV_SNIPPET = """\
+import asyncio
+
+from openenv.core.env_server.mcp_types import CallToolAction
+from tau2_env import Tau2Env
+
+KEY = "{key}"  # a studio API key: {keys_url}
+
+
+async def main():
+    async with Tau2Env(base_url="{base}") as env:
+        result = await env.reset(domain="{domain}", split="{split}", seed={seed}, hf_token=KEY)
+        print("customer:", result.observation.metadata["user_message"])
+        tools = await env.list_tools()
+        print("tools:", [tool.name for tool in tools])
+        reply = await env.call_tool("respond_to_user", message="Hello! How can I help?")
+        print("customer:", reply)
+        result = await env.step(CallToolAction(tool_name="done", arguments={{}}))
+        print("done:", result.done, "reward:", result.reward)
+
+
+asyncio.run(main())
+"""
+
+GENERIC_SNIPPET = """\
+from openenv import GenericEnvClient
+
+KEY = "{key}"  # a studio API key: {keys_url}
+
+with GenericEnvClient(base_url="{base}").sync() as env:
+    result = env.reset(domain="{domain}", split="{split}", seed={seed}, hf_token=KEY)
+    print("customer:", result.observation["metadata"]["user_message"])
+    result = env.step(
+        {{
+            "type": "call_tool",
+            "tool_name": "respond_to_user",
+            "arguments": {{"message": "Hello! How can I help?"}},
+        }}
+    )
+    print("customer:", result.observation["result"]["data"])
+    result = env.step({{"type": "call_tool", "tool_name": "done", "arguments": {{}}}})
+    print("done:", result.done, "reward:", result.reward)
+"""
+
+MCP_SNIPPET = """\
+import asyncio
+
+import httpx
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+KEY = "{key}"  # a studio API key: {keys_url}
+URL = "{mcp_url}"
+
+
+async def main():
+    headers = {{"Authorization": f"Bearer {{KEY}}"}}
+    async with (
+        httpx.AsyncClient(headers=headers, timeout=300) as http,
+        streamable_http_client(URL, http_client=http) as (read, write, _),
+        ClientSession(read, write) as session,
+    ):
+        await session.initialize()
+        tools = (await session.list_tools()).tools
+        print("tools:", [tool.name for tool in tools])
+        opening = (await session.call_tool("start", {{}})).structuredContent
+        print("customer:", opening["user_message"])
+        reply = await session.call_tool("respond_to_user", {{"message": "Hello! How can I help?"}})
+        print("customer:", reply.content[0].text)
+        final = (await session.call_tool("done", {{}})).structuredContent
+        print("done:", final["done"], "reward:", final.get("reward"))
+
+
+asyncio.run(main())
+"""
+
+
+def _snippets(request) -> dict[str, str]:
+    """The page's snippets, filled with this server's URL as the request reached it."""
+    base = request.build_absolute_uri("/").rstrip("/")
+    domain, split = settings.TAU2_DOMAIN, settings.TAU2_SPLIT
+    mcp_url = f"{base}/agent/mcp?domain={domain}&split={split}&seed={EXAMPLE_SEED}"
+    fields = {
+        "key": KEY_PLACEHOLDER,
+        "keys_url": request.build_absolute_uri(reverse("accounts:keys")),
+        "base": base,
+        "domain": domain,
+        "split": split,
+        "seed": EXAMPLE_SEED,
+        "mcp_url": mcp_url,
+    }
+    config = {
+        "mcpServers": {
+            "tau2-bench": {
+                "type": "http",
+                "url": mcp_url,
+                "headers": {"Authorization": f"Bearer {KEY_PLACEHOLDER}"},
+            }
+        }
+    }
+    return {
+        "openenv": OPENENV_SNIPPET.format(**fields),
+        "generic": GENERIC_SNIPPET.format(**fields),
+        "mcp": MCP_SNIPPET.format(**fields),
+        "mcp_config": json.dumps(config, indent=2) + "\n",
+        "base": base,
+        "mcp_url": mcp_url,
+    }
+
+
+def connect(request):
+    """How to connect an agent to this server: OpenEnv, the MCP SDK, an MCP client's
+    configuration file — each snippet runs as printed once a studio key is pasted in."""
+    return render(
+        request,
+        "agents/connect.html",
+        {
+            "snippets": _snippets(request),
+            "key_placeholder": KEY_PLACEHOLDER,
+            "require_key": settings.TAU2_AGENT_API_REQUIRE_KEY,
+        },
+    )
+
+
+@signin_required_to_start
+def playground(request):
+    """An OpenEnv episode by hand: reset, call any tool from a form built from its JSON
+    schema, the raw frames both ways (``static/js/agents_playground.js`` on ``/ws``, on
+    the person's own session: :mod:`apps.agents.playground`)."""
+    domains = [
+        {
+            "name": domain.name,
+            "splits": [split.name for split in domain.splits.all()],
+            "tasks": list(domain.tasks.order_by("pk").values_list("task_id", flat=True)),
+        }
+        for domain in domain_list()
+    ]
+    return render(
+        request,
+        "agents/playground.html",
+        {
+            "domains": domains,
+            "default_domain": settings.TAU2_DOMAIN,
+            "default_split": settings.TAU2_SPLIT,
+        },
+    )

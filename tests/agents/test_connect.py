@@ -1,0 +1,144 @@
+""" "Connect an agent" (/agents/): snippets filled with this server's URL, each run as
+printed — with a real studio key put where the placeholder is — against the live server
+(tau2site.asgi), the customer played by the scripted LLM."""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+from apps.accounts.agent_keys import install
+from apps.accounts.services import api_key_create
+from apps.agents.views import KEY_PLACEHOLDER
+from tests.support.agents import agent_runs_of
+from tests.support.llm_server import text
+from tests.support.people import ALICE_TOKEN, signed_in
+
+ROOT = Path(__file__).resolve().parents[2]
+CUSTOMER = "Hi, I need some help with my booking."
+
+
+@pytest.fixture(autouse=True)
+def studio_keys():
+    install()
+
+
+@pytest.fixture
+def alice_key(alice):
+    return api_key_create(user=alice, name="snippets")[1]
+
+
+@pytest.fixture
+def customer(llm_server):
+    llm_server.responder = lambda request: text(CUSTOMER)
+    return llm_server
+
+
+def _page(asgi_server, user=None) -> httpx.Response:
+    cookies = {"sessionid": signed_in(user).cookies["sessionid"].value} if user else {}
+    return httpx.get(f"{asgi_server.url}/agents/", cookies=cookies, timeout=30)
+
+
+def _snippets(page: str) -> dict[str, str]:
+    """The text of each ``<pre data-testid="snippet-…">``, as a browser would copy it."""
+    pattern = r'<pre data-testid="snippet-([\w-]+)"[^>]*><code>(.*?)</code></pre>'
+    found = re.findall(pattern, page, re.S)
+    return {name: html.unescape(body) for name, body in found}
+
+
+def _run_python(snippet: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-c", snippet],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result.stdout
+
+
+def test_the_snippets_name_this_server_and_a_placeholder_never_a_key(asgi_server, alice, alice_key):
+    page = _page(asgi_server, alice)
+    snippets = _snippets(page.text)
+
+    assert page.status_code == 200
+    assert set(snippets) == {"openenv", "generic", "mcp", "mcp-config"}
+    for name, snippet in snippets.items():
+        assert asgi_server.url in snippet, name
+        assert KEY_PLACEHOLDER in snippet, name
+    assert alice_key not in page.text
+    assert 'href="/accounts/keys/"' in page.text  # "use a studio key": her keys page
+    # The copy buttons are a static script's (CSP: no inline script).
+    assert "/static/js/agents_connect.js" in page.text
+    assert "<script>" not in page.text
+
+
+def test_the_snippets_follow_the_host_the_request_came_to(alice_client):
+    page = alice_client.get("/agents/", HTTP_HOST="localhost:8123").content.decode()
+
+    assert "http://localhost:8123/agent/mcp?" in html.unescape(page)
+    assert 'base_url="http://localhost:8123"' in html.unescape(page)
+
+
+@pytest.mark.parametrize("name", ["openenv", "generic", "mcp"])
+def test_each_python_snippet_plays_an_episode_as_printed(
+    asgi_server, customer, alice, alice_key, name
+):
+    snippet = _snippets(_page(asgi_server, alice).text)[name]
+
+    out = _run_python(snippet.replace(KEY_PLACEHOLDER, alice_key))
+
+    assert f"customer: {CUSTOMER}" in out
+    assert re.search(r"^done: True reward: [01]\.0$", out, re.M), out
+    # The customer ran on the key's owner's vault token, never on the key itself, and
+    # the episode is in her history.
+    assert {r.token for r in customer.chat_requests()} == {ALICE_TOKEN}
+    (run,) = agent_runs_of(alice)
+    assert run.task_id and run.is_final
+
+
+def test_the_mcp_configuration_file_connects_with_the_sdk(asgi_server, customer, alice, alice_key):
+    config = json.loads(_snippets(_page(asgi_server, alice).text)["mcp-config"])
+    (server,) = config["mcpServers"].values()
+    headers = {
+        name: value.replace(KEY_PLACEHOLDER, alice_key) for name, value in server["headers"].items()
+    }
+
+    async def play() -> tuple[list[str], dict]:
+        async with (
+            httpx.AsyncClient(headers=headers, timeout=120) as http,
+            streamable_http_client(server["url"], http_client=http) as (read, write, _),
+            ClientSession(read, write) as session,
+        ):
+            await session.initialize()
+            tools = [tool.name for tool in (await session.list_tools()).tools]
+            opening = (await session.call_tool("start", {})).structuredContent
+            final = (await session.call_tool("done", {})).structuredContent
+            return tools, opening, final
+
+    tools, opening, final = asyncio.run(play())
+
+    assert server["type"] == "http"
+    assert {"start", "respond_to_user", "done"} <= set(tools)
+    assert opening["user_message"] == CUSTOMER
+    assert final["done"] is True
+    assert {r.token for r in customer.chat_requests()} == {ALICE_TOKEN}
+    agent_runs_of(alice)  # recorded, and ended
+
+
+def test_anyone_may_read_the_page_and_is_sent_to_sign_in_for_a_key(client, db):
+    page = client.get("/agents/").content.decode()
+
+    assert "Sign in" in page and KEY_PLACEHOLDER in page
+    assert 'data-testid="keys-link"' not in page
