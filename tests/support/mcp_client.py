@@ -9,7 +9,21 @@ import httpx
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-__all__ = ["mcp_session"]
+__all__ = ["INITIALIZE", "MCP_HEADERS", "mcp_initialize", "mcp_session"]
+
+# A bare MCP ``initialize`` request and the headers streamable HTTP wants, for tests that
+# look at the HTTP answer itself (a refusal, a status code) rather than through the SDK.
+MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
+INITIALIZE = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-06-18",
+        "capabilities": {},
+        "clientInfo": {"name": "test", "version": "1"},
+    },
+}
 
 
 @asynccontextmanager
@@ -29,3 +43,10 @@ async def mcp_session(
         if initialize:
             await session.initialize()
         yield session
+
+
+async def mcp_initialize(url: str, *, token: str | None = None) -> httpx.Response:
+    """The raw HTTP answer to an ``initialize`` POSTed to ``url`` (with ``token``)."""
+    headers = {**MCP_HEADERS, **({"Authorization": f"Bearer {token}"} if token else {})}
+    async with httpx.AsyncClient(timeout=30) as http:
+        return await http.post(url, headers=headers, json=INITIALIZE)

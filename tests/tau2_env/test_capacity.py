@@ -19,7 +19,7 @@ from websockets.exceptions import ConnectionClosed
 
 from tau2_env.capacity import CapacityReached, SessionSlots
 from tests.support import processes
-from tests.support.mcp_client import mcp_session
+from tests.support.mcp_client import mcp_initialize, mcp_session
 
 IDLE = 2
 OPENENV_REAPER_INTERVAL = 5  # openenv checks HTTP sessions every max(idle / 4, 5) s
@@ -55,27 +55,6 @@ async def openenv_session(server: processes.Process, token: str | None = None):
         yield ws, json.loads(await ws.recv())
 
 
-async def _mcp_initialize(server: processes.Process, token: str) -> httpx.Response:
-    async with httpx.AsyncClient(timeout=30) as http:
-        return await http.post(
-            f"{server.url}/agent/mcp",
-            headers={
-                "Authorization": f"Bearer {token}",
-                "Accept": "application/json, text/event-stream",
-            },
-            json={
-                "jsonrpc": "2.0",
-                "id": 1,
-                "method": "initialize",
-                "params": {
-                    "protocolVersion": "2025-06-18",
-                    "capabilities": {},
-                    "clientInfo": {"name": "test", "version": "0"},
-                },
-            },
-        )
-
-
 async def test_a_client_is_capped_then_idle_sessions_free_the_slots(small_server):
     async with AsyncExitStack() as stack:
         first = await stack.enter_async_context(openenv_session(small_server))
@@ -85,7 +64,7 @@ async def test_a_client_is_capped_then_idle_sessions_free_the_slots(small_server
         # Another client still gets the server's last slot; then the server is full.
         mcp_url = f"{small_server.url}/agent/mcp"
         other = await stack.enter_async_context(mcp_session(mcp_url, token="hf_other_client_1"))
-        full = await _mcp_initialize(small_server, "hf_third_client_22")
+        full = await mcp_initialize(mcp_url, token="hf_third_client_22")
 
         assert first[1]["type"] == second[1]["type"] == "state"
         assert third["type"] == "error"
