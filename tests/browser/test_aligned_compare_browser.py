@@ -22,6 +22,8 @@ def test_the_aligned_compare_holds_at_any_width(page, alice, base_url, llm_serve
     )
     wrong = stored_run(alice, llm_server, [LOOKUP, certificate(149)], model="org/cheap")
     page = page_signed_in_as(page, alice, base_url)
+    refused: list[str] = []
+    page.on("console", lambda m: refused.append(m.text) if "Security Policy" in m.text else None)
     page.set_viewport_size({"width": width, "height": 900})
     page.goto(f"/runs/compare/?ids={gold.pk},{reader.pk},{wrong.pk}")
 
@@ -44,6 +46,9 @@ def test_the_aligned_compare_holds_at_any_width(page, alice, base_url, llm_serve
     expect(last.get_by_test_id("compare-db-path")).to_contain_text(".amount")
     expect(last.get_by_test_id("compare-first-divergent")).to_have_text("send_certificate")
 
+    # No inline style or script: the policy refuses none, the page carries none.
+    assert refused == []
+    expect(page.get_by_test_id("compare-scroll").locator("[style], script")).to_have_count(0)
     scroll = page.evaluate("document.documentElement.scrollWidth")
     assert scroll <= width, f"the compare page is {scroll} px wide at {width} px"
     wrapper = page.get_by_test_id("compare-scroll").evaluate(
