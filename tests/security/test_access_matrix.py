@@ -126,6 +126,9 @@ MATRIX: dict[str, dict[str, tuple[str, str, str]]] = {
         "GET": (SIGNIN, "405", "405"),
         "POST": (SIGNIN, "404", "404"),
     },
+    # Connect an agent is public; the playground plays on the person's own session.
+    "agents/": {"GET": same("200"), "POST": same("200")},
+    "agents/playground/": {"GET": (SIGNIN, "200", "200"), "POST": (SIGNIN, "200", "200")},
     "auth/login/<str:backend>/": {"GET": same("405"), "POST": same("302 {provider}")},
     "auth/complete/<str:backend>/": {"GET": same("400"), "POST": same("400")},
     "auth/idp-launch/<str:backend>/": {"GET": same("404"), "POST": same("405")},
