@@ -38,21 +38,30 @@ class Unit:
     result: dict[str, Any] | None = None
 
 
-def compare_context(runs: list[Run]) -> dict[str, Any]:
-    """What ``runs/compare.html`` shows for ``runs`` (in the order picked)."""
+def compare_context(runs: list[Run], *, start: int = 0) -> dict[str, Any]:
+    """What ``runs/compare.html`` shows for ``runs`` (in the order picked).
+
+    ``start``: where a fork among them left its parent (``apps.runs.forks``); their
+    messages before it are the same, so the calls are aligned from there, and the
+    expected actions the shared messages already did are left out of the centre.
+    """
     if len({run.task_id for run in runs}) > 1:
         return _by_index(runs, DIFFERENT_TASKS)
-    columns = [_column(run) for run in runs]
+    columns = [_column(run, start=start) for run in runs]
     units = [c.pop("units") for c in columns]
+    done = [c.pop("done") for c in columns][0]  # the same in every run
     if all(len(us) == 1 for us in units):  # talk only: nothing to align by
         return _by_index(runs, NO_CALLS)
     expected = _expected_actions(runs[0])
+    if expected is not None and done:
+        expected = [action for action in expected if action.anchor not in done] or None
     rows = alignment.align([[u.item for u in us if u.call] for us in units], centre=expected)
     return {
         "aligned": True,
         "columns": columns,
         "rows": _aligned_rows(rows, units, expected),
         "centred": expected is not None,
+        "start": start,
     }
 
 
@@ -66,15 +75,19 @@ def _by_index(runs: list[Run], note: str) -> dict[str, Any]:
     }
 
 
-def _column(run: Run) -> dict[str, Any]:
+def _column(run: Run, *, start: int = 0) -> dict[str, Any]:
     stored = list(run.events.order_by("seq"))
     events = [presenters.event_view(e) for e in stored]
     view = diagnosis.diagnosis_view(run, events=events)  # marks each call's trace step
+    # The expected actions that the messages before ``start`` match.
+    shared = _units(stored[:start], events[:start]) if start else []
+    done = {u.item.anchor for u in shared if u.item is not None and u.item.anchor is not None}
     return {
         "run": run,
         "result": presenters.reward_view(run.reward_info),
         "diagnosis": _summary(view),
-        "units": _units(stored, events),
+        "units": _units(stored[start:], events[start:]),
+        "done": done,
     }
 
 
@@ -171,7 +184,9 @@ def _aligned_rows(
             {
                 "number": number,
                 "expected": (
-                    {"index": row.centre + 1, "name": action.name} if action is not None else None
+                    {"index": action.anchor + 1, "name": action.name}
+                    if action is not None
+                    else None
                 ),
                 "cells": cells,
                 "differs": bool(differing)

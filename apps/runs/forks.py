@@ -206,10 +206,10 @@ def fork_context(user, run: Run) -> dict:
     }
 
 
-def fork_compare_from(runs: list[Run]) -> int | None:
-    """Where a comparison of ``runs`` may start: when one of them is a fork of another,
-    the fork point (their messages before it are the same), else ``None``. A hook for the
-    aligned comparison (``apps.runs.compare``) to align parent and fork from there."""
+def fork_compare_from(runs: list[Run]) -> int:
+    """Where a comparison of ``runs`` may start: when all but one of them are forks of
+    another of them (one family), their messages before the smallest fork point are the
+    same in all; else 0. The aligned comparison (``apps.runs.compare``) starts there."""
     ids = {run.pk for run in runs}
-    points = [run.fork_seq for run in runs if run.parent_id in ids and run.fork_seq is not None]
-    return min(points) if points else None
+    forked = [run.fork_seq for run in runs if run.parent_id in ids and run.fork_seq is not None]
+    return min(forked) if forked and len(forked) == len(runs) - 1 else 0

@@ -185,6 +185,14 @@ def test_the_run_page_and_the_export_show_the_lineage(
     assert (exported["parent"], exported["fork_seq"]) == (parent.pk, AFTER_THE_WRITE)
     assert alice_client.get(f"/runs/{parent.pk}.json").json()["parent"] is None
 
+    # Compared, parent and fork are aligned from the fork point: the shared calls (and
+    # the expected actions they did) are left out; the fork's second lookup stands alone.
+    compared = alice_client.get(f"/runs/compare/?ids={parent.pk},{child.pk}")
+    assert b'data-testid="compare-from-fork"' in compared.content
+    rows = [row for row in compared.context["rows"] if row["number"] is not None]
+    assert [[cell["gap"] for cell in row["cells"]] for row in rows] == [[True, False]]
+    assert rows[0]["cells"][1]["call"]["name"] == "get_user_details"
+
     form = alice_client.get(f"/runs/{parent.pk}/fork/?at={AFTER_THE_WRITE}")
     assert form.status_code == 200 and b'data-testid="fork-form"' in form.content
 

@@ -121,5 +121,6 @@ def run_compare(request):
     missing = [i for i in ids if i not in runs]
     if missing:
         raise Http404(f"No run {missing[0]}")
-    context = compare.compare_context([runs[i] for i in ids])
+    picked = [runs[i] for i in ids]
+    context = compare.compare_context(picked, start=forks.fork_compare_from(picked))
     return render(request, "runs/compare.html", {**context, "ids": ",".join(map(str, ids))})
