@@ -56,6 +56,10 @@ def test_an_inserted_call_faces_a_gap_and_the_calls_after_it_stay_aligned(
         assert "Expected action 1: <code>get_user_details</code>" in rows[0]
         assert "Not an expected action" in rows[1]
         assert 'data-differs="true"' in rows[1] and 'data-differs="false"' in rows[2]
+        # The talk before a call sits in its row; each call carries its own result.
+        assert rows[0].count("My flight was delayed") == 2
+        assert rows[1].count('data-testid="tool-result"') == 1 and "NO6JO3" in rows[1]
+        assert "My flight was delayed" not in "".join(rows[1:])
         # By index the certificate would face the extra read.
 
 

@@ -135,3 +135,11 @@ def test_same_tool_with_other_arguments_loses_to_the_same_call():
         Call("get_reservation_details", {"reservation_id": "X"}),
     ]
     assert align([a, b]) == [Row(None, (None, 0)), Row(None, (0, 1))]
+
+
+def test_a_phone_call_never_shares_a_row_with_an_agent_call_of_the_same_name():
+    """telecom: the customer's tools run on their phone (requestor ``user``)."""
+    agent = [Call("toggle_roaming", {}, requestor="assistant")]
+    phone = [Call("toggle_roaming", {}, requestor="user")]
+    assert align([agent, phone]) == [Row(None, (0, None)), Row(None, (None, 0))]
+    assert align([phone, phone]) == [Row(None, (0, 0))]
