@@ -107,7 +107,7 @@ def test_a_key_needs_a_name(alice, alice_client):
 def test_the_header_links_the_signed_in_person_to_their_keys(alice_client):
     page = alice_client.get("/tasks/").content.decode()
 
-    assert 'href="/accounts/keys/" data-testid="username"' in page
+    assert '<a class="account-link" href="/accounts/keys/"' in page
 
 
 def test_anonymous_visitors_are_sent_to_sign_in(client):

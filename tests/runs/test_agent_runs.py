@@ -173,6 +173,25 @@ async def test_an_abandoned_episode_ends_its_run_stopped_with_the_reason(
     assert mcp_run.lease_expires_at is None
 
 
+async def test_stop_on_the_run_page_ends_the_recording_at_the_next_hop(
+    asgi_server, llm_server, alice, alice_client, alice_key
+):
+    gold_script(llm_server)
+    async with mcp_session(f"{asgi_server.url}/agent/mcp?task_id=27", token=alice_key) as session:
+        await session.call_tool("start", {})
+        (run,) = await sync_to_async(agent_runs_of)(alice, final=False)
+        stopped = await sync_to_async(alice_client.post)(f"/runs/{run.pk}/stop/")
+        details = await session.call_tool("get_user_details", {"user_id": GOLD_USER})
+        (run,) = await sync_to_async(agent_runs_of)(alice)
+        more = await session.call_tool("send_certificate", {"user_id": GOLD_USER, "amount": 150})
+
+    assert stopped.status_code == 302
+    assert (run.status, run.termination_reason) == ("stopped", "stopped")
+    assert not details.isError and not more.isError  # the agent's episode went on
+    await asyncio.sleep(0.5)
+    assert await sync_to_async(lambda: Run.objects.get(pk=run.pk).n_messages)() == run.n_messages
+
+
 def test_episodes_without_a_key_stay_unrecorded(alice):
     from tau2_env import access
 
