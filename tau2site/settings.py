@@ -70,6 +70,7 @@ INSTALLED_APPS = [
     "apps.runs",
     "apps.play",
     "apps.evaluations",
+    "apps.races",
     "apps.inference",
 ]
 

@@ -13,6 +13,7 @@ urlpatterns = [
     path("favicon.ico", RedirectView.as_view(url=lazy(static, str)("favicon.svg"))),
     path("tasks/", include("apps.tasks.urls")),
     path("runs/", include("apps.runs.urls")),
+    path("races/", include("apps.races.urls")),
     path("play/", include("apps.play.urls")),
     path("evaluations/", include("apps.evaluations.urls")),
     path("leaderboard/", evaluation_results.leaderboard, name="leaderboard"),

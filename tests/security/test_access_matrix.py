@@ -68,6 +68,12 @@ MATRIX: dict[str, dict[str, tuple[str, str, str]]] = {
         "GET": same("405"),
         "POST": ("403", "403", "302 /runs/{run}/"),
     },
+    # Races: who may start runs starts one (an empty form: 200 with its errors); who may
+    # see runs watches one (its lanes stream over each run's own /ws/runs/<id>/).
+    "races/": {"GET": (SIGNIN, "200", "200"), "POST": same("405")},
+    "races/new/": {"GET": (SIGNIN, "200", "200"), "POST": (SIGNIN, "200", "200")},
+    "races/<int:pk>/": {"GET": ("403", "200", "200"), "POST": same("405")},
+    "races/<int:pk>/lanes/": {"GET": ("403", "200", "200"), "POST": same("405")},
     # Play: only the player acts in a session; the others follow it on the run page.
     "play/": {"GET": (SIGNIN, "200", "200"), "POST": (SIGNIN, "200", "200")},
     "play/new/": {"GET": (SIGNIN, "200", "200"), "POST": (SIGNIN, "200", "200")},
@@ -242,6 +248,16 @@ def _values(route: Route, work, alice) -> dict[str, str]:
         pk = work["play"].pk
     elif "evaluations/" in route.route:
         pk = work["evaluation"].pk
+    elif route.route.startswith("races/"):  # a race whose one lane is alice's run
+        from apps.races.models import Race, RaceLane
+
+        lane = RaceLane.objects.filter(run=work["run"]).first()
+        if lane is None:
+            race = Race.objects.create(
+                created_by=alice, task=work["run"].task, user_model="u/m", seed=1
+            )
+            lane = RaceLane.objects.create(race=race, run=work["run"], position=0)
+        pk = lane.race_id
     elif route.route.startswith("accounts/keys/"):  # alice's own key: nobody else revokes it
         from apps.accounts.services import api_key_create
 

@@ -1,0 +1,43 @@
+from django import forms
+
+from apps.inference.selectors import resolve_agent_model
+from apps.races.services import lanes_validate
+from apps.runs.forms import RunForm
+
+
+class ModelListWidget(forms.Widget):
+    """The lanes' pickers (one ``agent_model`` select per lane, rendered by the template):
+    the values picked, in lane order."""
+
+    def value_from_datadict(self, data, files, name):
+        return data.getlist(name) if hasattr(data, "getlist") else list(data.get(name) or [])
+
+
+class AgentModelsField(forms.Field):
+    """2–4 different agent models, each cleaned as the run form's agent model is (a
+    :class:`~apps.inference.selectors.ResolvedModel`)."""
+
+    widget = ModelListWidget
+
+    def clean(self, value):
+        try:
+            picked = lanes_validate(list(value or []))
+        except forms.ValidationError as exc:
+            raise forms.ValidationError(exc.message_dict["agent_model"]) from exc
+        resolved, errors = [], []
+        for text in picked:
+            try:
+                resolved.append(resolve_agent_model(text))
+            except ValueError as exc:
+                errors.append(str(exc))
+        if errors:
+            raise forms.ValidationError(errors, code="invalid_model")
+        return resolved
+
+
+class RaceForm(RunForm):
+    """A race: the run form's task, customer model, step limit and seed, and 2–4 agent
+    models instead of one."""
+
+    agent_model = AgentModelsField(label="Agent models")
+    trial = None  # every lane is trial 0 of the seed

@@ -1,0 +1,96 @@
+"""Race pages: the list, the form that starts one, the race page and its live lanes."""
+
+from __future__ import annotations
+
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.paginator import Paginator
+from django.shortcuts import get_object_or_404, redirect, render
+from django.views.decorators.http import require_safe
+
+from apps.accounts.access import can_view_runs, signin_required_to_start, signin_url
+from apps.inference.selectors import model_choices
+from apps.races import selectors, services
+from apps.races.forms import RaceForm
+from apps.races.models import MAX_LANES, MIN_LANES, Race
+from apps.runs.views.start import _initial, _text, task_picker
+from tau2_env import config
+
+
+def _race_for(request, pk: int) -> Race:
+    if not can_view_runs(request.user):
+        raise PermissionDenied("Sign in to see the team's runs.")
+    return get_object_or_404(Race.objects.select_related("task", "created_by"), pk=pk)
+
+
+@require_safe
+def race_list(request):
+    if not can_view_runs(request.user):
+        return redirect(signin_url(next_url=request.get_full_path(), reason="runs"))
+    page = Paginator(selectors.race_list(), 30).get_page(request.GET.get("page"))
+    return render(request, "races/list.html", {"page": page})
+
+
+@signin_required_to_start
+def race_new(request):
+    """``GET``: the form (``?domain=&task=&model=`` preselect, as on the run form);
+    ``POST``: start the race and open its page."""
+    form = RaceForm(request.POST or None, initial=_initial(request.GET))
+    if request.method == "POST" and form.is_valid():
+        data = form.cleaned_data
+        models = data["agent_model"]
+        try:
+            race = services.race_create(
+                user=request.user,
+                task=data["task"],
+                agent_models=[m.value for m in models],
+                agent_prices=[m.prices for m in models],
+                user_model=data.get("user_model"),
+                max_steps=data["max_steps"],
+                seed=data.get("seed"),
+            )
+        except ValidationError as exc:
+            for field, errors in exc.message_dict.items():
+                form.add_error(field if field in form.fields else None, errors)
+        else:
+            return redirect(race)
+    picked = form["agent_model"].value() if form.is_bound else [request.GET.get("model", "")]
+    picked = [_text(m) for m in picked or []]
+    lanes = [
+        {
+            "id": f"agent_model_{i + 1}",
+            "label": f"Lane {i + 1}",
+            "selected": picked[i] if i < len(picked) else "",
+            "optional": i >= MIN_LANES,
+        }
+        for i in range(MAX_LANES)
+    ]
+    picker = task_picker(
+        domain=_text(form["domain"].value()),
+        split=_text(form["split"].value()),
+        q=_text(form["task_id"].value()),
+    )
+    return render(
+        request,
+        "races/new.html",
+        {
+            "form": form,
+            "picker": picker,
+            "lanes": lanes,
+            "choices": model_choices(),
+            "default_user_model": config.provider_settings().model,
+        },
+    )
+
+
+@require_safe
+def race_detail(request, pk: int):
+    race = _race_for(request, pk)
+    return render(request, "races/detail.html", selectors.race_live(race))
+
+
+@require_safe
+def race_lanes(request, pk: int):
+    """The scoreboard and the aligned lanes as they stand (the race page's script asks
+    for them again whenever a lane's socket says something changed)."""
+    race = _race_for(request, pk)
+    return render(request, "races/_live.html", selectors.race_live(race))
