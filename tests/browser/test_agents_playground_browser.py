@@ -1,0 +1,82 @@
+"""The OpenEnv playground in Chromium at 400 px: alice resets airline task 27, calls a read
+tool and a write from forms built from their schemas, sees the raw frames, talks to the
+customer with respond_to_user and ends with done — the reward is shown. The socket runs
+on her own session: no token in the page."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from playwright.sync_api import expect
+
+from apps.accounts.agent_keys import install
+from tests.support.browser import page_signed_in_as
+from tests.support.people import ALICE_TOKEN
+from tests.support.scripts import gold_script
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+SLOW = 60_000  # a reset builds τ²'s environment and waits for the customer's opening
+GOLD_USER = "ethan_martin_2396"
+
+
+def call(page, tool: str, **fields: str) -> None:
+    box = page.get_by_test_id(f"pg-tool-{tool}")
+    if box.get_attribute("open") is None:
+        box.locator("summary").click()
+    for name, value in fields.items():
+        box.locator(f'[name="{name}"]').fill(value)
+    box.get_by_role("button", name=f"Call {tool}").click()
+
+
+def test_alice_plays_an_episode_by_hand_to_its_reward_at_400_px(page, alice, base_url, llm_server):
+    install()
+    gold_script(llm_server)
+    page.set_viewport_size({"width": 400, "height": 900})
+    page_signed_in_as(page, alice, base_url)
+    frames = page.get_by_test_id("pg-frames")
+    status = page.get_by_test_id("pg-status")
+
+    page.goto("/agents/playground/")
+    page.get_by_test_id("pg-domain").select_option("airline")
+    page.get_by_test_id("pg-split").select_option("test")
+    page.get_by_test_id("pg-task").fill("27")
+    page.get_by_test_id("pg-reset").click()
+    expect(status).to_contain_text(GOLD_USER, timeout=SLOW)
+    expect(page.get_by_test_id("pg-tool-get_user_details")).to_be_visible(timeout=SLOW)
+    expect(frames).to_contain_text('"type": "reset"')
+    expect(frames).to_contain_text('"type": "list_tools"')
+
+    call(page, "get_user_details", user_id=GOLD_USER)
+    expect(frames.get_by_test_id("pg-frame").first).to_contain_text("Ethan", timeout=SLOW)
+    expect(frames).to_contain_text('"tool_name": "get_user_details"')
+    expect(status).to_contain_text("get_user_details:")
+
+    call(page, "send_certificate", user_id=GOLD_USER, amount="150")
+    expect(frames.get_by_test_id("pg-frame").first).to_contain_text("Certificate", timeout=SLOW)
+    expect(frames).to_contain_text('"amount": 150')  # a number, as the schema says
+
+    call(page, "respond_to_user", message="Is there anything else I can do?")
+    expect(status).to_contain_text("respond_to_user: Hi, my flight", timeout=SLOW)
+
+    call(page, "done")
+    expect(page.get_by_test_id("pg-reward")).to_have_text(
+        re.compile(r"Episode over — reward: 1(\.0)?$"), timeout=SLOW
+    )
+    assert {r.token for r in llm_server.chat_requests()} == {ALICE_TOKEN}
+    assert ALICE_TOKEN not in page.content()
+    assert page.evaluate("document.documentElement.scrollWidth") <= 400
+
+
+def test_a_copy_button_copies_its_snippet_as_printed(page, base_url, alice):
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"], origin=base_url)
+    page_signed_in_as(page, alice, base_url)
+    page.goto("/agents/")
+
+    page.locator('button[data-copy="snippet-mcp-config"]').click()
+
+    expect(page.locator('button[data-copy="snippet-mcp-config"]')).to_have_text("Copied")
+    copied = page.evaluate("navigator.clipboard.readText()")
+    assert copied == page.get_by_test_id("snippet-mcp-config").text_content()
+    assert f"{base_url}/agent/mcp?" in copied
