@@ -204,28 +204,22 @@ def test_the_reaper_stops_a_lost_agent_run_and_never_requeues_it(alice):
     from apps.tasks.models import Task
 
     task = Task.objects.get(domain_id="airline", task_id="27")
-    run = Run.objects.create(
-        kind=Run.Kind.AGENT,
-        status=Run.Status.RUNNING,
-        task=task,
-        domain="airline",
-        created_by=alice,
-        agent_model="agent via API",
-        user_model="m",
-        worker="agent:mcp:gone",
-        lease_expires_at=timezone.now() - timedelta(seconds=1),
-    )
-    alive = Run.objects.create(
-        kind=Run.Kind.AGENT,
-        status=Run.Status.RUNNING,
-        task=task,
-        domain="airline",
-        created_by=alice,
-        agent_model="agent via API",
-        user_model="m",
-        worker="agent:mcp:here",
-        lease_expires_at=timezone.now() + timedelta(minutes=5),
-    )
+
+    def agent_run(worker: str, lease: timedelta) -> Run:
+        return Run.objects.create(
+            kind=Run.Kind.AGENT,
+            status=Run.Status.RUNNING,
+            task=task,
+            domain="airline",
+            created_by=alice,
+            agent_model="agent via API",
+            user_model="m",
+            worker=worker,
+            lease_expires_at=timezone.now() + lease,
+        )
+
+    run = agent_run("agent:mcp:gone", timedelta(seconds=-1))
+    alive = agent_run("agent:mcp:here", timedelta(minutes=5))
 
     assert runs_reap() == []
     run.refresh_from_db()
