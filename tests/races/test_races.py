@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 
 import pytest
 from django.core.exceptions import ValidationError
@@ -18,73 +17,17 @@ from apps.races.selectors import finish_order, race_runs
 from apps.races.services import race_create
 from apps.runs.models import Run
 from apps.tasks.models import Task
-from tests.support.llm_server import RecordedRequest, error, text, tool_call
 from tests.support.people import person, signed_in
+from tests.support.races import CUSTOMER, EXTRA, FAST, WRONG, race_script, start_race
 from tests.support.scripts import GOLD_TASK, finished, is_agent_request, refresh_agent_models
 from tests.support.scripts import wait_for as wait_for_run
 
 pytestmark = pytest.mark.slow
 
-FAST = "deepseek-ai/DeepSeek-V4.1-Flash:novita"  # gold, quick
-EXTRA = "Qwen/Qwen3-32B:cerebras"  # gold with an extra read, slower
-WRONG = "deepseek-ai/DeepSeek-V4.1-Flash"  # sends the wrong amount, slowest
-CUSTOMER = "deepseek-ai/DeepSeek-V4.1-Flash"
-USER_ID = "ethan_martin_2396"
-
 
 @pytest.fixture(autouse=True)
 def agent_models(committed_db, llm_server):
     return refresh_agent_models()
-
-
-def race_script(llm) -> None:
-    """Each lane's agent by its model name (stateless: every reply follows from the
-    conversation so far); one customer for all, who opens every lane alike."""
-    plans = {
-        FAST: (0.05, [("get_user_details", {"user_id": USER_ID})]),
-        EXTRA: (0.25, [("get_user_details", {"user_id": USER_ID})] * 2),
-        WRONG: (0.45, [("get_user_details", {"user_id": USER_ID})]),
-    }
-    amounts = {FAST: 150, EXTRA: 150, WRONG: 100}
-
-    def responder(request: RecordedRequest):
-        if not is_agent_request(request):
-            if "certificate" in request.text():
-                return text("Thanks, that's all. ###STOP###")
-            return text(f"Hi, my flight was delayed and I want compensation. I'm {USER_ID}.")
-        model = request.body.get("model")
-        if model not in plans:
-            return error(500, f"scripted LLM: no plan for agent model {model!r}")
-        delay, reads = plans[model]
-        time.sleep(delay)
-        called = [
-            call["function"]["name"]
-            for message in request.messages
-            if message.get("role") == "assistant"
-            for call in message.get("tool_calls") or []
-        ]
-        if len(called) < len(reads):
-            name, args = reads[len(called)]
-            return tool_call(name, **args)
-        if "send_certificate" not in called:
-            return tool_call("send_certificate", user_id=USER_ID, amount=amounts[model])
-        return text("I have sent you a certificate. Anything else?")
-
-    llm.responder = responder
-
-
-def start_race(client, models, *, seed=11):
-    return client.post(
-        "/races/new/",
-        {
-            "domain": GOLD_TASK[0],
-            "task_id": GOLD_TASK[1],
-            "agent_model": models,
-            "user_model": CUSTOMER,
-            "max_steps": 30,
-            "seed": seed,
-        },
-    )
 
 
 def _watch(asgi_server, client, run_id: int, seen: dict) -> None:
