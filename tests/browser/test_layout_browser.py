@@ -130,6 +130,8 @@ def test_pages_hold_with_the_longest_task_id(
         "/leaderboard/",
         "/models/",
         "/accounts/keys/",
+        "/agents/",
+        "/agents/playground/",
     ]
     for path in pages:
         response = page.goto(path)
