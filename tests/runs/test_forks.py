@@ -193,6 +193,16 @@ def test_the_run_page_and_the_export_show_the_lineage(
     assert [[cell["gap"] for cell in row["cells"]] for row in rows] == [[True, False]]
     assert rows[0]["cells"][1]["call"]["name"] == "get_user_details"
 
+    # "Another agent model" needs one; with one, that model goes on from the fork point.
+    refused = fork(alice_client, parent, AFTER_THE_WRITE, continue_with="model")
+    assert refused.status_code == 400 and b"Pick the agent model" in refused.content
+    gold_script(llm_server)
+    qwen = "Qwen/Qwen3-32B:cerebras"
+    other = forked(fork(alice_client, parent, 2, continue_with="model", agent_model=qwen))
+    other = wait_for(other, finished, what="the fork by another model")
+    assert (other.agent_model, other.fork_seq, other.reward) == (qwen, 2, 1.0), other.error
+    assert {r.body["model"] for r in llm_server.chat_requests() if is_agent_request(r)} >= {qwen}
+
     form = alice_client.get(f"/runs/{parent.pk}/fork/?at={AFTER_THE_WRITE}")
     assert form.status_code == 200 and b'data-testid="fork-form"' in form.content
 

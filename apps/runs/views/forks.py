@@ -7,6 +7,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 
 from apps.accounts.access import signin_required_to_start
+from apps.inference.selectors import model_choices
 from apps.runs import forks, presenters
 from apps.runs.forms import ForkForm
 from apps.runs.models import Run
@@ -45,5 +46,10 @@ def run_fork(request, pk: int):
             if fork.kind == Run.Kind.HUMAN:
                 return redirect(reverse("play:detail", kwargs={"pk": fork.pk}))
             return redirect(fork)
-    context = {"run": run, "form": form, "e": presenters.event_view(point)}
+    context = {
+        "run": run,
+        "form": form,
+        "e": presenters.event_view(point),
+        "choices": model_choices(),  # the agent-model picker's
+    }
     return render(request, "runs/fork.html", context, status=400 if form.errors else 200)
