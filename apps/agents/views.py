@@ -30,8 +30,9 @@ KEY = "{key}"  # a studio API key: {keys_url}
 
 
 async def main():
-    async with Tau2Env(base_url="{base}") as env:
-        result = await env.reset(domain="{domain}", split="{split}", seed={seed}, hf_token=KEY)
+    headers = {{"Authorization": f"Bearer {{KEY}}"}}
+    async with Tau2Env(base_url="{base}", headers=headers) as env:
+        result = await env.reset(domain="{domain}", split="{split}", seed={seed})
         print("customer:", result.observation.metadata["user_message"])
         tools = await env.list_tools()
         print("tools:", [tool.name for tool in tools])
@@ -49,8 +50,9 @@ from openenv import GenericEnvClient
 
 KEY = "{key}"  # a studio API key: {keys_url}
 
-with GenericEnvClient(base_url="{base}").sync() as env:
-    result = env.reset(domain="{domain}", split="{split}", seed={seed}, hf_token=KEY)
+headers = {{"Authorization": f"Bearer {{KEY}}"}}
+with GenericEnvClient(base_url="{base}", headers=headers).sync() as env:
+    result = env.reset(domain="{domain}", split="{split}", seed={seed})
     print("customer:", result.observation["metadata"]["user_message"])
     result = env.step(
         {{

@@ -91,9 +91,15 @@ def test_the_snippets_follow_the_host_the_request_came_to(alice_client):
     assert 'base_url="http://localhost:8123"' in html.unescape(page)
 
 
+@pytest.fixture
+def key_required(settings):
+    """A server that serves agents with a key only: the snippets must work there too."""
+    settings.TAU2_AGENT_API_REQUIRE_KEY = True
+
+
 @pytest.mark.parametrize("name", ["openenv", "generic", "mcp"])
 def test_each_python_snippet_plays_an_episode_as_printed(
-    asgi_server, customer, alice, alice_key, name
+    asgi_server, customer, alice, alice_key, key_required, name
 ):
     snippet = _snippets(_page(asgi_server, alice).text)[name]
 
@@ -108,7 +114,9 @@ def test_each_python_snippet_plays_an_episode_as_printed(
     assert run.task_id and run.is_final
 
 
-def test_the_mcp_configuration_file_connects_with_the_sdk(asgi_server, customer, alice, alice_key):
+def test_the_mcp_configuration_file_connects_with_the_sdk(
+    asgi_server, customer, alice, alice_key, key_required
+):
     config = json.loads(_snippets(_page(asgi_server, alice).text)["mcp-config"])
     (server,) = config["mcpServers"].values()
     headers = {
