@@ -50,7 +50,7 @@ def _watch(asgi_server, client, run_id: int, seen: dict) -> None:
 
 
 def test_three_models_race_live_to_their_rewards_in_finish_order(
-    asgi_server, celery_worker, llm_server, alice, alice_client
+    asgi_server, celery_worker, llm_server, alice, alice_client, bob_client
 ):
     race_script(llm_server)
     response = start_race(alice_client, [FAST, EXTRA, WRONG])
@@ -112,8 +112,12 @@ def test_three_models_race_live_to_their_rewards_in_finish_order(
     assert 'data-arg="amount" data-differs="true"' in page
     assert "Expected action 2: <code>send_certificate</code>" in page
 
+    # Each run's page links to its lane of the race.
+    run_page = alice_client.get(f"/runs/{runs[1].pk}/").content.decode()
+    link = f'href="/races/{race.pk}/" data-testid="race-of-run">lane 2 of race {race.pk}<'
+    assert link in run_page
     # Kept: listed among the races, reopened by bob (who may see runs).
-    listing = signed_in(person("bob", "hf_oauth_bob_x")).get("/races/").content.decode()
+    listing = bob_client.get("/races/").content.decode()
     assert f'data-race-id="{race.pk}"' in listing
 
 
@@ -162,4 +166,10 @@ def test_who_starts_and_who_sees_a_race(committed_db, alice, alice_client, bob_c
         assert page.content.decode().count('data-testid="race-lane"') == 2
         assert client.get(f"/races/{race.pk}/lanes/").status_code == 200
     assert bob_client.get("/races/999999/").status_code == 404
+    # The task page offers a race of it; the form comes with the task filled in.
+    task_page = bob_client.get("/tasks/airline/27/").content.decode()
+    assert 'href="/races/new/?domain=airline&task=27" data-testid="race-models"' in task_page
+    form = bob_client.get("/races/new/?domain=airline&task=27").content.decode()
+    assert 'name="task_id" value="27"' in form
+    assert form.count('data-testid="model-picker"') == 4 and form.count(" required>") >= 2
     assert Race.objects.count() == 1
