@@ -181,6 +181,9 @@ def test_the_run_page_and_the_export_show_the_lineage(
     assert f'forked from <a href="/runs/{parent.pk}/">run {parent.pk}</a>' in page
     assert f"ids={parent.pk},{child.pk}&amp;from={AFTER_THE_WRITE}" in page
 
+    listed = alice_client.get("/runs/").content.decode()
+    assert listed.count('data-testid="fork-of"') == 1 and f"fork of #{parent.pk}" in listed
+
     exported = alice_client.get(f"/runs/{child.pk}.json").json()
     assert (exported["parent"], exported["fork_seq"]) == (parent.pk, AFTER_THE_WRITE)
     assert alice_client.get(f"/runs/{parent.pk}.json").json()["parent"] is None
