@@ -12,8 +12,22 @@ from apps.inference.selectors import model_choices
 from apps.races import selectors, services
 from apps.races.forms import RaceForm
 from apps.races.models import MAX_LANES, MIN_LANES, Race
-from apps.runs.views.start import _initial, _text, task_picker
-from tau2_env import config
+from apps.runs.views.start import query_text, run_form_initial, task_picker
+
+
+def _lane_pickers(picked: list[str]) -> list[dict]:
+    """One agent-model picker per possible lane, with what was picked there; the first
+    two must be filled, the others may stay empty."""
+    picked = [query_text(m) for m in picked]
+    return [
+        {
+            "id": f"agent_model_{i + 1}",
+            "label": f"Lane {i + 1}",
+            "selected": picked[i] if i < len(picked) else "",
+            "optional": i >= MIN_LANES,
+        }
+        for i in range(MAX_LANES)
+    ]
 
 
 def _race_for(request, pk: int) -> Race:
@@ -34,7 +48,7 @@ def race_list(request):
 def race_new(request):
     """``GET``: the form (``?domain=&task=&model=`` preselect, as on the run form);
     ``POST``: start the race and open its page."""
-    form = RaceForm(request.POST or None, initial=_initial(request.GET))
+    form = RaceForm(request.POST or None, initial=run_form_initial(request.GET))
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         models = data["agent_model"]
@@ -54,20 +68,10 @@ def race_new(request):
         else:
             return redirect(race)
     picked = form["agent_model"].value() if form.is_bound else [request.GET.get("model", "")]
-    picked = [_text(m) for m in picked or []]
-    lanes = [
-        {
-            "id": f"agent_model_{i + 1}",
-            "label": f"Lane {i + 1}",
-            "selected": picked[i] if i < len(picked) else "",
-            "optional": i >= MIN_LANES,
-        }
-        for i in range(MAX_LANES)
-    ]
     picker = task_picker(
-        domain=_text(form["domain"].value()),
-        split=_text(form["split"].value()),
-        q=_text(form["task_id"].value()),
+        domain=query_text(form["domain"].value()),
+        split=query_text(form["split"].value()),
+        q=query_text(form["task_id"].value()),
     )
     return render(
         request,
@@ -75,9 +79,8 @@ def race_new(request):
         {
             "form": form,
             "picker": picker,
-            "lanes": lanes,
+            "lanes": _lane_pickers(picked or []),
             "choices": model_choices(),
-            "default_user_model": config.provider_settings().model,
         },
     )
 

@@ -35,7 +35,7 @@ _PREFILLS = {
 }
 
 
-def _text(value) -> str:
+def query_text(value) -> str:
     """A submitted value as a query may use it: no NUL byte, at most 255 characters."""
     return str(value or "").replace("\x00", "").strip()[:255]
 
@@ -99,8 +99,8 @@ def task_picker(*, domain: str, split: str, q: str, keep: dict | None = None) ->
     )
 
 
-def _initial(params) -> dict:
-    given = {field: _text(params.get(name)) for name, field in _PREFILLS.items()}
+def run_form_initial(params) -> dict:
+    given = {field: query_text(params.get(name)) for name, field in _PREFILLS.items()}
     return {
         "domain": settings.TAU2_DOMAIN,
         "user_model": config.provider_settings().model,
@@ -112,7 +112,7 @@ def _initial(params) -> dict:
 def run_new(request):
     """``GET``: the form, preselected by ``?domain=&split=&task=&model=&user_model=&max_steps=
     &seed=&trial=``; ``POST``: start the run."""
-    form = RunForm(request.POST or None, initial=_initial(request.GET))
+    form = RunForm(request.POST or None, initial=run_form_initial(request.GET))
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         model = data["agent_model"]  # a ResolvedModel: what to send, what to charge
@@ -132,7 +132,7 @@ def run_new(request):
                 form.add_error(field if field in form.fields else None, errors)
         else:
             return redirect(run)
-    value = {name: _text(form[field].value()) for name, field in _PREFILLS.items()}
+    value = {name: query_text(form[field].value()) for name, field in _PREFILLS.items()}
     picker = task_picker(
         domain=value.pop("domain"), split=value.pop("split"), q=value.pop("task"), keep=value
     )
@@ -146,9 +146,9 @@ def run_task_picker(request):
     """The picker's list for ``?domain=&split=&task_id=`` (htmx), and the domain's splits."""
     params = request.GET
     picker = task_picker(
-        domain=_text(params.get("domain")),
-        split=_text(params.get("split")),
-        q=_text(params.get("task_id")),
+        domain=query_text(params.get("domain")),
+        split=query_text(params.get("split")),
+        q=query_text(params.get("task_id")),
     )
     return render(request, "includes/task_picker.html", {"picker": picker, "oob": True})
 
