@@ -59,6 +59,7 @@ def evaluation_cost_estimate(*, domain: str, runs: int, prices: PricePair | None
             domain=domain,
             status=Run.Status.COMPLETED,
             prompt_tokens__gt=0,
+            fork_seq__isnull=True,  # a fork's tokens are those of a part of a conversation
         )
         .order_by("-finished_at", "-id")
         .values_list("prompt_tokens", "completion_tokens")[:SAMPLE]

@@ -288,3 +288,21 @@ def test_only_people_who_may_start_runs_fork_and_only_finished_runs(
     response = charlie.post(f"/runs/{running.pk}/fork/", {"at": 1, "continue_with": "play"})
     assert response.status_code == 302 and "/accounts/sign-in/" in response["Location"]
     assert not Run.objects.filter(parent=running).exists()
+
+
+def test_a_fork_is_no_sample_of_what_a_whole_run_costs(alice):
+    from decimal import Decimal
+
+    from apps.evaluations.estimates import evaluation_cost_estimate
+    from tests.support.scripts import queued_run
+
+    runs = [queued_run(alice) for _ in range(4)]
+    Run.objects.filter(pk__in=[r.pk for r in runs]).update(
+        status=Run.Status.COMPLETED, prompt_tokens=100_000, completion_tokens=1_000
+    )
+    Run.objects.filter(pk=runs[3].pk).update(parent=runs[0], fork_seq=2, prompt_tokens=10)
+
+    estimate = evaluation_cost_estimate(domain="airline", runs=1, prices=(Decimal(1), Decimal(1)))
+
+    assert "last 3 completed runs" in estimate.basis
+    assert estimate.low == estimate.high  # the three whole runs alike, the fork left out
