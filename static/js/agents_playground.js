@@ -21,6 +21,7 @@
   var socket = null;
   var waiting = []; // resolvers of the frames sent, answered in order
   var busy = false;
+  var forms = {}; // tool name → its SchemaForm node
 
   function el(tag, attrs, text) {
     var node = document.createElement(tag);
@@ -146,58 +147,6 @@
 
   // ------------------------------------------------------------------ tools
 
-  var SIMPLE = { string: "text", integer: "number", number: "number" };
-
-  function typeOf(schema) {
-    if (!schema) return null;
-    if (typeof schema.type === "string") return schema.type;
-    var options = (schema.anyOf || []).filter(function (s) { return s.type !== "null"; });
-    return options.length === 1 ? typeOf(options[0]) : null;
-  }
-
-  function field(name, schema, required) {
-    var kind = typeOf(schema);
-    var label = el("label", {});
-    label.appendChild(document.createTextNode(name + (required ? " *" : "") +
-      (schema.description ? " — " + schema.description : "")));
-    var input;
-    if (kind === "boolean") {
-      input = el("input", { type: "checkbox" });
-    } else if (SIMPLE[kind]) {
-      input = el("input", { type: SIMPLE[kind], spellcheck: "false", autocomplete: "off" });
-      if (kind === "number") input.step = "any";
-      if (name === "message") input = el("textarea", { rows: "3" });
-    } else {
-      input = el("textarea", { rows: "3", spellcheck: "false", placeholder: "JSON" });
-    }
-    input.name = name;
-    input.dataset.kind = kind || "json";
-    if (required) input.required = true;
-    label.appendChild(input);
-    return label;
-  }
-
-  function argumentsOf(toolForm) {
-    var args = {};
-    Array.prototype.forEach.call(toolForm.querySelectorAll("[data-kind]"), function (input) {
-      var kind = input.dataset.kind;
-      if (kind === "boolean") {
-        args[input.name] = input.checked;
-        return;
-      }
-      var value = input.value;
-      if (value === "" && !input.required) return;
-      if (kind === "integer" || kind === "number") args[input.name] = Number(value);
-      else if (kind === "string") args[input.name] = value;
-      else {
-        try { args[input.name] = JSON.parse(value); } catch (e) {
-          throw new Error(input.name + " must be JSON: " + e.message);
-        }
-      }
-    });
-    return args;
-  }
-
   function buildToolForms(tools) {
     toolForms.replaceChildren();
     // What an agent does most — talk and finish — first, then the domain's tools.
@@ -206,17 +155,18 @@
       var ia = first.indexOf(a.name), ib = first.indexOf(b.name);
       return (ia < 0 ? 9 : ia) - (ib < 0 ? 9 : ib) || a.name.localeCompare(b.name);
     });
+    forms = {};
     tools.forEach(function (tool) {
       var schema = tool.input_schema || tool.inputSchema || {};
-      var required = schema.required || [];
+      if (!schema.properties) schema = { type: "object", properties: {} };
       var box = el("details", { "class": "panel pg-tool", "data-testid": "pg-tool-" + tool.name });
       if (first.indexOf(tool.name) >= 0) box.open = true;
       box.appendChild(el("summary", {}, tool.name));
       var toolForm = el("form", { "data-tool": tool.name });
       if (tool.description) toolForm.appendChild(el("p", { "class": "muted" }, tool.description));
-      Object.keys(schema.properties || {}).forEach(function (name) {
-        toolForm.appendChild(field(name, schema.properties[name], required.indexOf(name) >= 0));
-      });
+      // The fields, as the play page builds them (static/js/schema_form.js).
+      forms[tool.name] = window.SchemaForm.makeNode(schema, tool.name, true, function () {});
+      toolForm.appendChild(forms[tool.name].wrap);
       toolForm.appendChild(el("p", { "class": "pg-error", role: "alert" }));
       toolForm.appendChild(el("button", { type: "submit" }, "Call " + tool.name));
       box.appendChild(toolForm);
@@ -225,12 +175,22 @@
     toolsSection.hidden = false;
   }
 
+  // The arguments of a tool's form; each field's problem shown beside it (throws if any).
+  function argumentsOf(name) {
+    var errors = {};
+    var nodes = {};
+    var value = forms[name].collect("", errors, nodes) || {};
+    Object.keys(nodes).forEach(function (path) { nodes[path].setError(errors[path] || ""); });
+    if (Object.keys(errors).length) throw new Error("Some arguments need fixing.");
+    return value;
+  }
+
   toolForms.addEventListener("submit", function (event) {
     event.preventDefault();
     var toolForm = event.target;
     var problem = toolForm.querySelector(".pg-error");
     var args;
-    try { args = argumentsOf(toolForm); } catch (error) {
+    try { args = argumentsOf(toolForm.dataset.tool); } catch (error) {
       problem.textContent = error.message;
       return;
     }

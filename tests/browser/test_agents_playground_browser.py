@@ -26,7 +26,7 @@ def call(page, tool: str, **fields: str) -> None:
     if box.get_attribute("open") is None:
         box.locator("summary").click()
     for name, value in fields.items():
-        box.locator(f'[name="{name}"]').fill(value)
+        box.get_by_label(name, exact=True).fill(value)
     box.get_by_role("button", name=f"Call {tool}").click()
 
 
