@@ -14,6 +14,7 @@ from django.test import Client
 
 from apps.runs.models import Run
 from apps.runs.services import run_create
+from tau2_env.evaluation import trial_seeds
 from tests.runs.conftest import (
     AGENT_MODEL,
     GOLD_TASK,
@@ -133,6 +134,9 @@ def test_a_fork_after_a_write_sees_the_write_and_sends_tau2s_own_prefix(
     assert [_wire(m) for m in first.messages] == tau2_agent_request(parent, prefix)
     assert len(first.messages) == 1 + AFTER_THE_WRITE  # the system prompt, then the prefix
     assert first.body["model"] == AGENT_MODEL
+    # "Another seed": trial 0 of seed 11, as `tau2 run --seed 11` derives it, on every call.
+    assert child.seed == trial_seeds(11, 1)[0] != parent.seed
+    assert {r.body.get("seed") for r in llm_server.chat_requests()[seen:]} == {child.seed}
     # Usage counts the fork's own calls only; the prefix's were the parent's.
     assert all(e.prompt_tokens == 0 for e in events[:AFTER_THE_WRITE])
     assert child.prompt_tokens == sum(e.prompt_tokens for e in events if e.kind == "agent") > 0
