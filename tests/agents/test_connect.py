@@ -17,31 +17,17 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from apps.accounts.agent_keys import install
 from apps.accounts.services import api_key_create
 from apps.agents.views import KEY_PLACEHOLDER
 from tests.support.agents import agent_runs_of
-from tests.support.llm_server import text
 from tests.support.people import ALICE_TOKEN, signed_in
 
 ROOT = Path(__file__).resolve().parents[2]
-CUSTOMER = "Hi, I need some help with my booking."
-
-
-@pytest.fixture(autouse=True)
-def studio_keys():
-    install()
 
 
 @pytest.fixture
 def alice_key(alice):
     return api_key_create(user=alice, name="snippets")[1]
-
-
-@pytest.fixture
-def customer(llm_server):
-    llm_server.responder = lambda request: text(CUSTOMER)
-    return llm_server
 
 
 def _page(asgi_server, user=None) -> httpx.Response:
@@ -99,13 +85,13 @@ def key_required(settings):
 
 @pytest.mark.parametrize("name", ["openenv", "generic", "mcp"])
 def test_each_python_snippet_plays_an_episode_as_printed(
-    asgi_server, customer, alice, alice_key, key_required, name
+    asgi_server, customer, customer_line, alice, alice_key, key_required, name
 ):
     snippet = _snippets(_page(asgi_server, alice).text)[name]
 
     out = _run_python(snippet.replace(KEY_PLACEHOLDER, alice_key))
 
-    assert f"customer: {CUSTOMER}" in out
+    assert f"customer: {customer_line}" in out
     assert re.search(r"^done: True reward: [01]\.0$", out, re.M), out
     # The customer ran on the key's owner's vault token, never on the key itself, and
     # the episode is in her history.
@@ -115,7 +101,7 @@ def test_each_python_snippet_plays_an_episode_as_printed(
 
 
 def test_the_mcp_configuration_file_connects_with_the_sdk(
-    asgi_server, customer, alice, alice_key, key_required
+    asgi_server, customer, customer_line, alice, alice_key, key_required
 ):
     config = json.loads(_snippets(_page(asgi_server, alice).text)["mcp-config"])
     (server,) = config["mcpServers"].values()
@@ -139,7 +125,7 @@ def test_the_mcp_configuration_file_connects_with_the_sdk(
 
     assert server["type"] == "http"
     assert {"start", "respond_to_user", "done"} <= set(tools)
-    assert opening["user_message"] == CUSTOMER
+    assert opening["user_message"] == customer_line
     assert final["done"] is True
     assert {r.token for r in customer.chat_requests()} == {ALICE_TOKEN}
     agent_runs_of(alice)  # recorded, and ended

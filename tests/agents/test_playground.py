@@ -10,24 +10,10 @@ import pytest
 from asgiref.sync import sync_to_async
 from websockets.asyncio.client import connect
 
-from apps.accounts.agent_keys import install
 from apps.runs.models import Run
-from tests.support.llm_server import text
 from tests.support.people import ALICE_TOKEN, signed_in
 
-CUSTOMER = "Hello, I have a question about my flight."
 OWN_TOKEN = "hf_own_token_playground_777777"
-
-
-@pytest.fixture(autouse=True)
-def studio_keys():
-    install()
-
-
-@pytest.fixture
-def customer(llm_server):
-    llm_server.responder = lambda request: text(CUSTOMER)
-    return llm_server
 
 
 async def _reset(asgi_server, *, cookie: str | None, origin: str | None, **data) -> dict:
@@ -48,12 +34,12 @@ def alice_session(alice):
 
 
 async def test_a_page_of_this_site_plays_on_the_signed_in_persons_own_token(
-    asgi_server, customer, alice, alice_session
+    asgi_server, customer, customer_line, alice, alice_session
 ):
     frame = await _reset(asgi_server, cookie=alice_session, origin=asgi_server.url)
 
     assert frame["type"] == "observation", frame
-    assert frame["data"]["observation"]["metadata"]["user_message"] == CUSTOMER
+    assert frame["data"]["observation"]["metadata"]["user_message"] == customer_line
     assert {r.token for r in customer.chat_requests()} == {ALICE_TOKEN}
     assert ALICE_TOKEN not in json.dumps(frame)
     # A try by hand, not an agent's episode: nothing recorded.
