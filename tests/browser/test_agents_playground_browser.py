@@ -48,6 +48,12 @@ def test_alice_plays_an_episode_by_hand_to_its_reward_at_400_px(page, alice, bas
     expect(frames).to_contain_text('"type": "reset"')
     expect(frames).to_contain_text('"type": "list_tools"')
 
+    sent = frames.locator(".sent").count()
+    call(page, "get_user_details")  # its required user_id left empty: nothing is sent
+    box = page.get_by_test_id("pg-tool-get_user_details")
+    expect(box.get_by_test_id("field-error").first).to_have_text("Required.")
+    assert frames.locator(".sent").count() == sent
+
     call(page, "get_user_details", user_id=GOLD_USER)
     expect(frames.get_by_test_id("pg-frame").first).to_contain_text("Ethan", timeout=SLOW)
     expect(frames).to_contain_text('"tool_name": "get_user_details"')
