@@ -108,9 +108,22 @@ def long_key(alice):
     return api_key_create(user=alice, name="k" * 100)[0]
 
 
+@pytest.fixture
+def long_race(alice, longest, long_run, long_session):
+    """A race of the longest task whose lanes are the long run and the play session."""
+    from apps.races.models import Race, RaceLane
+
+    race = Race.objects.create(
+        created_by=alice, task=longest, user_model=long_run.user_model, seed=300
+    )
+    for position, run in enumerate((long_run, long_session)):
+        RaceLane.objects.create(race=race, run=run, position=position)
+    return race
+
+
 @pytest.mark.parametrize("width", WIDTHS)
 def test_pages_hold_with_the_longest_task_id(
-    alice_page, models, longest, long_run, long_session, long_key, width
+    alice_page, models, longest, long_run, long_session, long_key, long_race, width
 ):
     page = alice_page
     page.set_viewport_size({"width": width, "height": 900})
@@ -132,6 +145,9 @@ def test_pages_hold_with_the_longest_task_id(
         "/accounts/keys/",
         "/agents/",
         "/agents/playground/",
+        "/races/",
+        f"/races/new/?domain={longest.domain_id}&task={longest.task_id}",
+        long_race.get_absolute_url(),
     ]
     for path in pages:
         response = page.goto(path)
