@@ -39,7 +39,7 @@ def test_in_a_space_huggingface_may_frame_the_app_and_cookies_cross_sites(client
     cookie = response.cookies["csrftoken"]
     assert cookie["samesite"] == "None" and cookie["secure"] is True
     # HF's consent page refuses to be framed: the sign-in form opens a new tab.
-    assert 'action="/auth/login/huggingface/" style="margin:0" target="_blank"' in (
+    assert 'action="/auth/login/huggingface/" class="bare" target="_blank"' in (
         response.content.decode()
     )
 

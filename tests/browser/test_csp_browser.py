@@ -9,12 +9,12 @@ alice is signed in and owns a running run, a play session and an evaluation.
 from __future__ import annotations
 
 import pytest
-from django.test import Client
 from playwright.sync_api import expect
 
 from apps.runs.models import Run, RunEvent
 from apps.tasks.models import Task
 from tests.support.evaluations import stored_evaluation
+from tests.support.people import browser_signed_in
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -29,11 +29,7 @@ document.addEventListener("securitypolicyviolation", (e) => {
 
 @pytest.fixture
 def watched_page(page, alice, base_url):
-    client = Client()
-    client.force_login(alice)
-    page.context.add_cookies(
-        [{"name": "sessionid", "value": client.cookies["sessionid"].value, "url": base_url}]
-    )
+    browser_signed_in(page, alice, base_url)
     page.add_init_script(LISTEN)
     refused: list[str] = []
     page.on(

@@ -90,21 +90,12 @@ MATRIX: dict[str, dict[str, tuple[str, str, str]]] = {
     "evaluations/new/": {"GET": (SIGNIN, "200", "200"), "POST": (SIGNIN, "200", "200")},
     "evaluations/<int:pk>/": {"GET": (SIGNIN, "200", "200"), "POST": (SIGNIN, "200", "200")},
     "evaluations/<int:pk>/state/": {"GET": ("403", "200", "200"), "POST": ("403", "200", "200")},
-    "evaluations/<int:pk>/pause/": {
-        "GET": same("405"),
-        "POST": (SIGNIN, "403", "302 /evaluations/{evaluation}/"),
-    },
-    "evaluations/<int:pk>/resume/": {
-        "GET": same("405"),
-        "POST": (SIGNIN, "403", "302 /evaluations/{evaluation}/"),
-    },
-    "evaluations/<int:pk>/stop/": {
-        "GET": same("405"),
-        "POST": (SIGNIN, "403", "302 /evaluations/{evaluation}/"),
-    },
-    "evaluations/<int:pk>/retry/": {
-        "GET": same("405"),
-        "POST": (SIGNIN, "403", "302 /evaluations/{evaluation}/"),
+    **{
+        f"evaluations/<int:pk>/{action}/": {
+            "GET": same("405"),
+            "POST": (SIGNIN, "403", "302 /evaluations/{evaluation}/"),
+        }
+        for action in ("pause", "resume", "stop", "retry")
     },
     "evaluations/": {"GET": (SIGNIN, "200", "200"), "POST": (SIGNIN, "200", "200")},
     "evaluations/<int:pk>.json": {"GET": ("403", "200", "200"), "POST": ("403", "200", "200")},

@@ -12,33 +12,11 @@ import pytest
 
 from apps.runs.models import Run
 from tests.support.llm_server import text
-from tests.support.scripts import (
-    AGENT_MODEL,
-    finished,
-    play,
-    refresh_agent_models,
-    wait_for,
-)
+from tests.support.scripts import finished, play, refresh_agent_models, run_start, wait_for
 
 pytestmark = pytest.mark.slow
 
 NUL_REPLY = "Hi, I'm ethan_martin_2396\x00 and my flight was delayed."
-
-
-def _start_run(client) -> Run:
-    response = client.post(
-        "/runs/new/",
-        {
-            "domain": "airline",
-            "task_id": "27",
-            "agent_model": AGENT_MODEL,
-            "user_model": "deepseek-ai/DeepSeek-V4.1-Flash",
-            "max_steps": 30,
-            "seed": 7,
-        },
-    )
-    assert response.status_code == 302, response.content.decode()[:2000]
-    return Run.objects.get(pk=int(response["Location"].rstrip("/").split("/")[-1]))
 
 
 def _readable(error: str, who: str) -> None:
@@ -59,7 +37,7 @@ def test_a_reply_with_a_nul_fails_the_run_with_a_readable_reason(
 ):
     refresh_agent_models()
     play(llm_server, agent=[text(r) for r in agent], customer=[text(r) for r in customer])
-    run = wait_for(_start_run(alice_client), finished)
+    run = wait_for(run_start(alice_client), finished)
     assert (run.status, run.failure) == ("failed", "provider")
     _readable(run.error, who)
     # What τ² saw up to the reply is stored as it was; the reply itself is not.

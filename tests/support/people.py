@@ -39,6 +39,20 @@ def signed_in(user) -> Client:
     return client
 
 
+def browser_signed_in(page, user, base_url: str):
+    """``page`` (Playwright) with ``user``'s session cookie, as if they had signed in."""
+    page.context.add_cookies(
+        [
+            {
+                "name": "sessionid",
+                "value": signed_in(user).cookies["sessionid"].value,
+                "url": base_url,
+            }
+        ]
+    )
+    return page
+
+
 @pytest.fixture
 def alice(committed_db):
     return person("alice", ALICE_TOKEN)

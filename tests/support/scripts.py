@@ -116,3 +116,22 @@ def queued_run(user, *, task: tuple[str, str] = GOLD_TASK, max_steps: int = 30):
         user_model="deepseek-ai/DeepSeek-V4.1-Flash",
         max_steps=max_steps,
     )
+
+
+def run_start(client, *, task=GOLD_TASK, agent_model=AGENT_MODEL, max_steps=30, seed=7):
+    """Start a model run as ``client``'s person through the run form; returns the run."""
+    from apps.runs.models import Run
+
+    response = client.post(
+        "/runs/new/",
+        {
+            "domain": task[0],
+            "task_id": task[1],
+            "agent_model": agent_model,
+            "user_model": "deepseek-ai/DeepSeek-V4.1-Flash",
+            "max_steps": max_steps,
+            "seed": seed,
+        },
+    )
+    assert response.status_code == 302, response.content.decode()[:2000]
+    return Run.objects.get(pk=int(response["Location"].rstrip("/").split("/")[-1]))
