@@ -29,7 +29,7 @@ def test_alice_races_three_models_and_watches_the_lanes_fill_live(
     page, alice, base_url, celery_worker, llm_server
 ):
     refresh_agent_models()
-    race_script(llm_server, slower=4.0)
+    race_script(llm_server, slower=2.0)
     problems = []
     page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
     page.on("pageerror", lambda e: problems.append(str(e)))

@@ -23,7 +23,7 @@ CUSTOMER = "deepseek-ai/DeepSeek-V4.1-Flash"
 USER_ID = "ethan_martin_2396"
 _LOOKUP = ("get_user_details", {"user_id": USER_ID})
 # model -> (seconds per agent reply, reads before the certificate, its amount)
-_PLANS = {FAST: (0.05, 1, 150), EXTRA: (0.25, 2, 150), WRONG: (0.45, 1, 100)}
+_PLANS = {FAST: (0.05, 1, 150), EXTRA: (0.4, 2, 150), WRONG: (1.0, 1, 100)}
 
 
 def race_script(llm: ScriptedLLM, *, slower: float = 1.0) -> None:
