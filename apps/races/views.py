@@ -25,6 +25,7 @@ def _lane_pickers(picked: list[str]) -> list[dict]:
             "label": f"Lane {i + 1}",
             "selected": picked[i] if i < len(picked) else "",
             "optional": i >= MIN_LANES,
+            "empty_label": "No model in this lane" if i >= MIN_LANES else "",
         }
         for i in range(MAX_LANES)
     ]
