@@ -51,7 +51,7 @@ def test_picking_a_domain_in_the_explorer_moves_policy_and_tools_along(client, c
     # htmx swaps the results only; the header's link comes with them, out of band.
     response = client.get("/tasks/?domain=retail", headers={"HX-Request": "true"})
     html = response.content.decode()
-    assert '<html' not in html and 'hx-swap-oob="true"' in html
+    assert "<html" not in html and 'hx-swap-oob="true"' in html
     assert policy_link(html) == "/tasks/retail/"
     # A whole page (no htmx) has the one link in its header.
     assert client.get("/tasks/?domain=retail").content.decode().count(' id="nav-policy"') == 1

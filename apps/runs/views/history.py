@@ -14,7 +14,6 @@ from django.views.decorators.http import require_POST
 from apps.accounts.access import (
     can_control,
     can_review,
-    can_start,
     can_view_runs,
     signin_url,
 )
