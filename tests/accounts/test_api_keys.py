@@ -23,20 +23,10 @@ from apps.accounts.models import ApiKey
 from apps.accounts.services import ApiKeyRefused, api_key_create, api_key_resolve, api_key_revoke
 from tests.support.agents import agent_runs_of
 from tests.support.llm_server import text
+from tests.support.mcp_client import INITIALIZE, MCP_HEADERS
 from tests.support.people import ALICE_TOKEN, BOB_TOKEN, person, signed_in
 
 SERVER_TOKEN = "hf_server_token_never_for_strangers_9999"
-MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
-INITIALIZE = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-06-18",
-        "capabilities": {},
-        "clientInfo": {"name": "test", "version": "1"},
-    },
-}
 
 
 # The suite's people, committed, so that the live server sees them and their vault

@@ -11,7 +11,6 @@ from tests.runs.conftest import (
     AGENT_MODEL,
     ALICE_TOKEN,
     BOB_TOKEN,
-    GOLD_TASK,
     finished,
     gold_script,
     is_agent_request,
@@ -19,24 +18,9 @@ from tests.runs.conftest import (
     wait_for,
 )
 from tests.support.llm_server import error, text, tool_call
+from tests.support.scripts import run_start
 
 pytestmark = pytest.mark.slow
-
-
-def start(client, *, task=GOLD_TASK, agent_model=AGENT_MODEL, max_steps=30, seed=7) -> Run:
-    response = client.post(
-        "/runs/new/",
-        {
-            "domain": task[0],
-            "task_id": task[1],
-            "agent_model": agent_model,
-            "user_model": "deepseek-ai/DeepSeek-V4.1-Flash",
-            "max_steps": max_steps,
-            "seed": seed,
-        },
-    )
-    assert response.status_code == 302, response.content.decode()[:2000]
-    return Run.objects.get(pk=int(response["Location"].rstrip("/").split("/")[-1]))
 
 
 def test_alice_runs_a_model_and_the_worker_scores_it(
@@ -44,7 +28,7 @@ def test_alice_runs_a_model_and_the_worker_scores_it(
 ):
     gold_script(llm_server)
 
-    run = wait_for(start(alice_client), finished)
+    run = wait_for(run_start(alice_client), finished)
 
     assert run.status == Run.Status.COMPLETED, run.error
     assert run.reward == 1.0
@@ -94,7 +78,7 @@ def test_a_run_that_skips_the_write_scores_zero(celery_worker, llm_server, alice
         ],
         customer=[text("My flight was delayed, I'm ethan_martin_2396."), text("Bye ###STOP###")],
     )
-    run = wait_for(start(alice_client), finished)
+    run = wait_for(run_start(alice_client), finished)
     assert run.status == Run.Status.COMPLETED
     assert run.reward == 0.0
     assert run.reward_info["db_check"]["db_match"] is False
@@ -113,7 +97,7 @@ def test_a_wrong_tool_argument_is_a_tool_error_inside_the_conversation(
         ],
         customer=[text("Delayed flight, I'm ethan_martin_2396."), text("Thanks ###STOP###")],
     )
-    run = wait_for(start(alice_client), finished)
+    run = wait_for(run_start(alice_client), finished)
     assert run.status == Run.Status.COMPLETED
     first_result = run.events.filter(kind=RunEvent.Kind.TOOL_RESULT).order_by("seq").first()
     assert first_result.message["error"] is True
@@ -136,7 +120,7 @@ def test_a_provider_error_ends_the_run_with_a_readable_reason(
     llm_server.responder = lambda request: (
         error(status, "nope") if is_agent_request(request) else text("Hello, I need help.")
     )
-    run = wait_for(start(alice_client), finished)
+    run = wait_for(run_start(alice_client), finished)
     assert run.status == Run.Status.FAILED
     assert "agent's model call failed" in run.error
     assert words in run.error
@@ -158,7 +142,7 @@ def test_a_rate_limited_hop_backs_off_and_the_run_completes(
         return solve(request)
 
     llm_server.responder = responder
-    run = wait_for(start(alice_client), finished)
+    run = wait_for(run_start(alice_client), finished)
     assert run.status == Run.Status.COMPLETED and run.reward == 1.0
     assert limited["left"] == 0
 
@@ -171,14 +155,14 @@ def test_a_model_that_never_answers_ends_the_run_with_a_timeout(
     llm_server.responder = lambda request: (
         delayed(text("too late"), 12) if is_agent_request(request) else text("Hello.")
     )
-    run = wait_for(start(alice_client), finished, timeout=120)
+    run = wait_for(run_start(alice_client), finished, timeout=120)
     assert run.status == Run.Status.FAILED
     assert "no answer within 8 s" in run.error
 
 
 def test_stop_ends_a_running_run_between_hops(celery_worker, llm_server, alice, alice_client):
     gold_script(llm_server, delay=0.7)
-    run = start(alice_client)
+    run = run_start(alice_client)
     wait_for(run, lambda r: r.events.count() >= 2, what="the first customer message")
 
     response = alice_client.post(f"/runs/{run.pk}/stop/")
@@ -207,7 +191,7 @@ def test_each_person_runs_on_their_own_token(celery_worker, llm_server, alice, b
         return text("###STOP###") if "How else" in last else text("Hello there.")
 
     llm_server.responder = responder
-    runs = [start(alice_client), start(bob_client)]
+    runs = [run_start(alice_client), run_start(bob_client)]
     for run in runs:
         wait_for(run, finished)
     tokens = {r.token for r in llm_server.chat_requests()}
@@ -220,7 +204,7 @@ def test_cost_is_tokens_times_the_chosen_providers_price(
     celery_worker, llm_server, alice, alice_client
 ):
     gold_script(llm_server)
-    run = wait_for(start(alice_client), finished)  # deepseek…:novita at $0.27 / $1.10
+    run = wait_for(run_start(alice_client), finished)  # deepseek…:novita at $0.27 / $1.10
     assert [Decimal(p) for p in run.provenance["agent_prices"]] == [Decimal("0.27"), Decimal("1.1")]
     agent_events = run.events.filter(kind=RunEvent.Kind.AGENT).exclude(prompt_tokens=0)
     prompt = sum(e.prompt_tokens for e in agent_events)
@@ -244,7 +228,7 @@ def test_an_unpriced_model_has_no_cost_rather_than_zero(
     celery_worker, llm_server, alice, alice_client
 ):
     gold_script(llm_server)
-    run = wait_for(start(alice_client, agent_model="Qwen/Qwen3-32B"), finished)
+    run = wait_for(run_start(alice_client, agent_model="Qwen/Qwen3-32B"), finished)
     assert run.status == Run.Status.COMPLETED
     assert run.cost_usd is None
     page = alice_client.get(f"/runs/{run.pk}/").content.decode()
@@ -268,7 +252,7 @@ def test_the_broker_gets_the_runs_id_and_never_a_token(
     before_task_publish.connect(capture)
     try:
         gold_script(llm_server)
-        run = wait_for(start(alice_client), finished)
+        run = wait_for(run_start(alice_client), finished)
     finally:
         before_task_publish.disconnect(capture)
     runs = [p for p in published if p[0] == "runs.execute"]
