@@ -8,16 +8,60 @@ application (Django pages, Channels, OpenEnv) with uvicorn on a free local port.
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import threading
 import time
-from collections.abc import Iterator
+import weakref
+from collections.abc import Iterator, MutableMapping
 from dataclasses import dataclass
 
 import pytest
+from channels.layers import channel_layers
 
 from tests.support.fixtures import llm_server, scripted_llm_session  # noqa: F401
 from tests.support.people import alice, alice_client, bob, bob_client  # noqa: F401
+
+
+class _ChannelLayersPerLoop(MutableMapping):
+    """Channels' cache of layer instances, one set per event loop (per thread outside one).
+
+    channels_redis keeps one receiving state per instance (a lock, buffers and one Redis
+    key for all its consumers), made for one loop: a web process has one. The suite runs
+    two at once, the live server's thread and each async test's loop, and sharing one
+    instance let either loop pop the other's messages (so they never arrived) or stop its
+    receive with "Two event loops are trying to receive() on one channel layer at once!".
+    """
+
+    def __init__(self):
+        self._by_loop = weakref.WeakKeyDictionary()
+        self._by_thread = threading.local()
+
+    def _layers(self) -> dict:
+        try:
+            return self._by_loop.setdefault(asyncio.get_running_loop(), {})
+        except RuntimeError:  # no running loop: sync code (async_to_sync makes its own)
+            if not hasattr(self._by_thread, "layers"):
+                self._by_thread.layers = {}
+            return self._by_thread.layers
+
+    def __getitem__(self, key):
+        return self._layers()[key]
+
+    def __setitem__(self, key, value):
+        self._layers()[key] = value
+
+    def __delitem__(self, key):
+        del self._layers()[key]
+
+    def __iter__(self):
+        return iter(self._layers())
+
+    def __len__(self):
+        return len(self._layers())
+
+
+channel_layers.backends = _ChannelLayersPerLoop()
 
 
 def pytest_collection_modifyitems(config, items):
