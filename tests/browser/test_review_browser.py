@@ -2,6 +2,8 @@
 htmx, and deletes it again; the page never leaves, and the Content-Security-Policy
 reports nothing. A message that arrives live can be labelled too."""
 
+import threading
+
 import pytest
 from playwright.sync_api import expect
 
@@ -11,6 +13,27 @@ from tests.support.browser import page_signed_in_as
 from tests.support.review import staff_member, stored_run
 
 pytestmark = [pytest.mark.browser]
+
+
+def publish_as_a_worker(run, messages: list[dict]) -> None:
+    """Store and announce ``messages`` from a thread of their own, as a worker does.
+
+    Not from the test's thread: Playwright's loop may show as running there (it does once an
+    async test has run in this process), and the publisher's ``async_to_sync`` then refuses,
+    so the live message was stored but never announced.
+    """
+
+    def publish():
+        from django.db import connection
+
+        try:
+            events_publish(run=run, messages=messages)
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=publish)
+    thread.start()
+    thread.join(timeout=30)
 
 
 def test_stella_labels_a_message_on_the_run_page_and_deletes_it(page, alice, base_url):
@@ -53,7 +76,7 @@ def test_a_message_that_arrives_live_gets_its_label_form(page, alice, base_url):
     expect(page.locator("#review-0")).to_be_visible()
     expect(page.get_by_test_id("live")).to_have_text("Live…")
 
-    events_publish(run=run, messages=[{"role": "user", "content": "I never booked that."}])
+    publish_as_a_worker(run, [{"role": "user", "content": "I never booked that."}])
     expect(page.get_by_test_id("event")).to_have_count(2)
     slot = page.locator("#review-1")
     slot.get_by_test_id("add-label").click()
