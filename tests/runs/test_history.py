@@ -11,7 +11,7 @@ from django.test import Client, override_settings
 from apps.runs.models import ReviewLabel, Run, RunEvent
 from apps.tasks.models import Task
 from tests.runs.conftest import finished, gold_script, wait_for
-from tests.runs.test_runs import start
+from tests.support.scripts import run_start
 
 
 def _run(user, *, task_id="27", model="org/model-a", reward=1.0, lines=("Hi", "Hello")):
@@ -92,7 +92,7 @@ def test_a_finished_run_downloads_as_json_and_scores_the_same_again(
     from tests.runs.conftest import ALICE_TOKEN
 
     gold_script(llm_server)
-    run = wait_for(start(alice_client), finished)
+    run = wait_for(run_start(alice_client), finished)
     response = alice_client.get(f"/runs/{run.pk}.json")
     assert response.status_code == 200
     assert response["Content-Disposition"].startswith("attachment;")

@@ -7,7 +7,7 @@ from websockets.sync.client import connect
 
 from apps.runs.models import Run
 from tests.runs.conftest import finished, gold_script, wait_for
-from tests.runs.test_runs import start
+from tests.support.scripts import run_start
 
 pytestmark = pytest.mark.slow
 
@@ -41,7 +41,7 @@ def test_events_stream_while_the_run_is_going(
     asgi_server, celery_worker, llm_server, alice, alice_client
 ):
     gold_script(llm_server, delay=0.4)
-    run = start(alice_client)
+    run = run_start(alice_client)
     seen: list[int] = []
     running_when_first_event = None
     live_statuses = []
@@ -70,7 +70,7 @@ def test_a_reconnecting_browser_resumes_without_gap_or_duplicate(
     asgi_server, celery_worker, llm_server, alice, alice_client
 ):
     gold_script(llm_server, delay=0.4)
-    run = start(alice_client)
+    run = run_start(alice_client)
     seen: list[int] = []
     with _socket(asgi_server, alice_client, run) as ws:
         _read_until_final(ws, seen=seen, stop_after=3)
@@ -89,7 +89,7 @@ def test_the_socket_refuses_anonymous_visitors(
     from websockets.exceptions import ConnectionClosed, InvalidStatus
 
     gold_script(llm_server)
-    run = start(alice_client)
+    run = run_start(alice_client)
     anonymous = Client()
     anonymous.get("/tasks/")  # no session cookie at all
     with (  # noqa: PT012
