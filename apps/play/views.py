@@ -43,6 +43,9 @@ def _state_payload(request, run: Run) -> dict:
         "can_act": state.can_act,
         "pending": state.pending,
         "final": run.is_final,
+        # The page keeps its socket until it has every event up to here (the last one of
+        # an ended session, τ²'s stop, may still be on its way when the state says final).
+        "last_seq": run.events.order_by("-seq").values_list("seq", flat=True).first(),
         "error": state.error,
         "html": render_to_string(
             "play/_state.html", {"run": run, "state": state, "result": result}, request=request

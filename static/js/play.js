@@ -9,6 +9,7 @@
   const tools = JSON.parse(document.getElementById("tool-schemas").textContent);
   let lastSeq = parseInt(root.dataset.lastSeq, 10);
   let final = root.dataset.final === "true";
+  let finalSeq = final ? lastSeq : null; // the last event of an ended session
   let socket = null;
   let retry = 0;
 
@@ -27,7 +28,17 @@
     lastSeq = seq;
     root.dataset.lastSeq = String(lastSeq);
     node.scrollIntoView({ block: "nearest" });
+    closeWhenComplete();
     return node;
+  }
+
+  // An ended session needs no socket once every event up to its last one is shown.
+  function complete() {
+    return final && lastSeq >= finalSeq;
+  }
+
+  function closeWhenComplete() {
+    if (complete() && socket) socket.close();
   }
 
   function say(text) {
@@ -49,8 +60,9 @@
     root.dataset.phase = state.phase;
     if (state.final) {
       final = true;
+      finalSeq = state.last_seq ?? lastSeq;
       root.dataset.final = "true";
-      if (socket) socket.close();
+      closeWhenComplete();
       // An ended session keeps no controls (as the page renders it once final).
       const controls = document.getElementById("play-controls");
       if (controls) controls.remove();
@@ -63,7 +75,7 @@
   }
 
   function connect() {
-    if (final) return;
+    if (complete()) return;
     const scheme = location.protocol === "https:" ? "wss" : "ws";
     socket = new WebSocket(`${scheme}://${location.host}/ws/runs/${runId}/?after=${lastSeq}`);
     socket.onopen = () => { retry = 0; };
@@ -73,7 +85,7 @@
       else if (data.type === "status") refreshState();
     };
     socket.onclose = () => {
-      if (final) return;
+      if (complete()) return;
       retry = Math.min(retry + 1, 6);
       setTimeout(connect, 250 * 2 ** retry);
     };
