@@ -11,6 +11,7 @@ from django.test import Client, override_settings
 from apps.runs.models import ReviewLabel, Run, RunEvent
 from apps.tasks.models import Task
 from tests.runs.conftest import finished, gold_script, wait_for
+from tests.support.people import signed_in
 from tests.support.scripts import run_start
 
 
@@ -162,7 +163,12 @@ def test_staff_label_a_run_and_its_event_and_the_task_page_shows_the_flags(alice
     assert label.created_by == reviewer and label.event == event
     assert admin.get("/admin/runs/run/?labels__category=user_sim_error").status_code == 200
 
-    task_page = Client().get("/tasks/airline/27/").content.decode()
+    # The notes are about the team's runs: a visitor who may not see runs does not get them.
+    assert (
+        "The customer invented a reservation."
+        not in Client().get("/tasks/airline/27/").content.decode()
+    )
+    task_page = signed_in(alice).get("/tasks/airline/27/").content.decode()
     assert 'data-testid="review-flags"' in task_page
     assert "user-simulator error" in task_page
     assert "The customer invented a reservation." in task_page

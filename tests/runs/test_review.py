@@ -266,7 +266,8 @@ def test_the_task_page_reports_each_label_on_the_run_it_belongs_to(alice, bob, s
     label(first, stella, category="task_bug", note="On the first run.")
     label(first, stella, seq=0, category="no_issue")
 
-    page = Client().get("/tasks/airline/27/").content.decode()
+    assert 'data-testid="review-flags"' not in Client().get("/tasks/airline/27/").content.decode()
+    page = signed_in(bob).get("/tasks/airline/27/").content.decode()
     flags = page[page.index('data-testid="review-flags"') :]
     assert "Review flags (2)" in flags  # "no issue" is not a flag
     on_second = flags[flags.index(f'data-run-id="{second.pk}"') :]
