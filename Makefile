@@ -57,6 +57,7 @@ test-fast: $(VENV)/.installed-dev
 lint: install-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
+	$(BIN)/lint-imports
 
 format: install-dev
 	$(BIN)/ruff check --fix .
