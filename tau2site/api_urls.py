@@ -1,3 +1,6 @@
+"""The JSON API's root, ``/api/``: the tasks' and the evaluations' endpoints and their
+OpenAPI schema. It composes several apps, so it lives here."""
+
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 

@@ -27,9 +27,17 @@ django_http = get_asgi_application()  # sets Django up before anything imports m
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import URLRouter  # noqa: E402
+from django.conf import settings  # noqa: E402
 
+from tau2_env.capacity import SessionSlots  # noqa: E402
+from tau2_env.mcp_server import McpApp  # noqa: E402
+from tau2_env.server import create_openenv_app  # noqa: E402
 from tau2site import embedded_worker  # noqa: E402
-from tau2site.middleware import ApiSecurityHeaders, SameOriginWebsockets  # noqa: E402
+from tau2site.middleware import (  # noqa: E402
+    ApiSecurityHeaders,
+    BrowserSessions,
+    SameOriginWebsockets,
+)
 from tau2site.routing import websocket_urlpatterns  # noqa: E402
 
 # OpenEnv's routes, matched exactly so that /ws/runs/<id>/ stays with Channels.
@@ -46,13 +54,6 @@ class Application:
     """Routes each ASGI connection to OpenEnv, Channels or Django."""
 
     def __init__(self) -> None:
-        from django.conf import settings
-
-        from apps.agents.playground import BrowserSessions
-        from tau2_env.capacity import SessionSlots
-        from tau2_env.mcp_server import McpApp
-        from tau2_env.server import create_openenv_app
-
         slots = SessionSlots.from_config()  # one pool for both agent faces
         swagger = f"{settings.STATIC_URL}drf_spectacular_sidecar/swagger-ui-dist"
         # Its lifespan goes to the app itself (the wrapper adds headers to HTTP only).

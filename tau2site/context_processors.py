@@ -1,6 +1,12 @@
+"""The site header's context on every page: it composes every app, so it lives here."""
+
 import re
 
 from django.conf import settings
+
+from apps.evaluations.models import Evaluation
+from apps.runs.models import Run
+from apps.tasks.models import Domain
 
 _SLUG = re.compile(r"^[-a-zA-Z0-9_]{1,64}$")
 
@@ -37,10 +43,7 @@ def _page_domain(request, match) -> str:
         return request.GET["domain"]
     pk = match.kwargs.get("pk")
     if pk is not None and match.namespace in ("runs", "play", "evaluations"):
-        if match.namespace == "evaluations":
-            from apps.evaluations.models import Evaluation as model
-        else:
-            from apps.runs.models import Run as model
+        model = Evaluation if match.namespace == "evaluations" else Run
         return model.objects.filter(pk=pk).values_list("domain", flat=True).first() or ""
     return ""
 
@@ -49,11 +52,9 @@ def nav_domain(request, match) -> str:
     """The domain "Policy & tools" opens: the current page's when it names a known one,
     else the default (a malformed or unknown ``?domain=`` never breaks the header)."""
     name = _page_domain(request, match)
-    if name and name != settings.TAU2_DOMAIN and _SLUG.match(name):
-        from apps.tasks.models import Domain
-
-        if Domain.objects.filter(name=name).exists():
-            return name
+    known = name and name != settings.TAU2_DOMAIN and _SLUG.match(name)
+    if known and Domain.objects.filter(name=name).exists():
+        return name
     return settings.TAU2_DOMAIN
 
 

@@ -13,6 +13,8 @@ import threading
 
 from django.conf import settings
 
+from tau2site.celery import app
+
 logger = logging.getLogger(__name__)
 
 _lock = threading.Lock()
@@ -28,8 +30,6 @@ def start() -> bool:
         if _worker is not None:
             return True
         from celery.worker import WorkController
-
-        from tau2site.celery import app
 
         _worker = WorkController(
             app=app,

@@ -26,11 +26,14 @@ Around the ASGI application (``tau2site.asgi``), outside Django's middleware:
 
 from __future__ import annotations
 
+from http.cookies import CookieError, SimpleCookie
 from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.core.exceptions import DisallowedHost
 from django.http import HttpResponseBadRequest
+
+from apps.agents.playground import browser_session
 
 NUL = "\x00"
 NUL_REFUSED = "Bad request: a NUL character (%00) is not accepted in a URL or a form."
@@ -213,3 +216,37 @@ class ApiSecurityHeaders:
             await send(message)
 
         return await self.app(scope, receive, send_with_headers)
+
+
+OPENENV_SOCKET = "/ws"
+
+
+def _session_cookie(scope) -> str | None:
+    for name, value in scope.get("headers") or ():
+        if name.lower() == b"cookie":
+            try:
+                cookie = SimpleCookie(value.decode("latin-1"))
+            except CookieError:
+                return None
+            morsel = cookie.get(settings.SESSION_COOKIE_NAME)
+            return morsel.value if morsel and morsel.value else None
+    return None
+
+
+class BrowserSessions:
+    """ASGI wrapper of the OpenEnv app: while a same-origin ``/ws`` connection is served,
+    the agents playground's ``browser_session_key()`` is its session cookie (``None`` for
+    anything else), so it plays on the signed-in person's token (``apps.agents.playground``)."""
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if (
+            scope["type"] != "websocket"
+            or scope.get("path", "").rstrip("/") != OPENENV_SOCKET
+            or not websocket_origin_allowed(scope)
+        ):
+            return await self.app(scope, receive, send)
+        with browser_session(_session_cookie(scope)):
+            return await self.app(scope, receive, send)

@@ -71,6 +71,7 @@ INSTALLED_APPS = [
     "apps.play",
     "apps.evaluations",
     "apps.races",
+    "apps.agents",
     "apps.inference",
 ]
 
@@ -105,7 +106,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
-                "apps.tasks.context_processors.catalogue",
+                "tau2site.context_processors.catalogue",
                 "apps.accounts.context_processors.account",
             ],
         },

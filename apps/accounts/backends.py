@@ -17,6 +17,7 @@ from social_core.backends.oauth import BaseOAuth2PKCE
 from social_core.exceptions import AuthResponseError
 
 from apps.accounts.models import INFERENCE_SCOPE
+from apps.accounts.selectors import signin_missing_settings
 
 SCOPES = ["openid", "profile", INFERENCE_SCOPE]
 
@@ -81,7 +82,6 @@ class HuggingFaceOAuth2(BaseOAuth2PKCE):
         # Without a client id and secret Hugging Face would refuse us after a round trip
         # (or, offline, the discovery read fails as "could not be reached"): say instead
         # which settings are missing, on the sign-in page.
-        from apps.accounts.selectors import signin_missing_settings
 
         if signin_missing_settings():
             return self.strategy.redirect(reverse("accounts:signin"))

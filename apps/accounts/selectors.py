@@ -55,11 +55,3 @@ def signin_missing_settings() -> list[str]:
         "SOCIAL_AUTH_HUGGINGFACE_SECRET": settings.SOCIAL_AUTH_HUGGINGFACE_SECRET,
     }
     return [name for name, value in wanted.items() if not value]
-
-
-def api_keys_for(*, user) -> list:
-    """``user``'s API keys, live ones first, newest first (no hash: it is never shown)."""
-    from apps.accounts.models import ApiKey
-
-    keys = ApiKey.objects.filter(user_id=user.pk).defer("secret_hash")
-    return sorted(keys, key=lambda k: (k.revoked_at is not None, -k.created_at.timestamp()))

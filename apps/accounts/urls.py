@@ -8,6 +8,4 @@ urlpatterns = [
     path("sign-in/", views.signin, name="signin"),
     path("sign-out/", views.signout, name="signout"),
     path("dev-login/", views.dev_login, name="dev_login"),
-    path("keys/", views.api_keys, name="keys"),
-    path("keys/<int:pk>/revoke/", views.api_key_revoke, name="key_revoke"),
 ]

@@ -1,18 +1,15 @@
 from __future__ import annotations
 
-from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth import login, logout
-from django.core.exceptions import ValidationError
 from django.http import Http404
 from django.shortcuts import redirect, render
 from django.utils.http import url_has_allowed_host_and_scheme
-from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django.views.decorators.http import require_GET, require_POST
 
 from apps.accounts import services
-from apps.accounts.access import signin_required_to_start, signin_url
-from apps.accounts.models import ApiKey
-from apps.accounts.selectors import api_keys_for, dev_login_enabled, signin_missing_settings
+from apps.accounts.access import signin_url
+from apps.accounts.selectors import dev_login_enabled, signin_missing_settings
 
 REASONS = {
     "start": "Starting a run or a play session uses your own Hugging Face credits, "
@@ -82,43 +79,3 @@ def admin_login(request):
     elif request.user.is_authenticated:
         return redirect(next_url)
     return redirect(signin_url(next_url=next_url, reason="admin"))
-
-
-def _keys_page(request, *, created_key: str = "", name_error: str = "", status: int = 200):
-    response = render(
-        request,
-        "accounts/keys.html",
-        {
-            "keys": api_keys_for(user=request.user),
-            "created_key": created_key,
-            "name_error": name_error,
-            "require_key": settings.TAU2_AGENT_API_REQUIRE_KEY,
-        },
-        status=status,
-    )
-    response["Cache-Control"] = "no-store"  # a new key is on this page once, never cached
-    return response
-
-
-@signin_required_to_start
-@require_http_methods(["GET", "POST"])
-def api_keys(request):
-    """The person's studio API keys; POST creates one and shows it, this once."""
-    if request.method == "GET":
-        return _keys_page(request)
-    try:
-        _, raw = services.api_key_create(user=request.user, name=request.POST.get("name", ""))
-    except ValidationError as exc:
-        return _keys_page(request, name_error=" ".join(exc.message_dict["name"]), status=400)
-    return _keys_page(request, created_key=raw)
-
-
-@signin_required_to_start
-@require_POST
-def api_key_revoke(request, pk: int):
-    try:
-        key = services.api_key_revoke(user=request.user, pk=pk)
-    except ApiKey.DoesNotExist:
-        raise Http404("You have no such API key.") from None
-    messages.info(request, f"The API key “{key.name}” is revoked: agents using it are refused.")
-    return redirect("accounts:keys")

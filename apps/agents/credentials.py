@@ -1,10 +1,10 @@
 """Studio API keys on the agent faces: the credentials resolver this project plugs into
-``tau2_env.access`` (:func:`install`, called by ``AccountsConfig.ready``).
+``tau2_env.access`` (:func:`install`, called by ``AgentsConfig.ready``).
 
 A client that presents a key (``Authorization: Bearer tau2s_…`` on either face, or the
 key as OpenEnv's ``reset(hf_token=…)``) plays on its owner's Hugging Face token from
 the vault, its sessions are counted per key, and its episodes are recorded as runs of
-kind "agent via API" (``apps.runs.agent_runs``). Without a key a client goes on as
+kind "agent via API" (``apps.agents.recording``). Without a key a client goes on as
 before (its own Hugging Face token, else the server's) — unless
 ``TAU2_AGENT_API_REQUIRE_KEY`` is on: then it is refused, and the server's ``HF_TOKEN``
 is never spent for it.
@@ -24,7 +24,10 @@ from typing import TypeVar
 from django.conf import settings
 from django.db import close_old_connections
 
-from apps.accounts.services import API_KEY_PREFIX, ApiKeyRefused, api_key_resolve
+from apps.accounts.vault import SignInRequired, hf_token_for
+from apps.agents.playground import browser_session_key, session_owner_token
+from apps.agents.recording import AgentRunRecorder
+from apps.agents.services import API_KEY_PREFIX, ApiKeyRefused, api_key_resolve
 from tau2_env import access
 
 __all__ = ["KEY_REQUIRED", "agent_name", "install", "presented_key", "studio_credentials"]
@@ -60,8 +63,6 @@ def agent_name(request: access.ClientRequest) -> str:
 def _key_owner_token(raw: str) -> tuple[int, str, str]:
     """(owner's id, key id, owner's Hugging Face token) of the key ``raw``; raises
     :class:`~tau2_env.access.CredentialsRefused`. Runs off the event loop."""
-    from apps.accounts.vault import SignInRequired, hf_token_for
-
     close_old_connections()
     try:
         key = api_key_resolve(raw=raw)
@@ -93,8 +94,6 @@ def studio_credentials(request: access.ClientRequest) -> access.Credentials:
         if settings.TAU2_AGENT_API_REQUIRE_KEY:
             raise access.CredentialsRefused(KEY_REQUIRED)
         return access.default_resolver(request)
-    from apps.runs.agent_runs import AgentRunRecorder
-
     user_id, key_id, token = _off_loop(_key_owner_token, raw)
     recorder = AgentRunRecorder(user_id=user_id, key_id=key_id, agent=agent_name(request))
     return access.Credentials(client=f"key:{key_id}", hf_token=token, hooks=recorder)
@@ -103,9 +102,6 @@ def studio_credentials(request: access.ClientRequest) -> access.Credentials:
 def _browser_credentials(request: access.ClientRequest) -> access.Credentials | None:
     """A signed-in person's own session on the playground's same-origin ``/ws``
     (``apps.agents.playground``), when the client presents no token of its own."""
-    from apps.accounts.vault import SignInRequired
-    from apps.agents.playground import browser_session_key, session_owner_token
-
     session_key = browser_session_key()
     if not session_key or access.bearer_token(request.headers) or request.hf_token:
         return None

@@ -1,6 +1,6 @@
 """An outside agent's episodes in the team's history: runs of kind "agent via API".
 
-A client that plays with a studio API key (``apps.accounts.agent_keys``) gets an
+A client that plays with a studio API key (``apps.agents.credentials``) gets an
 :class:`AgentRunRecorder` as its episode hooks (``tau2_env.access.EpisodeHooks``). Each
 episode it starts becomes a run, created by the key's owner: its messages are stored
 and published hop by hop through the runs' one publisher (``events_publish``), so
@@ -31,8 +31,8 @@ from django.db import close_old_connections
 from django.utils import timezone
 
 from apps.runs.events import LostRun, events_publish
+from apps.runs.lifecycle import run_finish
 from apps.runs.models import Run
-from apps.runs.runner import run_finish
 from apps.runs.services import run_provenance
 from apps.tasks.models import Task
 from tau2_env import config

@@ -11,10 +11,17 @@ from __future__ import annotations
 import json
 
 from django.conf import settings
-from django.shortcuts import render
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.http import Http404
+from django.shortcuts import redirect, render
 from django.urls import reverse
+from django.views.decorators.http import require_http_methods, require_POST
 
 from apps.accounts.access import signin_required_to_start
+from apps.agents import services as key_services
+from apps.agents.models import ApiKey
+from apps.agents.selectors import api_keys_for
 from apps.tasks.selectors import domain_list
 
 KEY_PLACEHOLDER = "tau2s_PASTE_YOUR_KEY"  # never a real key: the page is the same for all
@@ -106,7 +113,7 @@ def _snippets(request) -> dict[str, str]:
     mcp_url = f"{base}/agent/mcp?domain={domain}&split={split}&seed={EXAMPLE_SEED}"
     fields = {
         "key": KEY_PLACEHOLDER,
-        "keys_url": request.build_absolute_uri(reverse("accounts:keys")),
+        "keys_url": request.build_absolute_uri(reverse("keys:list")),
         "base": base,
         "domain": domain,
         "split": split,
@@ -168,3 +175,43 @@ def playground(request):
             "default_split": settings.TAU2_SPLIT,
         },
     )
+
+
+def _keys_page(request, *, created_key: str = "", name_error: str = "", status: int = 200):
+    response = render(
+        request,
+        "agents/keys.html",
+        {
+            "keys": api_keys_for(user=request.user),
+            "created_key": created_key,
+            "name_error": name_error,
+            "require_key": settings.TAU2_AGENT_API_REQUIRE_KEY,
+        },
+        status=status,
+    )
+    response["Cache-Control"] = "no-store"  # a new key is on this page once, never cached
+    return response
+
+
+@signin_required_to_start
+@require_http_methods(["GET", "POST"])
+def api_keys(request):
+    """The person's studio API keys; POST creates one and shows it, this once."""
+    if request.method == "GET":
+        return _keys_page(request)
+    try:
+        _, raw = key_services.api_key_create(user=request.user, name=request.POST.get("name", ""))
+    except ValidationError as exc:
+        return _keys_page(request, name_error=" ".join(exc.message_dict["name"]), status=400)
+    return _keys_page(request, created_key=raw)
+
+
+@signin_required_to_start
+@require_POST
+def api_key_revoke(request, pk: int):
+    try:
+        key = key_services.api_key_revoke(user=request.user, pk=pk)
+    except ApiKey.DoesNotExist:
+        raise Http404("You have no such API key.") from None
+    messages.info(request, f"The API key “{key.name}” is revoked: agents using it are refused.")
+    return redirect("keys:list")

@@ -7,6 +7,7 @@ from functools import partial
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from apps.accounts.access import can_view_runs
 from apps.evaluations import presenters
 from apps.evaluations.events import evaluation_version, group_name
 from apps.evaluations.models import Evaluation
@@ -54,8 +55,6 @@ class EvaluationConsumer(AsyncJsonWebsocketConsumer):
 
     @read_in_pool
     def _allowed(self) -> bool:
-        from apps.accounts.access import can_view_runs
-
         return (
             can_view_runs(self.scope.get("user"))
             and Evaluation.objects.filter(pk=self.evaluation_id).exists()

@@ -10,8 +10,8 @@ from django.conf import settings
 from django.utils.http import urlencode
 
 from apps.evaluations.estimates import CostEstimate, evaluation_cost_estimate
-from apps.evaluations.models import MAX_TRIALS
 from apps.inference.forms import AgentModelField
+from apps.runs.models import MAX_TRIALS
 from apps.tasks import selectors as task_selectors
 from apps.tasks.models import Task
 from apps.tasks.selectors import KINDS, TaskFilters

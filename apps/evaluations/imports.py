@@ -20,9 +20,9 @@ from django.utils import timezone
 
 from apps.evaluations import selectors
 from apps.evaluations.exports import scrub
-from apps.evaluations.models import MAX_TRIALS, Evaluation
+from apps.evaluations.models import Evaluation
 from apps.runs.events import event_kind
-from apps.runs.models import Run, RunEvent
+from apps.runs.models import MAX_TRIALS, Run, RunEvent
 from apps.tasks.models import Domain, Task
 from apps.tasks.selectors import catalogue_latest
 from tau2_env import catalog

@@ -7,7 +7,7 @@ from django.db import models
 from django.db.models import Q
 from django.urls import reverse
 
-MAX_TRIALS = 8
+from apps.runs.models import MAX_TRIALS
 
 
 class Evaluation(models.Model):

@@ -20,9 +20,13 @@ from django.db import transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from apps.accounts.vault import hf_token_for
 from apps.evaluations import events
-from apps.evaluations.models import MAX_TRIALS, Evaluation
-from apps.runs.models import Run
+from apps.evaluations.models import Evaluation
+from apps.evaluations.selectors import evaluation_metrics
+from apps.runs import queue
+from apps.runs.lifecycle import on_run_settled
+from apps.runs.models import MAX_TRIALS, Run
 from apps.runs.services import (
     model_run_build,
     model_run_validate,
@@ -62,8 +66,6 @@ def evaluation_create(
     Raises ``SignInRequired`` (from the vault) before anything is stored when ``user``
     has no usable token, and ``ValidationError`` for anything else wrong.
     """
-    from apps.accounts.vault import hf_token_for
-
     hf_token_for(user=user)
     agent_model = model_run_validate(agent_model=agent_model, max_steps=max_steps)
     if not 1 <= num_trials <= MAX_TRIALS:
@@ -146,8 +148,6 @@ def evaluations_dispatch() -> list[int]:
     """Hand queued runs of running evaluations to the workers, within the caps, fairly
     across people; returns the ids queued. Safe to call from anywhere at any time: the
     running evaluations are locked while the slots are counted."""
-    from apps.runs.tasks import execute_run
-
     queued: list[int] = []
     with transaction.atomic():
         active = list(
@@ -219,11 +219,23 @@ def evaluations_dispatch() -> list[int]:
             for run_id in queued:
                 # robust: one message the broker refuses must not keep the others from
                 # being sent; the reaper sends a lost one again (``runs_reap``).
-                transaction.on_commit(lambda run_id=run_id: execute_run.delay(run_id), robust=True)
+                queue.run_enqueue(run_id, robust=True)
     for evaluation_id in finished:
         _complete_if_done(evaluation_id)
         events.evaluation_publish(evaluation_id=evaluation_id)
     return queued
+
+
+def evaluation_run_ended(run: Run) -> None:
+    """The runs' "a run settled" hook (``apps.runs.lifecycle.on_run_settled``): a run of
+    an evaluation lets its evaluation go on."""
+    if run.evaluation_id is not None:
+        evaluation_run_settled(run_id=run.pk)
+
+
+def evaluations_hooks_register() -> None:
+    """Hear of every run's end from the runs app (``EvaluationsConfig.ready``)."""
+    on_run_settled("evaluations", evaluation_run_ended)
 
 
 def evaluation_run_settled(*, run_id: int) -> None:
@@ -252,8 +264,6 @@ def _complete_if_done(evaluation_id: int) -> None:
 
 
 def _summarise(evaluation_id: int) -> None:
-    from apps.evaluations.selectors import evaluation_metrics
-
     evaluation = Evaluation.objects.get(pk=evaluation_id)
     Evaluation.objects.filter(pk=evaluation_id).update(summary=evaluation_metrics(evaluation))
 
@@ -298,8 +308,6 @@ def evaluation_pause(*, evaluation: Evaluation) -> Evaluation:
 
 def evaluation_resume(*, evaluation: Evaluation) -> Evaluation:
     """Start handing out runs again (the starter's token must still be usable)."""
-    from apps.accounts.vault import hf_token_for
-
     hf_token_for(user=evaluation.created_by)
     Evaluation.objects.filter(pk=evaluation.pk, status=Evaluation.Status.PAUSED).update(
         status=Evaluation.Status.RUNNING
@@ -329,8 +337,6 @@ def evaluation_retry_failed(*, evaluation: Evaluation) -> int:
     """Queue again the runs that failed on a transient or infrastructure error (never
     completed ones, never a provider refusal); they resume from their stored messages.
     Returns how many; the evaluation runs again if any."""
-    from apps.accounts.vault import hf_token_for
-
     if evaluation.status == Evaluation.Status.IMPORTED:
         raise ValidationError("An imported evaluation has nothing to run again.")
     hf_token_for(user=evaluation.created_by)

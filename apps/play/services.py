@@ -21,15 +21,21 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from apps.accounts.vault import SignInRequired, hf_token_for
 from apps.play import schemas, selectors
 from apps.play.selectors import Phase
+from apps.runs import queue
 from apps.runs.events import events_publish, status_publish
+from apps.runs.forks import ForkTakeover, fork_takeover_register
+from apps.runs.lifecycle import execution_id, run_finish
 from apps.runs.models import Run, RunEvent
 from apps.runs.services import run_provenance
 from apps.tasks.models import Task
 from tau2_env import config, engine, llm
 
 HUMAN_AGENT = "human"
+# What a session's end stores besides the run's own fields (``run_finish``).
+ENDED = {"play_phase": Run.PlayPhase.ENDED}
 
 
 class PlayRefused(Exception):
@@ -86,8 +92,6 @@ def play_start(*, user, task: Task, seed: int | None = None) -> Run:
     Raises ``SignInRequired`` (from the vault) when ``user`` has no usable token, before
     anything is stored.
     """
-    from apps.accounts.vault import hf_token_for
-
     hf_token_for(user=user)  # fail here, with the vault's message, not later on a worker
     user_model = config.provider_settings().model
     max_steps = min(engine.DEFAULT_MAX_STEPS, settings.TAU2_RUN_MAX_STEPS)
@@ -112,6 +116,48 @@ def play_start(*, user, task: Task, seed: int | None = None) -> Run:
         )
         _queue_customer(run.pk, at=0)
     return run
+
+
+def play_fork_build(*, run: Run, by, user_model: str, seed, next_: RunEvent) -> Run:
+    """The unsaved play session of ``by`` that takes over a fork of ``run`` before message
+    ``next_`` (``apps.runs.forks.run_fork`` with ``as_play``): the customer's turn first
+    when ``next_`` was theirs, else the person's. Raises ``ValidationError`` with the
+    vault's reason when ``by`` has no usable token (here, not later on a worker)."""
+    try:
+        hf_token_for(user=by)
+    except SignInRequired as exc:
+        raise ValidationError(str(exc)) from exc
+    seed = run.seed if seed is None else seed
+    now = timezone.now()
+    customer_next = next_.kind == RunEvent.Kind.CUSTOMER
+    return Run(
+        kind=Run.Kind.HUMAN,
+        task=run.task,
+        domain=run.domain,
+        created_by=by,
+        agent_model=HUMAN_AGENT,
+        user_model=user_model,
+        max_steps=run.max_steps,
+        seed=seed,
+        status=Run.Status.RUNNING,
+        started_at=now,
+        play_phase=Run.PlayPhase.CUSTOMER if customer_next else Run.PlayPhase.YOUR_TURN,
+        lease_expires_at=now + pending_lease() if customer_next else None,
+        provenance=play_provenance(
+            task=run.task, user_model=user_model, max_steps=run.max_steps, seed=seed
+        ),
+    )
+
+
+def play_fork_start(fork: Run, next_: RunEvent) -> None:
+    """Queue the customer's turn of a saved taken-over fork if it is theirs."""
+    if next_.kind == RunEvent.Kind.CUSTOMER:
+        _queue_customer(fork.pk, at=fork.n_messages)
+
+
+def play_hooks_register() -> None:
+    """Tell the runs app how a person takes a fork over (``PlayConfig.ready``)."""
+    fork_takeover_register(ForkTakeover(build=play_fork_build, start=play_fork_start))
 
 
 def _take(*, run: Run, to: Phase, allowed: tuple[Phase, ...], holder: str = "") -> int:
@@ -192,14 +238,13 @@ def play_release(*, run_id: int, holder: str, to: Phase, error: str = "", **fiel
 
 def play_complete(*, run: Run, holder: str, episode: engine.Episode) -> bool:
     """The scored end of the session (τ²'s verdict stored), if ``holder`` still holds it."""
-    from apps.runs.runner import run_finish
-
     return run_finish(
         run=run,
         status=Run.Status.COMPLETED,
         worker=holder,
         termination_reason=episode.termination_reason.value,
         reward_info=episode.reward_info.model_dump(mode="json"),
+        fields=ENDED,
     )
 
 
@@ -307,24 +352,16 @@ def play_episode(*, run: Run, token: str, score_on_end: bool = True) -> engine.E
 
 def _holder() -> str:
     """A plain id for the web request working on a session."""
-    from apps.runs.runner import execution_id
-
     return execution_id("web:")
 
 
 def _token(run: Run) -> str:
-    from apps.accounts.vault import hf_token_for
-
     return hf_token_for(user=run.created_by)
 
 
 def _queue_customer(run_id: int, *, at: int) -> None:
-    from apps.play.tasks import customer_turn
-
-    transaction.on_commit(lambda: customer_turn.delay(run_id, at))
+    queue.enqueue(queue.PLAY_CUSTOMER_TURN, run_id, at)
 
 
 def _queue_score(run_id: int, *, at: int) -> None:
-    from apps.play.tasks import score
-
-    transaction.on_commit(lambda: score.delay(run_id, at))
+    queue.enqueue(queue.PLAY_SCORE, run_id, at)

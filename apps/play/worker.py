@@ -14,19 +14,18 @@ from __future__ import annotations
 
 import logging
 
+from apps.accounts.vault import SignInRequired, hf_token_for
 from apps.play import services
 from apps.play.selectors import Phase
 from apps.runs.events import LostRun, UnstorableMessage, events_publish
+from apps.runs.lifecycle import run_finish
 from apps.runs.models import Run
-from apps.runs.runner import run_finish
 from tau2_env import engine, llm
 
 logger = logging.getLogger(__name__)
 
 
 def _token_or_release(run: Run, holder: str, back_to: Phase) -> str | None:
-    from apps.accounts.vault import SignInRequired, hf_token_for
-
     try:
         return hf_token_for(user=run.created_by)
     except SignInRequired as exc:
@@ -62,7 +61,14 @@ def customer_turn(*, run_id: int, at: int, worker: str) -> str:
         return "skipped"
     except UnstorableMessage as exc:  # the customer's reply held a NUL: the session ends
         failed, failure = Run.Status.FAILED, Run.Failure.PROVIDER
-        run_finish(run=run, status=failed, worker=worker, error=str(exc), failure=failure)
+        run_finish(
+            run=run,
+            status=failed,
+            worker=worker,
+            error=str(exc),
+            failure=failure,
+            fields=services.ENDED,
+        )
         return "failed"
     except Exception as exc:  # a bug, not a provider error: let the player ask again
         logger.exception("The customer's turn of play session %s failed", run.pk)

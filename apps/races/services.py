@@ -8,6 +8,8 @@ from django.db import transaction
 from apps.races.models import MAX_LANES, MIN_LANES, Race, RaceLane
 from apps.runs import services as run_services
 from apps.tasks.models import Task
+from tau2_env import config
+from tau2_env.evaluation import DEFAULT_SEED
 
 
 def lanes_validate(agent_models: list[str]) -> list[str]:
@@ -44,9 +46,6 @@ def race_create(
     and the customer opens every lane the same way. The workers get the runs once the
     race is committed.
     """
-    from tau2_env import config
-    from tau2_env.evaluation import DEFAULT_SEED
-
     agent_models = lanes_validate(agent_models)
     for model in agent_models:
         run_services.model_run_validate(agent_model=model, max_steps=max_steps)

@@ -16,7 +16,7 @@ from typing import Any
 
 from apps.runs import diagnosis, exports, presenters
 from apps.runs.models import Run
-from tau2_env import alignment
+from tau2_env import alignment, catalog
 
 MAX_PATHS = 5  # changed database paths listed per run at the top of its column
 RESULT_KINDS = ("tool_result", "customer_tool_result")
@@ -151,8 +151,6 @@ def _arguments(value: Any) -> dict[str, Any]:
 def _expected_actions(run: Run) -> list[alignment.Call] | None:
     """The task's expected actions as the alignment's centre (``None`` when the task
     left τ²'s set or expects no action)."""
-    from tau2_env import catalog
-
     try:
         task = catalog.get_tau2_task(run.domain, run.task.task_id)
     except KeyError:

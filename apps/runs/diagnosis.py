@@ -14,13 +14,12 @@ from typing import Any
 from django.core.cache import cache
 
 from apps.runs.models import Run
+from tau2_env import catalog, diagnosis
 
 CACHE_SECONDS = 24 * 3600
 
 
 def _cache_key(run: Run, n_events: int) -> str:
-    from tau2_env import catalog
-
     version = catalog.tau2_version().replace(" ", "_")
     return f"run-diagnosis:v1:{run.pk}:{n_events}:{version}"
 
@@ -38,7 +37,6 @@ def run_diagnosis(run: Run, *, messages: list[dict[str, Any]] | None = None) -> 
     found = cache.get(key)
     if found is not None:
         return found
-    from tau2_env import catalog, diagnosis
 
     try:
         task = catalog.get_tau2_task(run.domain, run.task.task_id)

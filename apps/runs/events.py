@@ -18,6 +18,7 @@ from channels.layers import get_channel_layer
 from django.db import transaction
 
 from apps.inference.pricing import PricePair, cost_usd
+from apps.inference.selectors import resolve_agent_model
 from apps.runs.models import Run, RunEvent
 from tau2_env.arguments import holds_nul
 
@@ -98,7 +99,6 @@ def customer_prices(run: Run) -> tuple[PricePair | None, bool]:
     provenance = run.provenance or {}
     if "user_prices" in provenance:
         return _stored_prices(provenance["user_prices"]), False
-    from apps.inference.selectors import resolve_agent_model
 
     try:
         prices = resolve_agent_model(run.user_model).prices

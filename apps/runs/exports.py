@@ -6,6 +6,7 @@ from typing import Any
 
 from apps.runs import diagnosis, presenters
 from apps.runs.models import Run
+from tau2_env import catalog
 
 EXPORT_VERSION = 1
 
@@ -110,8 +111,6 @@ def tau2_info(
     """τ²'s ``Info`` of a results file: models with ``{"temperature": 0}`` as their only
     argument (never a key, a token or an endpoint), limits, the seed given to the run.
     ``agent_model=None`` is a person playing the agent."""
-    from tau2_env import catalog
-
     return {
         "git_commit": tau2_version,
         "num_trials": num_trials,
@@ -139,8 +138,6 @@ def tau2_info(
 
 def tau2_tasks(domain: str, task_ids: list[str]) -> list[dict[str, Any]]:
     """τ²'s own task definitions of ``task_ids``, as a results file lists them."""
-    from tau2_env import catalog
-
     return [catalog.get_tau2_task(domain, task_id).model_dump(mode="json") for task_id in task_ids]
 
 

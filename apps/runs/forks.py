@@ -10,6 +10,10 @@ orchestrator replays the prefix's tool calls onto a fresh environment (the envir
 is then exactly the parent's just before ``S``) and sends the model the prefix, as
 ``tau2 run`` would with that history.
 
+A person takes a fork over through the play app, which registers how
+(:func:`fork_takeover_register`, in ``PlayConfig.ready``): the runs app knows nothing of
+play sessions.
+
 A fork records its parent and fork point (``Run.parent``, ``Run.fork_seq``); it is a run
 like any other, never one of an evaluation's trials. Its usage counts only its own calls:
 the prefix's were the parent's.
@@ -17,6 +21,7 @@ the prefix's were the parent's.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -24,11 +29,43 @@ from django.db import transaction
 from django.utils import timezone
 
 from apps.accounts.access import can_start
+from apps.inference.selectors import resolve_agent_model
+from apps.runs import queue
 from apps.runs.models import Run, RunEvent
+from apps.runs.services import model_run_build, model_run_validate, prices_for_storage
+from tau2_env.evaluation import trial_seeds
 
 # Where a fork may start: a message the agent or the customer says (a tool's result
 # follows from its call; fork at the call instead).
 FORKABLE = (RunEvent.Kind.AGENT, RunEvent.Kind.CUSTOMER)
+
+
+@dataclass(frozen=True)
+class ForkTakeover:
+    """How a person continues a fork themselves (registered by the play app).
+
+    ``build(run=, by=, user_model=, seed=, next_=)`` returns the unsaved run that
+    continues ``run`` before message ``next_`` (raising ``ValidationError`` when ``by``
+    cannot play, e.g. no usable token); ``start(fork, next_)`` queues what comes first
+    once the fork and its prefix are saved (the customer's turn, if theirs).
+    """
+
+    build: Callable[..., Run]
+    start: Callable[[Run, RunEvent], None]
+
+
+_takeover: ForkTakeover | None = None
+
+
+def fork_takeover_register(takeover: ForkTakeover) -> None:
+    """Let forks be continued by a person (``as_play``); for ``PlayConfig.ready``."""
+    global _takeover
+    _takeover = takeover
+
+
+def fork_takeover_available() -> bool:
+    """Whether a fork may be taken over by a person here (the play app is installed)."""
+    return _takeover is not None
 
 
 @dataclass(frozen=True)
@@ -96,9 +133,11 @@ def run_fork(
     if " " in user_model:
         raise ValidationError({"user_model": "Pick a customer model, e.g. org/model."})
     prefix = list(run.events.filter(seq__lt=point.seq).order_by("seq"))
+    if as_play and _takeover is None:
+        raise ValidationError("Taking a fork over as play is not available on this server.")
     with transaction.atomic():
         if as_play:
-            fork = _play_fork(run=run, by=by, user_model=user_model, seed=seed, next_=point)
+            fork = _takeover.build(run=run, by=by, user_model=user_model, seed=seed, next_=point)
         else:
             fork = _model_fork(
                 run=run, by=by, agent_model=agent_model, user_model=user_model, seed=seed
@@ -118,10 +157,6 @@ def run_fork(
 
 
 def _model_fork(*, run: Run, by, agent_model, user_model: str, seed) -> Run:
-    from apps.inference.selectors import resolve_agent_model
-    from apps.runs.services import model_run_build, model_run_validate, prices_for_storage
-    from tau2_env.evaluation import trial_seeds
-
     chosen = agent_model or (run.agent_model if run.kind == Run.Kind.MODEL else "")
     if not chosen:
         raise ValidationError({"agent_model": "Pick the agent model that continues it."})
@@ -151,49 +186,14 @@ def _model_fork(*, run: Run, by, agent_model, user_model: str, seed) -> Run:
     return fork
 
 
-def _play_fork(*, run: Run, by, user_model: str, seed, next_: RunEvent) -> Run:
-    from apps.accounts.vault import SignInRequired, hf_token_for
-    from apps.play.services import HUMAN_AGENT, pending_lease, play_provenance
-
-    try:
-        hf_token_for(user=by)  # refused here, with the vault's reason, not on a worker
-    except SignInRequired as exc:
-        raise ValidationError(str(exc)) from exc
-    seed = run.seed if seed is None else seed
-    now = timezone.now()
-    customer_next = next_.kind == RunEvent.Kind.CUSTOMER
-    return Run(
-        kind=Run.Kind.HUMAN,
-        task=run.task,
-        domain=run.domain,
-        created_by=by,
-        agent_model=HUMAN_AGENT,
-        user_model=user_model,
-        max_steps=run.max_steps,
-        seed=seed,
-        status=Run.Status.RUNNING,
-        started_at=now,
-        play_phase=Run.PlayPhase.CUSTOMER if customer_next else Run.PlayPhase.YOUR_TURN,
-        lease_expires_at=now + pending_lease() if customer_next else None,
-        provenance=play_provenance(
-            task=run.task, user_model=user_model, max_steps=run.max_steps, seed=seed
-        ),
-    )
-
-
 def _queue(fork: Run, *, next_: RunEvent) -> None:
     """Hand the fork to whoever says message ``next_``'s part first: a model run to the
-    workers; a play session's customer to a worker when it is the customer's turn (else
-    the person acts)."""
+    workers; a taken-over fork to the play app (which queues the customer if it is their
+    turn; else the person acts)."""
     if fork.kind == Run.Kind.MODEL:
-        from apps.runs.tasks import execute_run
-
-        transaction.on_commit(lambda: execute_run.delay(fork.pk))
-    elif next_.kind == RunEvent.Kind.CUSTOMER:
-        from apps.play.tasks import customer_turn
-
-        at = fork.n_messages
-        transaction.on_commit(lambda: customer_turn.delay(fork.pk, at))
+        queue.run_enqueue(fork.pk)
+    elif _takeover is not None:
+        _takeover.start(fork, next_)
 
 
 def fork_context(user, run: Run) -> dict:
@@ -202,6 +202,7 @@ def fork_context(user, run: Run) -> dict:
     return {
         "lineage": fork_lineage(run),
         "can_fork": can_start(user) and run.is_final,
+        "can_take_over": fork_takeover_available(),
         "kinds": [kind.value for kind in FORKABLE],
     }
 

@@ -1,9 +1,8 @@
 from django import forms
 from django.conf import settings
 
-from apps.evaluations.models import MAX_TRIALS
 from apps.inference.forms import AgentModelField
-from apps.runs.models import ReviewLabel
+from apps.runs.models import MAX_TRIALS, ReviewLabel
 from apps.tasks import selectors as task_selectors
 from apps.tasks.models import Task
 

@@ -8,13 +8,16 @@ from django.db import models
 from django.db.models import Q
 from django.urls import reverse
 
+# Trials of one task in an evaluation (``Run.trial`` is 0 … MAX_TRIALS - 1).
+MAX_TRIALS = 8
+
 
 class Run(models.Model):
     class Kind(models.TextChoices):
         MODEL = "model", "model"
         HUMAN = "human", "human"
         # An outside agent's episode over the OpenEnv or MCP face, opened with a studio
-        # API key (apps.runs.agent_runs records it; the reaper only stops a lost one).
+        # API key (apps.agents.recording records it; the reaper only stops a lost one).
         AGENT = "agent", "agent via API"
 
     class Status(models.TextChoices):

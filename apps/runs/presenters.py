@@ -9,6 +9,7 @@ from typing import Any
 
 from django.template.loader import render_to_string
 
+from apps.accounts.access import can_control
 from apps.inference.pricing import money_label
 from apps.runs.models import Run, RunEvent
 
@@ -95,8 +96,6 @@ def reward_view(reward_info: dict | None) -> dict[str, Any] | None:
 def status_html(run: Run, *, user, request=None) -> str:
     """The status line (and the result once final) as ``user`` may act on it: Stop only
     for whoever started the run, or staff."""
-    from apps.accounts.access import can_control
-
     context = {
         "run": run,
         "result": reward_view(run.reward_info),

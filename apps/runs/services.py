@@ -4,15 +4,17 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import transaction
 from django.utils import timezone
 
 from apps.accounts.access import can_delete_label, can_review
+from apps.inference.selectors import resolve_agent_model
+from apps.runs import queue
 from apps.runs.events import status_publish
 from apps.runs.models import ReviewLabel, Run, RunEvent
 from apps.tasks.models import Task
 from apps.tasks.selectors import catalogue_latest
-from tau2_env import catalog
+from tau2_env import catalog, config
+from tau2_env.evaluation import DEFAULT_SEED, trial_seeds
 
 
 def run_provenance(
@@ -131,9 +133,6 @@ def run_create(
     (``tau2 run``'s default 300 when none is given): the orchestrator gets the seed
     ``tau2 run --seed <seed>`` would derive for that trial.
     """
-    from tau2_env import config
-    from tau2_env.evaluation import DEFAULT_SEED, trial_seeds
-
     agent_model = model_run_validate(agent_model=agent_model, max_steps=max_steps)
     user_model = (user_model or "").strip() or config.provider_settings().model
     seed = DEFAULT_SEED if seed is None else seed
@@ -151,9 +150,7 @@ def run_create(
     )
     run.dispatched_at = timezone.now()
     run.save()
-    from apps.runs.tasks import execute_run
-
-    transaction.on_commit(lambda: execute_run.delay(run.pk))
+    queue.run_enqueue(run.pk)
     return run
 
 
@@ -180,8 +177,6 @@ def run_rerun(*, run: Run, by) -> Run:
     Raises ``ValidationError`` when ``run`` is a play session or still going, or when its
     agent model can no longer run (gone from the catalogue, provider down).
     """
-    from apps.inference.selectors import resolve_agent_model
-
     if run.kind != Run.Kind.MODEL or not run.is_final:
         raise ValidationError("Only a finished model run can be run again.")
     kept = run_settings_of(run)

@@ -1,18 +1,19 @@
-"""Celery tasks of runs: thin, JSON, ids only (never a token)."""
+"""Celery tasks of runs: thin, JSON, ids only (never a token). Queued through
+``apps.runs.queue`` by name."""
 
 from __future__ import annotations
 
 from celery import shared_task
 
-from apps.runs import runner
+from apps.runs import lifecycle, queue, runner
 
 
-@shared_task(bind=True, name="runs.execute", acks_late=True, ignore_result=True, max_retries=20)
+@shared_task(bind=True, name=queue.EXECUTE_RUN, acks_late=True, ignore_result=True, max_retries=20)
 def execute_run(self, run_id: int) -> str:
     """Drive run ``run_id`` to its end (or let go if another worker holds it). After an
     infrastructure fault (database or broker restarting) it is tried again later."""
-    status = runner.run_execute(run_id=run_id, worker=runner.execution_id())
-    if status == runner.RETRY:
+    status = runner.run_execute(run_id=run_id, worker=lifecycle.execution_id())
+    if status == lifecycle.RETRY:
         raise self.retry(countdown=min(2 ** min(self.request.retries, 5), 30))
     return status
 
@@ -20,4 +21,4 @@ def execute_run(self, run_id: int) -> str:
 @shared_task(name="runs.reap", ignore_result=True)
 def reap_runs() -> list[int]:
     """Re-queue runs whose worker vanished (beat, every TAU2_RUN_REAP_SECONDS)."""
-    return runner.runs_reap()
+    return lifecycle.runs_reap()

@@ -6,8 +6,6 @@ from django.urls import reverse
 from django.utils.http import urlencode
 from django_htmx.http import push_url
 
-from apps.accounts.access import can_view_runs
-from apps.runs import selectors as run_selectors
 from apps.tasks import selectors
 from apps.tasks.scoring import scoring_components
 from apps.tasks.selectors import TaskFilters
@@ -77,10 +75,6 @@ def task_detail(request, domain: str, task_id: str):
                 for action in criteria.get("actions") or []
             ],
             "splits": task.split_names,
-            # Reviewers' notes are about the team's runs: only for those who may see runs.
-            "review_flags": (
-                run_selectors.review_flags(task=task) if can_view_runs(request.user) else []
-            ),
         },
     )
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from apps.accounts.agent_keys import install
+from apps.agents.credentials import install
 from tests.support.llm_server import text
 
 

@@ -18,9 +18,9 @@ from django.core import serializers
 from django.utils import timezone
 from websockets.asyncio.client import connect
 
-from apps.accounts.agent_keys import KEY_REQUIRED, install
-from apps.accounts.models import ApiKey
-from apps.accounts.services import ApiKeyRefused, api_key_create, api_key_resolve, api_key_revoke
+from apps.agents.credentials import KEY_REQUIRED, install
+from apps.agents.models import ApiKey
+from apps.agents.services import ApiKeyRefused, api_key_create, api_key_resolve, api_key_revoke
 from tests.support.agents import agent_runs_of
 from tests.support.llm_server import text
 from tests.support.mcp_client import INITIALIZE, MCP_HEADERS
@@ -53,7 +53,7 @@ def bob_client(bob):
 
 @pytest.fixture(autouse=True)
 def studio_keys():
-    """The project's resolver (AccountsConfig.ready installs it; other suites' fixtures
+    """The project's resolver (AgentsConfig.ready installs it; other suites' fixtures
     may have put the default back)."""
     install()
 
@@ -158,7 +158,7 @@ def test_the_project_installs_its_resolver_at_start():
     code = (
         "import django; django.setup();"
         "from tau2_env import access;"
-        "from apps.accounts.agent_keys import studio_credentials;"
+        "from apps.agents.credentials import studio_credentials;"
         "print(access._resolver is studio_credentials)"
     )
     result = subprocess.run(

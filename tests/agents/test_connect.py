@@ -17,7 +17,7 @@ import pytest
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from apps.accounts.services import api_key_create
+from apps.agents.services import api_key_create
 from apps.agents.views import KEY_PLACEHOLDER
 from tests.support.agents import agent_runs_of
 from tests.support.people import ALICE_TOKEN, signed_in

@@ -14,10 +14,10 @@ from asgiref.sync import sync_to_async
 from django.utils import timezone
 from websockets.asyncio.client import connect
 
-from apps.accounts.agent_keys import install
-from apps.accounts.services import api_key_create
+from apps.agents.credentials import install
+from apps.agents.services import api_key_create
+from apps.runs.lifecycle import runs_reap
 from apps.runs.models import Run
-from apps.runs.runner import runs_reap
 from tests.support.agents import agent_runs_of
 from tests.support.mcp_client import mcp_session
 from tests.support.people import ALICE_TOKEN

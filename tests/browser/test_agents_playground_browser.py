@@ -10,7 +10,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from apps.accounts.agent_keys import install
+from apps.agents.credentials import install
 from tests.support.browser import page_signed_in_as
 from tests.support.people import ALICE_TOKEN
 from tests.support.scripts import gold_script

@@ -103,7 +103,7 @@ def holds(page, width: int) -> None:
 @pytest.fixture
 def long_key(alice):
     """alice's API key with the longest name a key may have, without a space."""
-    from apps.accounts.services import api_key_create
+    from apps.agents.services import api_key_create
 
     return api_key_create(user=alice, name="k" * 100)[0]
 

@@ -5,8 +5,8 @@ import signal
 
 import pytest
 
+from apps.runs.lifecycle import runs_reap
 from apps.runs.models import Run
-from apps.runs.runner import runs_reap
 from apps.runs.tasks import execute_run
 from tests.conftest import start_celery_worker, stop_celery_worker
 from tests.runs.conftest import finished, gold_script, wait_for
@@ -79,7 +79,7 @@ def test_a_run_whose_workers_keep_dying_fails_with_the_reason(committed_db, alic
 
 
 def test_two_workers_cannot_both_claim_a_run(committed_db, alice):
-    from apps.runs.runner import run_claim
+    from apps.runs.lifecycle import run_claim
 
     run = queued_run(alice)
     assert run_claim(run_id=run.pk, worker="w1") is not None

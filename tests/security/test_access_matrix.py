@@ -250,7 +250,7 @@ def _values(route: Route, work, alice) -> dict[str, str]:
             lane = RaceLane.objects.create(race=race, run=work["run"], position=0)
         pk = lane.race_id
     elif route.route.startswith("accounts/keys/"):  # alice's own key: nobody else revokes it
-        from apps.accounts.services import api_key_create
+        from apps.agents.services import api_key_create
 
         pk = api_key_create(user=alice, name="matrix")[0].pk
     object_id = str(alice.pk)

@@ -11,7 +11,7 @@ from apps.inference.selectors import model_choices
 from apps.runs import forks, presenters
 from apps.runs.forms import ForkForm
 from apps.runs.models import Run
-from apps.runs.views.history import _get_run_for_user
+from apps.runs.views.access import run_for_user
 
 
 @signin_required_to_start
@@ -19,7 +19,7 @@ def run_fork(request, pk: int):
     """``GET ?at=S``: the fork form for message ``S``; ``POST``: start the fork, then go to
     it (its run page, or the play page when the person takes over). A message no fork may
     start at is a 400 page."""
-    run = _get_run_for_user(request, pk)
+    run = run_for_user(request, pk)
     params = request.POST if request.method == "POST" else request.GET
     try:
         point = forks.fork_point(run=run, at_seq=params.get("at"))

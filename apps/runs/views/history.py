@@ -20,14 +20,9 @@ from apps.accounts.access import (
 from apps.runs import compare, diagnosis, exports, forks, presenters, selectors, services
 from apps.runs.models import ReviewLabel, Run
 from apps.runs.selectors import RunFilters
+from apps.runs.views.access import run_for_user
+from apps.runs.views.review import review_context
 from apps.runs.views.start import rerun_offer
-
-
-def _get_run_for_user(request, pk: int) -> Run:
-    """The run, if the visitor may see runs (403 otherwise; 404 if it doesn't exist)."""
-    if not can_view_runs(request.user):
-        raise PermissionDenied("Sign in to see the team's runs.")
-    return selectors.run_get(pk=pk)
 
 
 def run_list(request):
@@ -54,8 +49,7 @@ def run_list(request):
 
 
 def run_detail(request, pk: int):
-    run = _get_run_for_user(request, pk)
-    from apps.runs.views.review import review_context  # review imports _get_run_for_user
+    run = run_for_user(request, pk)
 
     events = [presenters.event_view(e) for e in run.events.order_by("seq")]
     return render(
@@ -77,7 +71,7 @@ def run_detail(request, pk: int):
 
 @require_POST
 def run_stop(request, pk: int):
-    run = _get_run_for_user(request, pk)
+    run = run_for_user(request, pk)
     if not can_control(request.user, owner_id=run.created_by_id):
         raise PermissionDenied("Only the person who started this run, or staff, can stop it.")
     services.run_stop(run=run, by=request.user)
@@ -88,7 +82,7 @@ def run_stop(request, pk: int):
 
 
 def run_json(request, pk: int):
-    run = _get_run_for_user(request, pk)
+    run = run_for_user(request, pk)
     fmt = request.GET.get("format", "studio")
     if fmt not in {"studio", "tau2"}:
         raise Http404("Unknown format")

@@ -18,7 +18,7 @@ from apps.accounts.access import can_delete_label, can_review, can_start, signin
 from apps.runs import selectors, services
 from apps.runs.forms import LabelForm
 from apps.runs.models import Run
-from apps.runs.views.history import _get_run_for_user
+from apps.runs.views.access import run_for_user
 
 
 def review_context(request, run: Run, events: list[dict]) -> dict:
@@ -32,7 +32,7 @@ def review_context(request, run: Run, events: list[dict]) -> dict:
 
 @require_POST
 def label_add(request, pk: int):
-    run = _get_run_for_user(request, pk)
+    run = run_for_user(request, pk)
     if not can_review(request.user):
         raise PermissionDenied("Only reviewers may label runs.")
     form = LabelForm(request.POST, seq=_seq(request.POST.get("seq", "")))
@@ -61,7 +61,7 @@ def label_add(request, pk: int):
 @require_GET
 def label_slot(request, pk: int):
     """The slot of message ``?seq=`` (for a message that arrived live, see review.js)."""
-    run = _get_run_for_user(request, pk)
+    run = run_for_user(request, pk)
     seq = _seq(request.GET.get("seq", ""))
     if seq is None:
         raise Http404("No such message")
@@ -71,7 +71,7 @@ def label_slot(request, pk: int):
 
 @require_POST
 def label_delete(request, pk: int, label_pk: int):
-    run = _get_run_for_user(request, pk)
+    run = run_for_user(request, pk)
     label = selectors.label_get(run_id=run.pk, pk=label_pk)
     seq = label.event.seq if label.event else None
     services.label_delete(label=label, by=request.user)

@@ -3,6 +3,8 @@ import logging
 from django.core.management import call_command
 from django.core.management.base import BaseCommand
 
+from apps.inference.services import catalogue_refresh
+
 
 class Command(BaseCommand):
     help = (
@@ -21,8 +23,6 @@ class Command(BaseCommand):
         """The router's catalogue at every start, so /models/ does not keep the fallback
         list (or last week's prices) after a restart with a working router. Offline, one
         line says so and the start goes on with what is stored (or the fallback list)."""
-        from apps.inference.services import catalogue_refresh
-
         # The service logs a warning when the router fails (right for beat's refresh);
         # here the line below says it once.
         service_log = logging.getLogger("apps.inference.services")

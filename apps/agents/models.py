@@ -1,0 +1,56 @@
+"""Studio API keys: what lets an outside agent play on its owner's account."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.utils import timezone
+
+
+class ApiKey(models.Model):
+    """A studio API key: lets an agent (an OpenEnv or MCP client) play episodes on its
+    owner's Hugging Face token, recorded in the team's history.
+
+    The key itself (``tau2s_<key_id>_<secret>``) is shown once, at creation; only its
+    SHA-256 is kept. ``key_id`` is not secret: it finds the row, and the hash is then
+    compared in constant time. Life: created → revoked (``revoked_at`` set, final).
+    """
+
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_keys"
+    )
+    name = models.CharField(max_length=100)
+    key_id = models.CharField(max_length=16, unique=True, help_text="Not secret: finds the key.")
+    secret_hash = models.CharField(
+        max_length=64, help_text="SHA-256 of the whole key; never shown."
+    )
+    created_at = models.DateTimeField(default=timezone.now)
+    last_used_at = models.DateTimeField(null=True, blank=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        verbose_name = "API key"
+        db_table = "accounts_apikey"  # made by accounts' migration 0002, before it moved here
+        constraints = [
+            models.CheckConstraint(condition=~models.Q(name=""), name="apikey_has_a_name"),
+            models.CheckConstraint(
+                condition=models.Q(secret_hash__regex=r"^[0-9a-f]{64}$"),  # noqa: S106
+                name="apikey_secret_is_a_sha256",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"API key {self.name!r} of {self.user}"
+
+    def __repr__(self) -> str:
+        return f"<ApiKey key_id={self.key_id} user_id={self.user_id} revoked={self.is_revoked}>"
+
+    @property
+    def is_revoked(self) -> bool:
+        return self.revoked_at is not None
+
+    @property
+    def shown_prefix(self) -> str:
+        """What the profile page shows to recognise the key (its non-secret part)."""
+        return f"tau2s_{self.key_id}_…"

@@ -1,0 +1,274 @@
+"""The life of a run, whoever drives it: model runs (``apps.runs.runner``), play sessions
+(``apps.play``) and agent episodes (``apps.agents``) all go through here.
+
+* **Claim**: :func:`run_claim` takes a queued model run (or one whose lease ran out) for
+  one worker with one conditional UPDATE: of two workers racing, exactly one gets it.
+* **Lease and heartbeat**: the holder keeps the run under a lease (:func:`lease`) that
+  :class:`Heartbeat` renews; events are written only while the writer holds it.
+* **Hand back**: a lost database or broker is the platform's fault, not the run's;
+  :func:`run_hand_back` queues the run again to resume from its stored messages.
+* **Finish**: :func:`run_finish` moves a run to a final status, once, then tells the
+  hooks registered with :func:`on_run_settled` (an evaluation goes on, for one).
+* **Reap**: :func:`runs_reap` (beat) hands runs whose worker vanished to another worker,
+  stops lost agent episodes, and sends again queued runs whose message the broker lost.
+
+The runs app knows nothing of the features built on it: what a higher app must hear of
+a run's end it registers here, in its ``AppConfig.ready``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import DatabaseError, close_old_connections
+from django.db.models import F, Q
+from django.db.models.functions import Coalesce
+from django.utils import timezone
+
+from apps.runs import queue
+from apps.runs.events import status_publish
+from apps.runs.models import Run
+
+logger = logging.getLogger(__name__)
+
+# A lost database or broker connection: a transient fault of the platform, not the run's.
+INFRASTRUCTURE_ERRORS: tuple[type[BaseException], ...] = (DatabaseError,)
+try:  # the broker / channel layer's client
+    import redis.exceptions
+
+    INFRASTRUCTURE_ERRORS += (redis.exceptions.ConnectionError, redis.exceptions.TimeoutError)
+except ImportError:  # pragma: no cover - redis is a dependency
+    pass
+
+# What a run's driver returns when the run should be tried again later (its Celery task retries).
+RETRY = "retry"
+
+
+def execution_id(prefix: str = "") -> str:
+    """A plain id for one execution holding a run (``host:pid:random``, after ``prefix``):
+    a redelivered message or a second request never passes for the first holder."""
+    return f"{prefix}{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+
+
+def lease() -> timedelta:
+    return timedelta(seconds=settings.TAU2_RUN_LEASE_SECONDS)
+
+
+def run_claim(*, run_id: int, worker: str) -> Run | None:
+    """Take the run for ``worker`` if it is queued, or running under an expired lease.
+
+    One UPDATE decides: of two workers racing for the same run, exactly one gets it.
+    Returns the claimed run, or ``None`` if someone else holds it or it is over.
+    """
+    now = timezone.now()
+    claimed = (
+        Run.objects.filter(pk=run_id, kind=Run.Kind.MODEL, stop_requested=False)
+        .filter(
+            Q(status=Run.Status.QUEUED) | Q(status=Run.Status.RUNNING, lease_expires_at__lt=now)
+        )
+        .update(
+            status=Run.Status.RUNNING,
+            worker=worker,
+            lease_expires_at=now + lease(),
+            attempts=F("attempts") + 1,
+            started_at=Coalesce(F("started_at"), now),
+        )
+    )
+    return Run.objects.select_related("task", "created_by").get(pk=run_id) if claimed else None
+
+
+#: Called with a run that just became final (``run_finish``), in the finishing process.
+RunSettled = Callable[[Run], None]
+_settled_hooks: list[tuple[str, RunSettled]] = []
+
+
+def on_run_settled(name: str, hook: RunSettled) -> None:
+    """Have ``hook(run)`` called each time a run becomes final (once per run).
+
+    For the apps above runs (``AppConfig.ready``): the evaluations app lets an
+    evaluation go on this way. Registering the same ``name`` again replaces its hook.
+    A hook that raises is logged: the run's end is stored already, and its failure
+    must not pass for the run's own.
+    """
+    _settled_hooks[:] = [(n, h) for n, h in _settled_hooks if n != name]
+    _settled_hooks.append((name, hook))
+
+
+def settled_hooks() -> list[str]:
+    """The names of the hooks :func:`run_finish` calls, in order."""
+    return [name for name, _ in _settled_hooks]
+
+
+def run_finish(
+    *,
+    run: Run,
+    status: str,
+    worker: str | None = None,
+    error: str = "",
+    termination_reason: str = "",
+    reward_info: dict | None = None,
+    failure: str = "",
+    fields: dict[str, Any] | None = None,
+) -> bool:
+    """Move a run to a final status (once), with ``fields`` of its driver's own (a play
+    session's phase). Returns False if it was already final or ``worker`` no longer
+    holds it. Then each hook of :func:`on_run_settled` hears of it."""
+    rows = Run.objects.filter(pk=run.pk).exclude(status__in=Run.FINAL)
+    if worker is not None:
+        rows = rows.filter(worker=worker)
+    done = rows.update(
+        status=status,
+        failure=failure,
+        error=error,
+        termination_reason=termination_reason,
+        reward=reward_info.get("reward") if reward_info else None,
+        reward_info=reward_info,
+        finished_at=timezone.now(),
+        lease_expires_at=None,
+        **(fields or {}),
+    )
+    if done:
+        status_publish(run_id=run.pk)
+        for name, hook in list(_settled_hooks):
+            try:
+                hook(run)
+            except Exception:
+                # The run's end is stored; what a hook does next (an evaluation starting
+                # its next runs) is done again by the next run's end and by beat.
+                logger.exception("Run %s ended, but its %s hook failed", run.pk, name)
+    return bool(done)
+
+
+class Heartbeat:
+    """Renews the run's lease while the worker holds it; notices when it is lost."""
+
+    def __init__(self, *, run_id: int, worker: str) -> None:
+        self.run_id, self.worker = run_id, worker
+        self.lost = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name=f"lease-{run_id}", daemon=True)
+
+    def __enter__(self) -> Heartbeat:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _beat(self) -> None:
+        interval = max(1.0, settings.TAU2_RUN_LEASE_SECONDS / 3)
+        try:
+            while not self._stop.wait(interval):
+                try:
+                    renewed = Run.objects.filter(
+                        pk=self.run_id, worker=self.worker, status=Run.Status.RUNNING
+                    ).update(lease_expires_at=timezone.now() + lease())
+                except DatabaseError:  # the database restarts: try again next beat
+                    logger.warning("Could not renew the lease of run %s", self.run_id)
+                    close_old_connections()
+                    continue
+                if not renewed:
+                    self.lost = True
+                    return
+        finally:
+            close_old_connections()
+
+
+def run_hand_back(*, run: Run, worker: str) -> str:
+    """Queue ``run`` again after an infrastructure fault; returns :data:`RETRY` (the
+    Celery task tries again later). While the database is away (a restart takes a few
+    seconds) it keeps trying, for as long as the lease would have held the run; after
+    that the lease has run out and the reaper re-queues the run instead."""
+    deadline = time.monotonic() + settings.TAU2_RUN_LEASE_SECONDS
+    pause = 0.5
+    while True:
+        close_old_connections()  # the broken connection goes; the next query opens one
+        try:
+            Run.objects.filter(pk=run.pk, worker=worker, status=Run.Status.RUNNING).update(
+                status=Run.Status.QUEUED, worker="", lease_expires_at=None
+            )
+            break
+        except DatabaseError:
+            if time.monotonic() + pause > deadline:
+                logger.warning("Run %s: the database is still away; the reaper takes it", run.pk)
+                break
+            time.sleep(pause)
+            pause = min(pause * 2, 5.0)
+    close_old_connections()
+    return RETRY
+
+
+def run_status(run_id: int) -> str:
+    return Run.objects.filter(pk=run_id).values_list("status", flat=True).first() or "missing"
+
+
+def runs_reap(*, now=None) -> list[int]:
+    """Hand runs whose worker vanished to another worker, or fail them; send again the
+    queued runs whose message was lost.
+
+    A run still "running" after its lease expired lost its worker (crash, ``kill -9``,
+    deploy); an agent run (kind ``agent``) is then stopped with the reason instead.
+    Below ``TAU2_RUN_MAX_ATTEMPTS`` it is queued again, to resume from its
+    stored events; beyond, it fails with the reason. A run handed to the queue more than
+    a lease ago and still not claimed may have lost its message (Redis restarted without
+    persistence, or it could not be sent): it is sent again, at most once per lease — a
+    duplicate is harmless, only one claim wins. Returns the ids sent to the workers.
+    """
+    now = now or timezone.now()
+    # An agent's episode lives in the server that served it: when its lease (renewed at
+    # each hop) ran out that server is gone, and the run is stopped, never re-queued.
+    lost_agents = Run.objects.filter(
+        kind=Run.Kind.AGENT, status=Run.Status.RUNNING, lease_expires_at__lt=now
+    )
+    for run in lost_agents:
+        run_finish(
+            run=run,
+            status=Run.Status.STOPPED,
+            termination_reason="stopped",
+            error="The agent's session was lost (its server stopped or restarted).",
+        )
+    stale = Run.objects.filter(
+        kind=Run.Kind.MODEL, status=Run.Status.RUNNING, lease_expires_at__lt=now
+    )
+    requeued = []
+    for run in stale:
+        if run.stop_requested:  # its worker died after Stop was pressed: just stop it
+            run_finish(run=run, status=Run.Status.STOPPED, termination_reason="stopped")
+        elif run.attempts >= settings.TAU2_RUN_MAX_ATTEMPTS:
+            run_finish(
+                run=run,
+                status=Run.Status.FAILED,
+                error=(
+                    f"The worker running it stopped {run.attempts} times; "
+                    "giving up rather than leaving it running."
+                ),
+                failure=Run.Failure.INFRASTRUCTURE,
+            )
+        else:
+            queue.run_enqueue(run.pk, on_commit=False)
+            requeued.append(run.pk)
+    cutoff = now - lease()
+    unclaimed = Run.objects.filter(
+        kind=Run.Kind.MODEL,
+        status=Run.Status.QUEUED,
+        stop_requested=False,
+        dispatched_at__lt=cutoff,
+    ).values_list("pk", flat=True)
+    for run_id in list(unclaimed):
+        # Stamped first: the next reap leaves it alone for a lease.
+        if Run.objects.filter(pk=run_id, status=Run.Status.QUEUED, dispatched_at__lt=cutoff).update(
+            dispatched_at=now
+        ):
+            queue.run_enqueue(run_id, on_commit=False)
+            requeued.append(run_id)
+    return requeued
