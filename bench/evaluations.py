@@ -4,15 +4,16 @@ live page of a 2,285-task telecom evaluation.
 Run by hand: ``.venv/bin/python bench/evaluations.py [--concurrency 8,16,32]
 [--delay 1.0] [--trials 4] [--workers 2]``. Everything listens on 127.0.0.1 only.
 
-It reuses ``bench/runs_load.py``'s pieces: a private PostgreSQL cluster (or
-``--database-url``), its own Redis database, queue and channel prefix, uvicorn serving
-``tau2site.asgi:application`` and ``--workers`` ``celery worker --pool threads``
-processes (threads enough for the largest concurrency, plus two). The scripted LLM runs
-in a child process and answers every call after ``--delay`` seconds, deterministically
-and without writing anything: the customer opens, the agent looks the customer up
-(``get_user_details``, a read) and declines, the customer ends. So every run takes the
-same four LLM calls, and the tasks of airline/test whose right outcome leaves the
-database as it was (6, 13, 26, 31, 45, 48) score 1.0 — the evaluation scores something.
+It runs on ``bench/harness.py``'s production stack, as ``bench/runs_load.py`` does: a
+private PostgreSQL cluster (or ``--database-url``), its own Redis database, queue and
+channel prefix, uvicorn serving ``tau2site.asgi:application`` and ``--workers`` ``celery
+worker --pool threads`` processes (threads enough for the largest concurrency, plus two).
+The scripted LLM runs in a child process and answers every call after ``--delay``
+seconds, deterministically and without writing anything: the customer opens, the agent
+looks the customer up (``get_user_details``, a read) and declines, the customer ends. So
+every run takes the same four LLM calls, and the tasks of airline/test whose right
+outcome leaves the database as it was (6, 13, 26, 31, 45, 48) score 1.0 — the
+evaluation scores something.
 
 For each concurrency C it starts one evaluation of airline/test (20 tasks) × ``--trials``
 with ``evaluation_create`` (one person, the dispatcher's per-person and global caps
@@ -40,12 +41,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import logging
 import math
-import os
 import random
-import subprocess
 import sys
 import threading
 import time
@@ -55,27 +52,21 @@ from datetime import timedelta
 from decimal import Decimal
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
-
-from bench import runs_load  # noqa: E402 - after the path
-from bench.runs_load import (  # noqa: E402
-    LLMProcess,
-    PrivatePostgres,
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # python bench/evaluations.py
+from bench import harness  # noqa: E402 - after the path
+from bench.harness import (  # noqa: E402
+    AGENT_MODEL,
+    USER_MODEL,
     Watch,
-    _terminate,
-    ensure_database,
     make_people,
-    manage,
     ms,
-    pct,
-    start_server,
-    start_workers,
+    page_socket,
+    receive,
     watch_run,
 )
+from bench.harness import percentile as pct  # noqa: E402
+from tests.support.llm_server import ScriptedLLM, text, tool_call  # noqa: E402
 
-AGENT_MODEL = runs_load.AGENT_MODEL
-USER_MODEL = "deepseek-ai/DeepSeek-V4.1-Flash"
 RUN_PAGES = 4  # runs whose own page is watched, per evaluation
 FINAL_LETTERS = {"c", "f", "s"}
 
@@ -83,17 +74,10 @@ FINAL_LETTERS = {"c", "f", "s"}
 # ------------------------------------------------------------------ the scripted LLM
 
 
-def serve_llm(delay: float) -> None:
-    """Child process: the read-only scripted LLM (see the module's docstring). Prints
-    its port, answers ``stats`` lines on stdin with the calls per token as JSON."""
-    from tests.support.llm_server import ScriptedLLM, text, tool_call
-
-    calls: dict[str, int] = {}
-    lock = threading.Lock()
+def read_only_script(llm: ScriptedLLM, *, delay: float) -> None:
+    """The read-only scripted LLM (see the module's docstring), for ``harness.LLMProcess``."""
 
     def responder(request):
-        with lock:
-            calls[request.token or ""] = calls.get(request.token or "", 0) + 1
         time.sleep(delay)
         tools = request.body.get("tools") or []
         if any(t["function"]["name"] == "get_user_details" for t in tools):
@@ -110,33 +94,7 @@ def serve_llm(delay: float) -> None:
             return text("I understand. ###STOP###")
         return text("Hi, I'd like some help with my booking. My user id is mia_li_3668.")
 
-    llm = ScriptedLLM()
     llm.responder = responder
-    llm.start()
-    llm.requests = runs_load._Discard()  # the server records every request; keep none
-    print(llm.port, flush=True)
-    for line in sys.stdin:
-        if line.strip() == "stats":
-            with lock:
-                snapshot = dict(calls)
-            print(json.dumps(snapshot), flush=True)
-    llm.stop()
-
-
-class ReadOnlyLLM(LLMProcess):
-    """``runs_load``'s LLM child process, running this module's responder."""
-
-    def __init__(self, delay: float) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--serve-llm", str(delay)],
-            cwd=ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        self.port = int(self.proc.stdout.readline())
-        self.base_url = f"http://127.0.0.1:{self.port}/v1"
-        self._lock = threading.Lock()
 
 
 # ------------------------------------------------------------------ one evaluation
@@ -156,27 +114,19 @@ class EvaluationWatch:
 async def watch_evaluation(watch: EvaluationWatch, *, server: str, cookie: str, deadline: float):
     """Follow the evaluation page's socket as its script does (reconnecting with
     ``?version=``) until the state says final."""
-    from websockets.asyncio.client import connect
-
     url = server.replace("http://", "ws://", 1) + f"/ws/evaluations/{watch.evaluation_id}/"
     version = 0
-    for attempt in range(runs_load.MAX_CONNECTIONS):
+    for attempt in range(harness.MAX_CONNECTIONS):
         if attempt:
             await asyncio.sleep(0.5)
         try:
-            async with connect(
-                f"{url}?version={version}",
-                additional_headers={"Cookie": cookie, "Origin": server},
-                open_timeout=60,
-                max_size=None,
-            ) as ws:
+            async with page_socket(f"{url}?version={version}", server=server, cookie=cookie) as ws:
                 while True:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
+                    received = await receive(ws, deadline)
+                    if received is None:
                         watch.error = "timed out"
                         return
-                    data = json.loads(await asyncio.wait_for(ws.recv(), timeout=left))
-                    at = time.time()
+                    data, at = received
                     watch.messages += 1
                     version = data.get("version", version)
                     cells = data["matrix"]["cells"] if "matrix" in data else []
@@ -225,7 +175,13 @@ class Result:
 
 
 def run_evaluation(
-    *, concurrency: int, trials: int, delay: float, server: str, llm: ReadOnlyLLM, timeout: float
+    *,
+    concurrency: int,
+    trials: int,
+    delay: float,
+    server: str,
+    llm: harness.LLMProcess,
+    timeout: float,
 ) -> Result:
     from django.contrib.auth import get_user_model
 
@@ -542,45 +498,20 @@ def main() -> None:
     parser.add_argument("--database-url", default="", help="default: a private cluster")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/12")
     parser.add_argument("--timeout", type=float, default=600.0, help="per evaluation")
-    parser.add_argument("--serve-llm", type=float, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.serve_llm is not None:
-        return serve_llm(args.serve_llm)
     concurrencies = [int(n) for n in args.concurrency.split(",")]
     threads = args.threads or math.ceil(max(concurrencies) / args.workers) + 2
-    for url in (args.database_url, args.redis_url):
-        host = url.split("@")[-1].split("//")[-1].split(":")[0].split("/")[0]
-        if url and host not in ("127.0.0.1", "localhost"):
-            raise SystemExit(f"only 127.0.0.1: {url}")
+    caps = str(max(concurrencies) * 2)  # one person's evaluation may use every slot asked for
 
-    postgres = llm = server = None
-    workers: list[subprocess.Popen] = []
-    try:
-        if args.database_url:
-            database_url = args.database_url
-        else:
-            postgres = PrivatePostgres()
-            database_url = postgres.start()
-        ensure_database(database_url)
-        llm = ReadOnlyLLM(args.delay)
-        env = runs_load.environment(
-            database_url=database_url, redis_url=args.redis_url, llm_url=llm.base_url
-        )
-        # One person's evaluation may use every slot asked for.
-        caps = str(max(concurrencies) * 2)
-        env.update(TAU2_EVAL_PER_PERSON=caps, TAU2_EVAL_MAX_IN_FLIGHT=caps)
-        os.environ.clear()
-        os.environ.update(env)
-        print("migrate, load_tasks airline telecom …", flush=True)
-        manage(env, "migrate", "--noinput")
-        manage(env, "load_tasks", "airline", "telecom")
-        import django
-
-        django.setup()
-        logging.disable(logging.INFO)
-        _prepare()
-        server, url = start_server(env)
-        workers = start_workers(env, count=args.workers, concurrency=threads)
+    with harness.production_stack(
+        database_url=args.database_url,
+        redis_url=args.redis_url,
+        script="bench.evaluations:read_only_script",
+        delay=args.delay,
+        domains=["airline", "telecom"],
+        settings={"TAU2_EVAL_PER_PERSON": caps, "TAU2_EVAL_MAX_IN_FLIGHT": caps},
+    ) as stack:
+        stack.start_workers(count=args.workers, concurrency=threads)
         results = []
         for concurrency in concurrencies:
             print(f"evaluation at concurrency {concurrency} …", flush=True)
@@ -589,46 +520,16 @@ def main() -> None:
                     concurrency=concurrency,
                     trials=args.trials,
                     delay=args.delay,
-                    server=url,
-                    llm=llm,
+                    server=stack.url,
+                    llm=stack.llm,
                     timeout=args.timeout,
                 )
             )
         page = None
         if not args.no_page:
             print("telecom full × 4 evaluation page …", flush=True)
-            page = time_page(server=url, requests=args.page_requests, cold=args.cold_requests)
+            page = time_page(server=stack.url, requests=args.page_requests, cold=args.cold_requests)
         report(results, page, workers=args.workers, threads=threads)
-    finally:
-        for proc in workers:
-            _terminate(proc)
-        _terminate(server)
-        if llm is not None:
-            llm.stop()
-        if postgres is not None:
-            postgres.stop()
-
-
-def _prepare() -> None:
-    """Empty the bench's queue and channel groups, remove earlier bench rows, and refresh
-    the Inference catalogue from the scripted router."""
-    import redis
-    from django.conf import settings
-    from django.contrib.auth import get_user_model
-
-    from apps.evaluations.models import Evaluation
-    from apps.inference.services import catalogue_refresh
-    from apps.runs.models import Run
-
-    client = redis.Redis.from_url(settings.REDIS_URL)
-    for key in client.scan_iter(match=f"{runs_load.NAME}*", count=1000):
-        client.delete(key)
-    Evaluation.objects.filter(created_by__username__startswith="bench-").delete()
-    Run.objects.filter(created_by__username__startswith="bench-").delete()
-    get_user_model().objects.filter(username__startswith="bench-").delete()
-    report = catalogue_refresh()
-    if report.source != "router":
-        raise SystemExit(f"the scripted router's catalogue was not read: {report.summary()}")
 
 
 if __name__ == "__main__":

@@ -3,9 +3,10 @@
 Run by hand: ``.venv/bin/python bench/profile_run.py [--runs 20] [--top 25]
 [--face model|agent|both] [--no-cache]``.
 
-It starts the scripted LLM (``bench/runs_load.py --serve-llm 0``: answers at once,
-solving airline task 27 in five calls like the runs benchmark) and plays conversations
-in this process, nothing of Django:
+It starts the scripted LLM (``bench/harness.py``'s ``LLMProcess`` with
+``tests.support.scripts:gold_script``: answers at once, solving airline task 27 in five
+calls like the runs benchmark) and plays conversations in this process, nothing of
+Django:
 
 * ``model``: a model run as the worker plays it — ``Episode(agent_llm=…).run()`` with
   τ²'s ``LLMAgent`` (three agent calls, two customer calls, two tool calls) and τ²'s
@@ -33,13 +34,11 @@ import time
 from contextlib import nullcontext
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # python bench/profile_run.py
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+from bench.harness import AGENT_MODEL, USER_MODEL, LLMProcess  # noqa: E402 - after the path
 
 TOKEN = "hf_profile_token_0123456789"  # noqa: S105 - the scripted LLM's fake token
-AGENT_MODEL = "deepseek-ai/DeepSeek-V4.1-Flash:novita"
-USER_MODEL = "deepseek-ai/DeepSeek-V4.1-Flash"
 
 
 def _routes(base_url: str):
@@ -156,9 +155,7 @@ def main() -> None:
     parser.add_argument("--no-cache", action="store_true")
     args = parser.parse_args()
 
-    from bench.runs_load import LLMProcess
-
-    server = LLMProcess(delay=0.0)
+    server = LLMProcess("tests.support.scripts:gold_script", delay=0.0)
     try:
         import tau2_env.engine  # noqa: F401 - imports (τ², litellm) outside the numbers
 

@@ -3,7 +3,7 @@
 Run by hand: ``.venv/bin/python bench/runs_load.py [--runs 20,100] [--workers 1,2]
 [--delay 1.0] [--concurrency N]``. Everything listens on 127.0.0.1 only.
 
-It sets up, all of its own:
+It sets up, all of its own (``bench/harness.py``'s ``production_stack``):
 
 * PostgreSQL: by default a private cluster (``initdb`` in a temporary directory, on a
   free port, ``max_connections=500``), because 100 concurrent runs hold about 100
@@ -13,7 +13,8 @@ It sets up, all of its own:
 * Redis: ``--redis-url`` (default ``redis://127.0.0.1:6379/11``), its own ``CELERY_QUEUE``
   and ``CHANNELS_PREFIX``.
 * The scripted LLM (``tests.support.llm_server``) in a child process, answering every
-  call after ``--delay`` seconds and solving airline task 27 like ``gold_script``: the
+  call after ``--delay`` seconds and solving airline task 27 (``gold_script`` of
+  ``tests.support.scripts``): the
   customer opens, the agent calls ``get_user_details`` then ``send_certificate`` then
   answers, the customer stops. Stateless; it counts the calls per bearer token, and each
   run has its own person and token, so every run's LLM time is known exactly.
@@ -49,278 +50,25 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import logging
 import math
 import os
-import shutil
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
-import threading
 import time
-import urllib.request
 from collections import Counter
-from dataclasses import dataclass, field
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # python bench/runs_load.py
+from bench import harness  # noqa: E402 - after the path
+from bench.harness import AGENT_MODEL, USER_MODEL, Watch, ms  # noqa: E402
+from bench.harness import percentile as pct  # noqa: E402
+
 TASK = ("airline", "27")
-AGENT_MODEL = "deepseek-ai/DeepSeek-V4.1-Flash:novita"
-NAME = "tau2-bench-runs"
-DB_NAME = "tau2_bench_runs"
-START_TIMEOUT_S = 90.0
 CONFIG_TIMEOUT_S = 300.0  # per (runs, workers) pair
 SAMPLE_INTERVAL_S = 0.5
-MAX_CONNECTIONS = 20  # per run and browser
-
-
-# ------------------------------------------------------------------ the scripted LLM
-
-
-def serve_llm(delay: float) -> None:
-    """Child process: the scripted LLM. Prints its port, then answers ``stats`` lines on
-    stdin with the calls per token as JSON; exits when stdin closes."""
-    sys.path.insert(0, str(ROOT))
-    from tests.support.llm_server import ScriptedLLM
-    from tests.support.scripts import gold_script
-
-    calls: dict[str, int] = {}
-    lock = threading.Lock()
-    llm = ScriptedLLM()
-    gold_script(llm, delay=delay)  # solves airline/27; stateless, so any worker may ask
-    solve = llm.responder
-
-    def responder(request):
-        with lock:
-            calls[request.token or ""] = calls.get(request.token or "", 0) + 1
-        return solve(request)
-
-    llm.responder = responder
-    llm.start()
-    llm.requests = _Discard()  # the server records every request; do not grow unbounded
-    print(llm.port, flush=True)
-    for line in sys.stdin:
-        if line.strip() == "stats":
-            with lock:
-                snapshot = dict(calls)
-            print(json.dumps(snapshot), flush=True)
-    llm.stop()
-
-
-class _Discard(list):
-    def append(self, item) -> None:  # noqa: ANN001
-        return None
-
-
-class LLMProcess:
-    def __init__(self, delay: float) -> None:
-        self.proc = subprocess.Popen(
-            [sys.executable, __file__, "--serve-llm", str(delay)],
-            cwd=ROOT,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        self.port = int(self.proc.stdout.readline())
-        self.base_url = f"http://127.0.0.1:{self.port}/v1"
-        self._lock = threading.Lock()
-
-    def calls(self) -> dict[str, int]:
-        with self._lock:
-            self.proc.stdin.write("stats\n")
-            self.proc.stdin.flush()
-            return json.loads(self.proc.stdout.readline())
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.stdin.close()
-            _wait_or_kill(self.proc)
-
-
-# ------------------------------------------------------------------ services
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _wait_or_kill(proc: subprocess.Popen, timeout: float = 20) -> None:
-    try:
-        proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
-
-
-def _terminate(proc: subprocess.Popen | None) -> None:
-    if proc is not None and proc.poll() is None:
-        proc.terminate()
-        _wait_or_kill(proc)
-
-
-class PrivatePostgres:
-    """A throwaway PostgreSQL cluster on a free port (run as ``postgres`` when root)."""
-
-    def __init__(self) -> None:
-        self.dir = tempfile.mkdtemp(prefix="tau2-bench-pg-")
-        self.port = free_port()
-        self.proc: subprocess.Popen | None = None
-        self._as = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
-        if self._as:
-            shutil.chown(self.dir, user="postgres", group="postgres")
-
-    def start(self) -> str:
-        data = os.path.join(self.dir, "data")
-        subprocess.run(
-            [*self._as, _pg_bin("initdb"), "-D", data, "-U", "postgres", "-A", "trust"]
-            + ["--no-sync", "-E", "UTF8"],
-            check=True,
-            stdout=subprocess.DEVNULL,
-        )
-        self.proc = subprocess.Popen(
-            [*self._as, _pg_bin("postgres"), "-D", data, "-p", str(self.port)]
-            + ["-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={self.dir}"]
-            + ["-c", "max_connections=500", "-c", "shared_buffers=128MB"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while subprocess.run(
-            [_pg_bin("pg_isready"), "-h", "127.0.0.1", "-p", str(self.port)],
-            stdout=subprocess.DEVNULL,
-        ).returncode:
-            if self.proc.poll() is not None or time.monotonic() > deadline:
-                raise SystemExit("the private PostgreSQL did not start")
-            time.sleep(0.2)
-        return f"postgres://postgres@127.0.0.1:{self.port}/{DB_NAME}"
-
-    def stop(self) -> None:
-        _terminate(self.proc)
-        shutil.rmtree(self.dir, ignore_errors=True)
-
-
-def _pg_bin(name: str) -> str:
-    found = shutil.which(name)
-    if found:
-        return found
-    versions = sorted(Path("/usr/lib/postgresql").glob(f"*/bin/{name}"))
-    if not versions:
-        raise SystemExit(f"{name} not found: install PostgreSQL or pass --database-url")
-    return str(versions[-1])
-
-
-def ensure_database(url: str) -> None:
-    import psycopg
-
-    admin = url.rsplit("/", 1)[0] + "/postgres"
-    name = url.rsplit("/", 1)[1]
-    with psycopg.connect(admin, autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (name,)).fetchone():
-            conn.execute(f'CREATE DATABASE "{name}"')
-
-
-def environment(*, database_url: str, redis_url: str, llm_url: str) -> dict[str, str]:
-    """The production path's settings for every process of the bench."""
-    from cryptography.fernet import Fernet
-
-    env = dict(os.environ)
-    for name in (
-        "DJANGO_ALLOW_ASYNC_UNSAFE",
-        "HF_TOKEN",
-        "OPENAI_API_KEY",
-        "ANTHROPIC_API_KEY",
-        "TAU2_USER_PROVIDER",
-    ):
-        env.pop(name, None)
-    env.update(
-        DJANGO_SETTINGS_MODULE="tau2site.settings",
-        DEBUG="false",
-        DJANGO_SECRET_KEY="bench-only-" + "x" * 50,
-        DATABASE_URL=database_url,
-        REDIS_URL=redis_url,
-        CELERY_QUEUE=NAME,
-        CHANNELS_PREFIX=NAME,
-        ALLOWED_HOSTS="127.0.0.1,localhost,testserver",
-        CSRF_TRUSTED_ORIGINS="http://127.0.0.1",
-        SECURE_SSL_REDIRECT="false",
-        SESSION_COOKIE_SECURE="false",
-        CSRF_COOKIE_SECURE="false",
-        SECURE_HSTS_SECONDS="0",
-        TAU2_DOMAIN="airline",
-        TAU2_SPLIT="test",
-        TAU2_VAULT_KEYS=os.environ.get("TAU2_VAULT_KEYS") or Fernet.generate_key().decode(),
-        TAU2_EMBEDDED_WORKER="false",
-        TAU2_HF_ROUTER_URL=llm_url,
-        OPENAI_BASE_URL=llm_url,
-        TAU2_LLM_TIMEOUT="60",
-        LITELLM_LOCAL_MODEL_COST_MAP="True",
-        HF_HUB_OFFLINE="1",
-        PYTHONPATH=str(ROOT),
-    )
-    return env
-
-
-def manage(env: dict[str, str], *args: str) -> None:
-    command = [sys.executable, "manage.py", *args]
-    subprocess.run(command, cwd=ROOT, env=env, check=True, stdout=subprocess.DEVNULL)
-
-
-def start_server(env: dict[str, str]) -> tuple[subprocess.Popen, str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "tau2site.asgi:application"]
-        + ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
-        + ["--ws", "websockets-sansio", "--backlog", "2048"],
-        cwd=ROOT,
-        env=env,
-    )
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while True:
-        if proc.poll() is not None:
-            raise SystemExit(f"the server exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
-                if response.status == 200:
-                    return proc, url
-        except OSError:
-            pass
-        if time.monotonic() > deadline:
-            _terminate(proc)
-            raise SystemExit("the server did not start")
-        time.sleep(0.2)
-
-
-def start_workers(env: dict[str, str], *, count: int, concurrency: int) -> list[subprocess.Popen]:
-    from tau2site.celery import app
-
-    procs, names = [], []
-    for index in range(count):
-        name = f"bench-runs-{index}-{os.getpid()}@localhost"
-        procs.append(
-            subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "tau2site", "worker"]
-                + ["--pool", "threads", "--concurrency", str(concurrency)]
-                + ["--loglevel", "WARNING", "--without-gossip", "--without-mingle"]
-                + ["-Q", NAME, "-n", name],
-                cwd=ROOT,
-                env=env,
-            )
-        )
-        names.append(name)
-    deadline = time.monotonic() + START_TIMEOUT_S
-    while len(app.control.ping(destination=names, timeout=0.5)) < count:
-        if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
-            for proc in procs:
-                _terminate(proc)
-            raise SystemExit("the Celery workers did not start")
-    return procs
 
 
 def cpu_seconds(pid: int) -> float:
@@ -329,27 +77,6 @@ def cpu_seconds(pid: int) -> float:
 
 
 # ------------------------------------------------------------------ one configuration
-
-
-@dataclass
-class Person:
-    user_id: int
-    token: str
-    cookie: str
-
-
-@dataclass
-class Watch:
-    """What one browser saw of one run."""
-
-    run_id: int
-    created_at: float  # time.time() when run_create returned
-    events: list[tuple[int, float, bool]] = field(default_factory=list)  # seq, at, live
-    final_at: float | None = None
-    status: str = ""
-    error: str = ""
-    reconnects: int = 0
-    drops: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -386,31 +113,6 @@ class Result:
         return self.runs / self.ideal_s * 60
 
 
-def make_people(tag: str, count: int) -> list[Person]:
-    from django.contrib.auth import get_user_model
-    from django.test import Client
-
-    from apps.accounts.services import credential_store
-
-    people = []
-    for index in range(count):
-        token = f"hf_bench_{tag}_{index:03d}_0123456789"
-        user = get_user_model().objects.create_user(username=f"bench-{tag}-{index:03d}")
-        credential_store(
-            user=user,
-            token_response={
-                "access_token": token,
-                "refresh_token": f"{token}_refresh",
-                "expires_in": 28800,
-                "scope": "openid profile inference-api",
-            },
-        )
-        client = Client()
-        client.force_login(user)
-        people.append(Person(user.pk, token, f"sessionid={client.cookies['sessionid'].value}"))
-    return people
-
-
 def create_run(user_id: int, prices) -> int:
     from django.contrib.auth import get_user_model
 
@@ -422,57 +124,12 @@ def create_run(user_id: int, prices) -> int:
         user=get_user_model().objects.get(pk=user_id),
         task=task,
         agent_model=AGENT_MODEL,
-        user_model="deepseek-ai/DeepSeek-V4.1-Flash",
+        user_model=USER_MODEL,
         max_steps=30,
         seed=7,
         agent_prices=prices,
     )
     return run.pk
-
-
-async def watch_run(watch: Watch, *, server: str, cookie: str, deadline: float) -> None:
-    """Follow one run as ``static/js/run.js`` does: on a drop, reconnect after
-    250 ms × 2^retry with ``?after=<last seq>``; stop at the final status."""
-    from websockets.asyncio.client import connect
-
-    base = server.replace("http://", "ws://", 1) + f"/ws/runs/{watch.run_id}/?after="
-    last_seq, first_status_seen, retry = -1, False, 0
-    for attempt in range(MAX_CONNECTIONS):
-        if attempt:
-            watch.reconnects += 1
-            retry = min(retry + 1, 6)
-            await asyncio.sleep(0.25 * 2**retry)
-        try:
-            async with connect(
-                base + str(last_seq),
-                additional_headers={"Cookie": cookie, "Origin": server},
-                open_timeout=60,
-                max_size=None,
-            ) as ws:
-                retry = 0
-                for _ in range(1000):  # a run here has ~12 events and a dozen status lines
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        watch.error = "timed out"
-                        return
-                    data = json.loads(await asyncio.wait_for(ws.recv(), timeout=left))
-                    at = time.time()
-                    if data["type"] == "event" and data["seq"] > last_seq:
-                        last_seq = data["seq"]
-                        # Before the first status line: history replayed on first connect.
-                        watch.events.append((data["seq"], at, first_status_seen))
-                    elif data["type"] == "status":
-                        first_status_seen = True
-                        if data["final"]:
-                            watch.final_at, watch.status = at, data["status"]
-                            return
-        except TimeoutError:
-            if time.monotonic() >= deadline:
-                watch.error = "timed out"
-                return
-        except Exception as exc:  # noqa: BLE001 - a drop: reconnect as the page does
-            watch.drops.append(f"{type(exc).__name__}: {exc}"[:100])
-    watch.error = f"gave up after {MAX_CONNECTIONS} connections"
 
 
 class GroupListener:
@@ -529,14 +186,14 @@ async def run_config(
     concurrency: int,
     delay: float,
     server: str,
-    llm: LLMProcess,
+    llm: harness.LLMProcess,
     pids: dict[str, list[int]],
     timeout: float,
 ) -> Result:
     from apps.inference.selectors import offer_price
 
     tag = f"w{workers}r{runs}"
-    people = await asyncio.to_thread(make_people, tag, runs)
+    people = await asyncio.to_thread(harness.make_people, tag, runs)
     prices = await asyncio.to_thread(
         offer_price, model_id=AGENT_MODEL.split(":")[0], provider=AGENT_MODEL.split(":")[1]
     )
@@ -562,8 +219,6 @@ async def run_config(
     watches, tasks = [], []
     # One creator thread: Django's connection is per thread, so runs are created on one.
     loop = asyncio.get_running_loop()
-    from concurrent.futures import ThreadPoolExecutor
-
     with ThreadPoolExecutor(max_workers=1) as creator:
         for person in people:
             run_id = await loop.run_in_executor(creator, create_run, person.user_id, prices)
@@ -572,7 +227,7 @@ async def run_config(
             await listener.add(run_id)
             tasks.append(
                 asyncio.create_task(
-                    watch_run(watch, server=server, cookie=person.cookie, deadline=deadline)
+                    harness.watch_run(watch, server=server, cookie=person.cookie, deadline=deadline)
                 )
             )
         await asyncio.gather(*tasks)
@@ -695,17 +350,6 @@ def _result(a: dict) -> Result:
 # ------------------------------------------------------------------ report
 
 
-def pct(values: list[float], q: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
-
-
-def ms(value: float) -> str:
-    return "—" if math.isnan(value) else f"{value * 1000:.0f}"
-
-
 def report(results: list[Result], delay: float) -> None:
     print()
     print(f"τ² model runs under load — scripted LLM answering after {delay:g} s, airline/27")
@@ -778,45 +422,22 @@ def main() -> None:
     parser.add_argument("--database-url", default="", help="default: a private cluster")
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/11")
     parser.add_argument("--timeout", type=float, default=CONFIG_TIMEOUT_S)
-    parser.add_argument("--serve-llm", type=float, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.serve_llm is not None:
-        return serve_llm(args.serve_llm)
     run_counts = [int(n) for n in args.runs.split(",")]
     worker_counts = [int(n) for n in args.workers.split(",")]
-    for url in (args.database_url, args.redis_url):
-        host = url.split("@")[-1].split("//")[-1].split(":")[0].split("/")[0]
-        if url and host not in ("127.0.0.1", "localhost"):
-            raise SystemExit(f"only 127.0.0.1: {url}")
 
-    postgres = llm = server = None
-    workers: list[subprocess.Popen] = []
-    try:
-        if args.database_url:
-            database_url = args.database_url
-        else:
-            postgres = PrivatePostgres()
-            database_url = postgres.start()
-        ensure_database(database_url)
-        llm = LLMProcess(args.delay)
-        env = environment(database_url=database_url, redis_url=args.redis_url, llm_url=llm.base_url)
-        os.environ.clear()
-        os.environ.update(env)
-        sys.path.insert(0, str(ROOT))
-        print("migrate, load_tasks airline …", flush=True)
-        manage(env, "migrate", "--noinput")
-        manage(env, "load_tasks", "airline")
-        import django
-
-        django.setup()
-        logging.disable(logging.INFO)
-        _prepare()
-        server, url = start_server(env)
+    with harness.production_stack(
+        database_url=args.database_url,
+        redis_url=args.redis_url,
+        script="tests.support.scripts:gold_script",  # solves airline/27, stateless
+        delay=args.delay,
+        domains=["airline"],
+    ) as stack:
         results = []
         for count in worker_counts:
             concurrency = args.concurrency or math.ceil(max(run_counts) / count)
-            workers = start_workers(env, count=count, concurrency=concurrency)
-            pids = {"workers": [p.pid for p in workers], "uvicorn": [server.pid]}
+            workers = stack.start_workers(count=count, concurrency=concurrency)
+            pids = {"workers": [w.pid for w in workers], "uvicorn": [stack.web.pid]}
             for runs in run_counts:
                 print(f"{runs} runs on {count} worker(s) × {concurrency} threads …", flush=True)
                 result = asyncio.run(
@@ -825,46 +446,15 @@ def main() -> None:
                         workers=count,
                         concurrency=concurrency,
                         delay=args.delay,
-                        server=url,
-                        llm=llm,
+                        server=stack.url,
+                        llm=stack.llm,
                         pids=pids,
                         timeout=args.timeout,
                     )
                 )
                 results.append(result)
-            for proc in workers:
-                _terminate(proc)
-            workers = []
+            stack.stop_workers()
         report(results, args.delay)
-    finally:
-        for proc in workers:
-            _terminate(proc)
-        _terminate(server)
-        if llm is not None:
-            llm.stop()
-        if postgres is not None:
-            postgres.stop()
-
-
-def _prepare() -> None:
-    """Empty the bench's queue, channel groups and earlier bench rows; refresh the
-    Inference catalogue from the scripted router."""
-    import redis
-    from django.conf import settings
-    from django.contrib.auth import get_user_model
-
-    from apps.inference.services import catalogue_refresh
-    from apps.runs.models import Run
-
-    client = redis.Redis.from_url(settings.REDIS_URL)
-    for key in client.scan_iter(match=f"{NAME}*", count=1000):
-        client.delete(key)
-    client.delete(NAME)
-    Run.objects.filter(created_by__username__startswith="bench-").delete()
-    get_user_model().objects.filter(username__startswith="bench-").delete()
-    report = catalogue_refresh()
-    if report.source != "router":
-        raise SystemExit(f"the scripted router's catalogue was not read: {report.summary()}")
 
 
 if __name__ == "__main__":
