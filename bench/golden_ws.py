@@ -3,7 +3,8 @@
 Run by hand: ``.venv/bin/python bench/golden_ws.py [--telecom 20] [--domains
 airline,retail,telecom]``. Everything listens on 127.0.0.1 only.
 
-It serves the product's ASGI app with uvicorn (as ``bench/openenv_load.py`` does) and a
+It serves the product's ASGI app with uvicorn (``bench/harness.py``, as
+``bench/openenv_load.py`` serves it) and a
 scripted customer (``tests/support/trajectories.py``: it opens, runs telecom's phone
 actions when asked, and acknowledges) answering at once. Then, for every task of each
 domain's base split (telecom: the first ``--telecom`` tasks), one client (the seed's
@@ -24,8 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # python bench/golden_ws.py
+from bench import harness  # noqa: E402 - after the path
+from tests.support.processes import stop  # noqa: E402
 
 TOKEN = "hf_golden_bench_token_0123456789"  # noqa: S105 - the scripted LLM's fake token
 TARGETS = {"airline": 10.0, "retail": 15.0, "telecom": 11.0}
@@ -59,14 +61,14 @@ def main() -> None:
     parser.add_argument("--telecom", type=int, default=20, help="telecom base tasks to replay")
     args = parser.parse_args()
 
-    from bench.openenv_load import start_server
     from tau2_env import catalog
     from tests.support.llm_server import ScriptedLLM
 
     llm = ScriptedLLM()
     llm.start()
     with tempfile.TemporaryDirectory() as var_dir:
-        proc, port = start_server(f"{llm.base_url}", 8, var_dir, "tau2site.asgi:application")
+        env = harness.openenv_environment(llm.base_url, 8, var_dir)
+        server = harness.start_openenv(env)
         try:
             rows = []
             for domain in args.domains.split(","):
@@ -74,12 +76,11 @@ def main() -> None:
                 if domain == "telecom":
                     ids = ids[: args.telecom]
                 started = time.perf_counter()
-                times = asyncio.run(replay(f"http://127.0.0.1:{port}", llm, domain, ids))
+                times = asyncio.run(replay(server.url, llm, domain, ids))
                 rows.append((domain, len(ids), time.perf_counter() - started, times))
                 llm.requests.clear()
         finally:
-            proc.terminate()
-            proc.wait(timeout=20)
+            stop(server)
             llm.stop()
     print("\nGolden replays through /ws, sequential, scripted customer answering at once")
     print(

@@ -10,9 +10,13 @@ here, on 127.0.0.1 only:
   PostgreSQL cluster (:class:`PrivatePostgres`) or ``--database-url``, a Redis database
   with the bench's own queue and channel prefix (:data:`NAME`), the scripted LLM, migrated
   and loaded, uvicorn, and Celery workers on demand (:meth:`Stack.start_workers`);
+* :func:`openenv_environment` and :func:`start_openenv`: the OpenEnv server as
+  ``openenv_load`` and ``golden_ws`` serve it (SQLite in a temporary folder, no Redis);
 * :func:`make_people`, :class:`Watch` and :func:`watch_run`: people signed in with a token
   in the vault, and a browser following a run's live page as ``static/js/run.js`` does;
-* :func:`percentile` (nearest rank) and :func:`ms`: the reports' numbers.
+* :func:`percentile` (nearest rank), :func:`percentile_rounded` (the element at the
+  rounded index) and :func:`ms`: the two percentile definitions the reports have always
+  used, kept apart so that every printed number means what it meant.
 
 The web servers and workers are ``tests.support.processes``'s :class:`Process`, waited
 for and stopped with its ``wait_until_up`` and ``stop``.
@@ -420,6 +424,37 @@ def _prepare() -> None:
         raise SystemExit(f"the scripted router's catalogue was not read: {report.summary()}")
 
 
+# ------------------------------------------------------------------ the OpenEnv server
+
+
+def openenv_environment(llm_url: str, max_envs: int, var_dir: str) -> dict[str, str]:
+    """The OpenEnv server's settings: ``DEBUG=true``, SQLite and files in ``var_dir``, no
+    ``DATABASE_URL``/``REDIS_URL`` (the channel layer in memory), no embedded worker,
+    ``max_envs`` sessions at once, all of them allowed from this one address."""
+    drop = (*_CREDENTIALS, "DATABASE_URL", "REDIS_URL")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env.update(
+        DEBUG="true",
+        TAU2_VAR_DIR=var_dir,
+        TAU2_EMBEDDED_WORKER="false",
+        TAU2_HF_ROUTER_URL=llm_url,
+        TAU2_DOMAIN="airline",
+        TAU2_SPLIT="test",
+        TAU2_LLM_TIMEOUT="60",
+        MAX_CONCURRENT_ENVS=str(max_envs),
+        TAU2_SESSIONS_PER_CLIENT=str(max_envs),
+        PYTHONPATH=str(ROOT),
+    )
+    return env
+
+
+def start_openenv(env: dict[str, str], *, app: str = ASGI_APP) -> Process:
+    """:func:`start_web` as the OpenEnv benchmarks have always served: uvicorn's own
+    choice of WebSocket implementation, a backlog of 4096 (256 sessions connect at once)
+    and 300 s to start (a loaded 2-core machine imports Django and τ² slowly)."""
+    return start_web(env, app=app, ws=None, backlog=4096, timeout=300.0)
+
+
 # ------------------------------------------------------------------ people and browsers
 
 
@@ -532,6 +567,18 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, math.ceil(q / 100 * len(ordered)) - 1))]
 
 
-def ms(seconds: float) -> str:
-    """Seconds as whole milliseconds, "—" for NaN."""
-    return "—" if math.isnan(seconds) else f"{seconds * 1000:.0f}"
+def percentile_rounded(values: Sequence[float], q: float) -> float:
+    """The sorted values' element at index round(q % × (n − 1)) (NaN for none)."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))]
+
+
+def ms(seconds: float, *, tenths: bool = False) -> str:
+    """Seconds as whole milliseconds, "—" for NaN; ``tenths``: one decimal under 100 ms."""
+    if math.isnan(seconds):
+        return "—"
+    if tenths and seconds < 0.1:
+        return f"{seconds * 1000:.1f}"
+    return f"{seconds * 1000:.0f}"

@@ -3,7 +3,8 @@
 Run by hand: ``.venv/bin/python bench/openenv_load.py [--sessions 1,8,64,256]
 [--delays 0,1] [--scored 8]``. Everything listens on 127.0.0.1 only.
 
-It starts the scripted LLM (``tests.support.llm_server``) in a child process and a real
+It starts (``bench/harness.py``) the scripted LLM (``tests.support.llm_server``) in a
+child process and a real
 uvicorn serving the product's ASGI app (``tau2site.asgi:application``; ``DEBUG=true``, a
 temporary ``TAU2_VAR_DIR``, no ``DATABASE_URL``/``REDIS_URL``, no embedded Celery
 worker, ``MAX_CONCURRENT_ENVS`` = the largest session count or 64) in another. Then, for
@@ -41,16 +42,19 @@ import asyncio
 import contextlib
 import json
 import os
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # python bench/openenv_load.py
+from bench import harness  # noqa: E402 - after the path
+from bench.harness import percentile_rounded as pct  # noqa: E402
+from tests.support.llm_server import ScriptedLLM, delayed  # noqa: E402
+from tests.support.processes import Process, stop  # noqa: E402
+
 USERS = [
     "mia_li_3668",
     "mei_hernandez_8984",
@@ -64,19 +68,18 @@ USERS = [
 TASK_ID = "2"  # an airline task; any would do, the customer is scripted
 STEP_TIMEOUT_S = 120.0
 PHASE_TIMEOUT_S = 240.0
-SERVER_START_TIMEOUT_S = 300.0  # a loaded 2-core machine imports Django + τ² slowly
 PROBE_INTERVAL_S = 0.02
 PROBE_MAX_CALLS = 500
 KEYS: dict[str, str] = {}  # token → studio API key (--keys)
+ms = partial(harness.ms, tenths=True)  # one decimal under 100 ms
 
 
 # ------------------------------------------------------------------ the scripted LLM
 
 
-def serve_llm() -> None:
-    """Child process: the scripted LLM; the delay comes from the caller's token."""
-    sys.path.insert(0, str(ROOT))
-    from tests.support.llm_server import ScriptedLLM, delayed
+def token_delays(llm: ScriptedLLM, *, delay: float) -> None:
+    """The scripted LLM for ``harness.LLMProcess``: the delay comes from the caller's
+    token (``hf_bench_<ms>_…``), not from ``delay``."""
 
     def responder(request):
         token = request.token or ""
@@ -84,53 +87,17 @@ def serve_llm() -> None:
         delay = int(parts[2]) / 1000 if len(parts) > 3 and parts[1] == "bench" else 0.0
         return delayed("Hi, I'd like to change my reservation, please.", delay)
 
-    llm = ScriptedLLM()
     llm.responder = responder
-    llm.start()
-    # The server records every request; a long run must not grow it without bound.
-    llm.requests = _Discard()
-    print(llm.port, flush=True)
-    sys.stdin.read()  # until the parent closes our stdin
-    llm.stop()
-
-
-class _Discard(list):
-    def append(self, item) -> None:  # noqa: ANN001
-        return None
 
 
 # ------------------------------------------------------------------ the server
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def server_env(llm_url: str, max_envs: int, var_dir: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in ("DATABASE_URL", "REDIS_URL")}
-    for name in ("HF_TOKEN", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "TAU2_USER_PROVIDER"):
-        env.pop(name, None)
-    env.update(
-        DEBUG="true",
-        TAU2_VAR_DIR=var_dir,
-        TAU2_EMBEDDED_WORKER="false",
-        TAU2_HF_ROUTER_URL=llm_url,
-        TAU2_DOMAIN="airline",
-        TAU2_SPLIT="test",
-        TAU2_LLM_TIMEOUT="60",
-        MAX_CONCURRENT_ENVS=str(max_envs),
-        TAU2_SESSIONS_PER_CLIENT=str(max_envs),  # every session comes from this one address
-        PYTHONPATH=str(ROOT),
-    )
-    return env
-
-
 KEYS_SETUP = """
 import json, sys
 from django.contrib.auth import get_user_model
-from apps.accounts.services import api_key_create, credential_store
+from apps.accounts.services import credential_store
+from apps.agents.services import api_key_create
 keys = {}
 for token in json.load(sys.stdin):
     user = get_user_model().objects.create_user(username=token[:150])
@@ -143,22 +110,8 @@ print(json.dumps(keys))
 
 def make_keys(env: dict[str, str], tokens: list[str]) -> dict[str, str]:
     """A person per token (their vault holds it) with a studio key: token → key."""
-    subprocess.run(
-        [sys.executable, "manage.py", "bootstrap"],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        stdout=subprocess.DEVNULL,
-    )
-    done = subprocess.run(
-        [sys.executable, "manage.py", "shell", "-c", KEYS_SETUP],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        input=json.dumps(tokens),
-        capture_output=True,
-        text=True,
-    )
+    harness.manage(env, "bootstrap")
+    done = harness.manage(env, "shell", "-c", KEYS_SETUP, input=json.dumps(tokens))
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
@@ -174,38 +127,8 @@ print(f"recorded: {runs.count()} agent runs {statuses}, {messages} messages")
 
 def print_recorded(env: dict[str, str]) -> None:
     """--keys: what the recorder stored (every episode a run, every message an event)."""
-    done = subprocess.run(
-        [sys.executable, "manage.py", "shell", "-c", RECORDED],
-        cwd=ROOT,
-        env=env,
-        check=False,
-        capture_output=True,
-        text=True,
-    )
+    done = harness.manage(env, "shell", "-c", RECORDED, check=False)
     print((done.stdout.strip().splitlines() or [done.stderr[-300:]])[-1])
-
-
-def start_server(env: dict[str, str], app: str) -> tuple:
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1", "--port", str(port)]
-        + ["--log-level", "warning", "--backlog", "4096"],
-        cwd=ROOT,
-        env=env,
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + SERVER_START_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"the server exited with {proc.returncode}")
-        try:
-            with urllib.request.urlopen(f"{base}/health", timeout=2) as response:
-                if response.status == 200:
-                    return proc, port
-        except OSError:
-            time.sleep(0.2)
-    proc.kill()
-    raise SystemExit(f"the server did not start in {SERVER_START_TIMEOUT_S:.0f} s")
 
 
 def rss_mib(pid: int) -> float:
@@ -394,19 +317,6 @@ async def _noop() -> None:
 # ------------------------------------------------------------------ report
 
 
-def pct(values: list[float], p: float) -> float:
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(p / 100 * (len(ordered) - 1))))]
-
-
-def ms(value: float) -> str:
-    return (
-        "—" if value != value else f"{value * 1000:.0f}" if value >= 0.1 else f"{value * 1000:.1f}"
-    )
-
-
 def print_table(phases: list[Phase]) -> None:
     head = (
         f"{'N':>4} {'LLM':>4} | {'reset p50/p95':>15} {'ovh p50':>7} | {'tool p50/p95':>13} | "
@@ -529,26 +439,15 @@ def main() -> None:
     parser.add_argument(
         "--keys", action="store_true", help="play with studio API keys: episodes recorded as runs"
     )
-    parser.add_argument("--serve-llm", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.serve_llm:
-        serve_llm()
-        return
     counts = [int(x) for x in args.sessions.split(",") if x.strip()]
     delays = [float(x) for x in args.delays.split(",") if x.strip()]
     max_envs = max(64, max(counts) + 1)  # +1: the probe session
 
-    llm = subprocess.Popen(
-        [sys.executable, __file__, "--serve-llm"],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-        cwd=ROOT,
-    )
-    llm_url = f"http://127.0.0.1:{int(llm.stdout.readline())}/v1"
-    with tempfile.TemporaryDirectory(prefix="tau2-bench-") as var_dir:
-        env = server_env(llm_url, max_envs, var_dir)
-        try:
+    llm = harness.LLMProcess("bench.openenv_load:token_delays")
+    try:
+        with tempfile.TemporaryDirectory(prefix="tau2-bench-") as var_dir:
+            env = harness.openenv_environment(llm.base_url, max_envs, var_dir)
             if args.keys:
                 plan = [(1, 0.0)] + [(n, delay) for delay in delays for n in counts]
                 tokens = [
@@ -558,51 +457,64 @@ def main() -> None:
                     for token in [probe, *others]
                 ]
                 KEYS.update(make_keys(env, tokens))
-            server, port = start_server(env, args.app)
-        except BaseException:
-            llm.stdin.close()
-            llm.wait(timeout=10)
-            raise
-        try:
-            url = f"ws://127.0.0.1:{port}/ws"
-            print(
-                f"server {args.app} pid {server.pid}, MAX_CONCURRENT_ENVS={max_envs}, "
-                f"{'studio keys: episodes recorded' if KEYS else 'no keys'}; "
-                f"RSS at start {rss_mib(server.pid):.0f} MiB; "
-                f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}"
+            server = harness.start_openenv(env, app=args.app)
+            try:
+                measure(
+                    server,
+                    env,
+                    app=args.app,
+                    max_envs=max_envs,
+                    counts=counts,
+                    delays=delays,
+                    scored=args.scored,
+                )
+            finally:
+                stop(server)
+    finally:
+        llm.stop()
+
+
+def measure(
+    server: Process,
+    env: dict[str, str],
+    *,
+    app: str,
+    max_envs: int,
+    counts: list[int],
+    delays: list[float],
+    scored: int,
+) -> None:
+    """Warm up, run every phase, print the table and the targets."""
+    url = server.ws_url("/ws")
+    print(
+        f"server {app} pid {server.pid}, MAX_CONCURRENT_ENVS={max_envs}, "
+        f"{'studio keys: episodes recorded' if KEYS else 'no keys'}; "
+        f"RSS at start {rss_mib(server.pid):.0f} MiB; "
+        f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}"
+    )
+    rss_start = rss_mib(server.pid)
+    # Warm-up: the first session of a domain validates its database once.
+    asyncio.run(run_phase(url, server.pid, 1, 0.0, 1, serial=0))
+    phases = []
+    for delay in delays:
+        for n in counts:
+            phase = asyncio.run(
+                asyncio.wait_for(
+                    run_phase(url, server.pid, n, delay, scored, serial=len(phases) + 1),
+                    PHASE_TIMEOUT_S,
+                )
             )
-            rss_start = rss_mib(server.pid)
-            # Warm-up: the first session of a domain validates its database once.
-            asyncio.run(run_phase(url, server.pid, 1, 0.0, 1, serial=0))
-            phases = []
-            for delay in delays:
-                for n in counts:
-                    phase = asyncio.run(
-                        asyncio.wait_for(
-                            run_phase(
-                                url, server.pid, n, delay, args.scored, serial=len(phases) + 1
-                            ),
-                            PHASE_TIMEOUT_S,
-                        )
-                    )
-                    phases.append(phase)
-                    print(
-                        f"  N={n} LLM {delay:.0f}s: {phase.seconds:.0f}s, "
-                        f"{len(phase.errors)} errors",
-                        flush=True,
-                    )
-            print()
-            print_table(phases)
-            print_targets(phases, rss_start)
-            if KEYS:
-                server.terminate()
-                server.wait(timeout=30)
-                print_recorded(env)
-        finally:
-            server.terminate()
-            server.wait(timeout=30)
-            llm.stdin.close()
-            llm.wait(timeout=10)
+            phases.append(phase)
+            print(
+                f"  N={n} LLM {delay:.0f}s: {phase.seconds:.0f}s, {len(phase.errors)} errors",
+                flush=True,
+            )
+    print()
+    print_table(phases)
+    print_targets(phases, rss_start)
+    if KEYS:
+        stop(server)
+        print_recorded(env)
 
 
 if __name__ == "__main__":
