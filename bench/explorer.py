@@ -23,6 +23,9 @@ from pathlib import Path
 from cryptography.fernet import Fernet
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))  # python bench/explorer.py
+from bench.harness import ensure_database, percentile_rounded  # noqa: E402 - after the path
+
 TARGET_MS = 50.0
 SEARCHES = [
     {},
@@ -40,12 +43,6 @@ SEARCHES = [
     {"page": "20"},
     {"q": "roaming", "page": "5"},
 ]
-
-
-def percentile(values: list[float], pct: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(pct / 100 * (len(ordered) - 1))))
-    return ordered[index]
 
 
 def measure(rounds: int) -> dict:
@@ -81,23 +78,13 @@ def measure(rounds: int) -> dict:
         results[name] = {
             "n": len(samples),
             "p50": statistics.median(samples),
-            "p95": percentile(samples, 95),
+            "p95": percentile_rounded(samples, 95),
             "max": max(samples),
         }
     from django.db import connection
 
     results["_vendor"] = connection.vendor
     return results
-
-
-def ensure_pg_database(url: str) -> None:
-    import psycopg
-
-    name = url.rsplit("/", 1)[1]
-    admin = url.rsplit("/", 1)[0] + "/postgres"
-    with psycopg.connect(admin, autocommit=True) as conn:
-        if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
-            conn.execute(f'CREATE DATABASE "{name}"')
 
 
 def run_child(backend: str, rounds: int) -> dict:
@@ -116,7 +103,7 @@ def run_child(backend: str, rounds: int) -> dict:
     environ["TAU2_VAR_DIR"] = tmp
     if backend == "postgresql":
         url = os.environ.get("BENCH_PG_URL", "postgres://postgres@127.0.0.1:5432/tau2_bench")
-        ensure_pg_database(url)
+        ensure_database(url)
         environ["DATABASE_URL"] = url
     out = subprocess.run(
         [sys.executable, __file__, "--child", "--rounds", str(rounds)],
@@ -138,7 +125,6 @@ def main() -> None:
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        sys.path.insert(0, str(ROOT))
         print(json.dumps(measure(args.rounds)))
         return
 
