@@ -15,6 +15,7 @@ from apps.evaluations import selectors
 from apps.evaluations.exports import scrub
 from apps.evaluations.models import Evaluation
 from apps.evaluations.selectors import EvaluationFilters
+from apps.evaluations.summary import EvaluationSummary
 
 
 class CanViewRuns(BasePermission):
@@ -60,13 +61,25 @@ class EvaluationSerializer(serializers.ModelSerializer):
             "finished_at",
         ]
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Each evaluation's stored summary, read once for the fields that show it.
+        self._summaries: dict[int, EvaluationSummary | None] = {}
+
+    def _summary(self, evaluation: Evaluation) -> EvaluationSummary | None:
+        if evaluation.pk not in self._summaries:
+            self._summaries[evaluation.pk] = selectors.evaluation_summary_stored(evaluation)
+        return self._summaries[evaluation.pk]
+
     @extend_schema_field(serializers.DictField(child=serializers.FloatField()))
     def get_pass_hat_ks(self, evaluation) -> dict[str, float]:
-        """τ²'s pass^k by k, when the evaluation last changed."""
-        return (evaluation.summary or {}).get("pass_hat_ks") or {}
+        """τ²'s pass^k by k, when the evaluation last changed ({} before it first ends)."""
+        summary = self._summary(evaluation)
+        return summary.pass_hat_ks_json() if summary else {}
 
     def get_avg_reward(self, evaluation) -> float | None:
-        return (evaluation.summary or {}).get("avg_reward")
+        summary = self._summary(evaluation)
+        return summary.avg_reward if summary else None
 
     @extend_schema_field(OpenApiTypes.URI)
     def get_url(self, evaluation) -> str:

@@ -20,6 +20,7 @@ from django.utils.safestring import mark_safe
 from apps.evaluations import selectors
 from apps.evaluations.estimates import dollars
 from apps.evaluations.models import Evaluation
+from apps.evaluations.summary import EvaluationSummary
 from apps.runs.models import Run
 
 # A cell of the matrix: [run id, status letter, reward or null] (null: no run).
@@ -94,23 +95,23 @@ def _stamp(evaluation: Evaluation) -> tuple:
 
 def _compute(evaluation: Evaluation) -> LiveState:
     runs = selectors.evaluation_runs(evaluation)
-    metrics = selectors.evaluation_metrics(evaluation, runs)
+    summary = selectors.evaluation_summary(evaluation, runs)
     matrix = matrix_payload(evaluation, runs)
     head = {
         "type": "state",
         "evaluation_id": evaluation.pk,
-        "version": metrics["final"],
+        "version": summary.final,
         "status": evaluation.status,
         "final": evaluation.is_final,
-        "retryable": metrics["retryable"],
+        "retryable": summary.retryable,
         "progress_html": render_to_string(
-            "includes/evaluation_progress.html", progress_context(evaluation, metrics)
+            "includes/evaluation_progress.html", progress_context(evaluation, summary)
         ),
         "metrics_html": render_to_string(
-            "includes/evaluation_metrics.html", metrics_context(evaluation, metrics)
+            "includes/evaluation_metrics.html", metrics_context(evaluation, summary)
         ),
     }
-    data = {"matrix": matrix, "charts": charts_payload(evaluation, metrics, matrix["tasks"])}
+    data = {"matrix": matrix, "charts": charts_payload(evaluation, summary, matrix["tasks"])}
     return LiveState(head=head, data_json=json.dumps(data, separators=(",", ":")))
 
 
@@ -127,69 +128,60 @@ def matrix_payload(evaluation: Evaluation, runs: list[dict]) -> dict[str, Any]:
     return {"k": evaluation.num_trials, "tasks": tasks, "cells": cells}
 
 
-def charts_payload(evaluation: Evaluation, metrics: dict, tasks: list[str]) -> dict[str, Any]:
+def charts_payload(
+    evaluation: Evaluation, summary: EvaluationSummary, tasks: list[str]
+) -> dict[str, Any]:
     """The pass^k curve (``[[k, pass^k]…]``) and each scored task's mean reward, best
     first (``[[task index, reward]…]``, indices into ``tasks``)."""
     index = {task_id: i for i, task_id in enumerate(tasks)}
     return {
         "k": evaluation.num_trials,
-        "pass_hat_k": [[int(k), v] for k, v in sorted(metrics["pass_hat_ks"].items(), key=_k)],
+        "pass_hat_k": [[k, v] for k, v in sorted(summary.pass_hat_ks.items())],
         "reward_by_task": [
-            [index[row["task_id"]], round(row["reward"], 4)]
-            for row in metrics["reward_by_task"]
-            if row["task_id"] in index
+            [index[row.task_id], round(row.reward, 4)]
+            for row in summary.reward_by_task
+            if row.task_id in index
         ],
     }
 
 
-def _k(item) -> int:
-    return int(item[0])
-
-
-def progress_context(evaluation: Evaluation, metrics: dict) -> dict[str, Any]:
-    planned = metrics["planned"] or 1
+def progress_context(evaluation: Evaluation, summary: EvaluationSummary) -> dict[str, Any]:
+    planned = summary.planned or 1
     segments = [
-        ("completed", "done", metrics["completed"]),
-        ("failed", "failed", metrics["failed"]),
-        ("stopped", "stopped", metrics["stopped"]),
-        ("running", "running", metrics["running"]),
-        ("queued", "queued", metrics["queued"]),
+        ("completed", "done", summary.completed),
+        ("failed", "failed", summary.failed),
+        ("stopped", "stopped", summary.stopped),
+        ("running", "running", summary.running),
+        ("queued", "queued", summary.queued),
     ]
     return {
         "evaluation": evaluation,
-        "m": metrics,
+        "m": summary,
         "segments": [
             {"key": key, "label": label, "count": count, "percent": round(100 * count / planned, 3)}
             for key, label, count in segments
             if count or key in ("completed", "running", "queued", "failed")
         ],
-        "eta": duration_label(metrics["eta_seconds"]),
-        # Every priced call (agent and customer); a summary kept before the customer's
-        # calls were counted has only the agent's.
-        "cost": _money(metrics.get("total_cost_usd", metrics["cost_usd"])),
-        "agent_cost": _money(metrics["cost_usd"]),
-        "customer_cost": _money(metrics.get("user_cost_usd")),
-        "unpriced_runs": metrics.get("unpriced_runs", 0),
-        "tokens": metrics["prompt_tokens"]
-        + metrics["completion_tokens"]
-        + metrics.get("user_prompt_tokens", 0)
-        + metrics.get("user_completion_tokens", 0),
+        "eta": duration_label(summary.eta_seconds),
+        "cost": _money(summary.total_cost_usd),  # every priced call, agent and customer
+        "agent_cost": _money(summary.cost_usd),
+        "customer_cost": _money(summary.user_cost_usd),
+        "unpriced_runs": summary.unpriced_runs,
+        "tokens": summary.tokens,
     }
 
 
-def metrics_context(evaluation: Evaluation, metrics: dict) -> dict[str, Any]:
+def metrics_context(evaluation: Evaluation, summary: EvaluationSummary) -> dict[str, Any]:
     return {
         "evaluation": evaluation,
-        "m": metrics,
-        "pass_hat_ks": [
-            {"k": int(k), "value": v} for k, v in sorted(metrics["pass_hat_ks"].items(), key=_k)
-        ],
+        "m": summary,
+        "pass_hat_ks": [{"k": k, "value": v} for k, v in sorted(summary.pass_hat_ks.items())],
         "terminations": sorted(
-            metrics["termination_reasons"].items(), key=lambda item: (-item[1], item[0])
+            summary.termination_reasons.items(), key=lambda item: (-item[1], item[0])
         ),
-        "mean_duration": duration_label(metrics["mean_duration_s"]),
-        "mean_cost": _money(metrics.get("mean_total_cost_usd", metrics["mean_cost_usd"])),
-        "mean_agent_cost": _money(metrics["mean_cost_usd"]),
+        "mean_duration": duration_label(summary.mean_duration_s),
+        "mean_cost": _money(summary.mean_total_cost_usd),
+        "mean_agent_cost": _money(summary.mean_cost_usd),
     }
 
 
@@ -206,9 +198,9 @@ def duration_label(seconds: float | None) -> str:
     return f"{minutes // 60} h {minutes % 60} min"
 
 
-def _money(value: str | None) -> str:
+def _money(value: Decimal | None) -> str:
     """``$1.23``, ``$0.00042`` (a run may cost a fraction of a cent: never shown as $0),
     or ``""`` when unpriced."""
     if value is None:
         return ""
-    return dollars(Decimal(value))
+    return dollars(value)

@@ -8,11 +8,12 @@ from decimal import Decimal
 from statistics import mean
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Count, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
 from apps.evaluations.models import Evaluation
+from apps.evaluations.summary import EvaluationSummary, SummaryUnreadable, TaskReward
 from apps.runs.models import Run
 from tau2_env.evaluation import compute_metrics, is_successful
 
@@ -126,12 +127,14 @@ def rewards_by_task(runs: list[dict[str, Any]]) -> dict[str, list[float | None]]
     return by_task
 
 
-def evaluation_metrics(evaluation: Evaluation, runs: list[dict[str, Any]] | None = None) -> dict:
-    """Progress, τ²'s metrics over the scored runs, and the means a person compares.
+def evaluation_summary(
+    evaluation: Evaluation, runs: list[dict[str, Any]] | None = None
+) -> EvaluationSummary:
+    """Progress, τ²'s metrics over the scored runs, and the means a person compares,
+    computed now from ``runs`` (default: the evaluation's, read here).
 
-    JSON-ready (what ``Evaluation.summary`` keeps and the API serves). pass^k follows
-    τ²: per task comb(c, k) / comb(n, k) over its scored trials, averaged over tasks, for
-    k up to the fewest scored trials of any task.
+    pass^k follows τ²: per task comb(c, k) / comb(n, k) over its scored trials, averaged
+    over tasks, for k up to the fewest scored trials of any task.
     """
     runs = evaluation_runs(evaluation) if runs is None else runs
     statuses = Counter(r["status"] for r in runs)
@@ -162,52 +165,75 @@ def evaluation_metrics(evaluation: Evaluation, runs: list[dict[str, Any]] | None
     by_task: dict[str, list[float]] = defaultdict(list)
     for run in scored:
         by_task[run["task__task_id"]].append(run["reward"] or 0.0)
-    return {
-        "planned": planned,
-        "completed": statuses[Run.Status.COMPLETED],
-        "failed": statuses[Run.Status.FAILED],
-        "stopped": statuses[Run.Status.STOPPED],
-        "running": running,
-        "queued": queued - (running - statuses[Run.Status.RUNNING]),
-        "final": final,
-        "retryable": sum(
+    return EvaluationSummary(
+        planned=planned,
+        completed=statuses[Run.Status.COMPLETED],
+        failed=statuses[Run.Status.FAILED],
+        stopped=statuses[Run.Status.STOPPED],
+        running=running,
+        queued=queued - (running - statuses[Run.Status.RUNNING]),
+        final=final,
+        retryable=sum(
             1
             for r in runs
             if r["status"] == Run.Status.FAILED
             and r["failure"] in (Run.Failure.TRANSIENT, Run.Failure.INFRASTRUCTURE)
         ),
-        "eta_seconds": eta,
-        "avg_reward": metrics.avg_reward,
-        "pass_hat_ks": {str(k): v for k, v in metrics.pass_hat_ks.items()},
-        "max_k": metrics.max_k,
-        "tasks_scored": metrics.tasks,
-        "successes": metrics.successes,
-        "reward_by_basis": {k: mean(v) for k, v in sorted(basis.items())},
-        "termination_reasons": dict(
+        eta_seconds=eta,
+        avg_reward=metrics.avg_reward,
+        pass_hat_ks=dict(metrics.pass_hat_ks),
+        max_k=metrics.max_k,
+        tasks_scored=metrics.tasks,
+        successes=metrics.successes,
+        reward_by_basis={k: mean(v) for k, v in sorted(basis.items())},
+        termination_reasons=dict(
             Counter(
                 r["termination_reason"] or r["status"] for r in runs if r["status"] in Run.FINAL
             )
         ),
-        "mean_messages": mean(r["n_messages"] for r in scored) if scored else None,
-        "mean_tool_calls": mean(r["n_tool_calls"] for r in scored) if scored else None,
-        "mean_duration_s": mean(durations) if durations else None,
+        mean_messages=mean(r["n_messages"] for r in scored) if scored else None,
+        mean_tool_calls=mean(r["n_tool_calls"] for r in scored) if scored else None,
+        mean_duration_s=mean(durations) if durations else None,
         # The agent's calls (τ²'s agent cost), the customer's, and every priced call.
-        "cost_usd": str(sum(costs, Decimal(0))) if costs else None,
-        "mean_cost_usd": str(sum(costs, Decimal(0)) / len(costs)) if costs else None,
-        "user_cost_usd": str(sum(user_costs, Decimal(0))) if user_costs else None,
-        "total_cost_usd": str(sum(costs + user_costs, Decimal(0))) if costs or user_costs else None,
-        "unpriced_runs": sum(1 for r in runs if _has_calls(r)) - len(totals),
-        "mean_total_cost_usd": str(sum(totals, Decimal(0)) / len(totals)) if totals else None,
-        "prompt_tokens": sum(r["prompt_tokens"] for r in runs),
-        "completion_tokens": sum(r["completion_tokens"] for r in runs),
-        "user_prompt_tokens": sum(r["user_prompt_tokens"] for r in runs),
-        "user_completion_tokens": sum(r["user_completion_tokens"] for r in runs),
-        "reward_by_task": sorted(
-            ({"task_id": t, "reward": mean(v), "trials": len(v)} for t, v in by_task.items()),
-            key=lambda row: (-row["reward"], row["task_id"]),
+        cost_usd=sum(costs, Decimal(0)) if costs else None,
+        mean_cost_usd=sum(costs, Decimal(0)) / len(costs) if costs else None,
+        user_cost_usd=sum(user_costs, Decimal(0)) if user_costs else None,
+        total_cost_usd=sum(costs + user_costs, Decimal(0)) if costs or user_costs else None,
+        unpriced_runs=sum(1 for r in runs if _has_calls(r)) - len(totals),
+        mean_total_cost_usd=sum(totals, Decimal(0)) / len(totals) if totals else None,
+        prompt_tokens=sum(r["prompt_tokens"] for r in runs),
+        completion_tokens=sum(r["completion_tokens"] for r in runs),
+        user_prompt_tokens=sum(r["user_prompt_tokens"] for r in runs),
+        user_completion_tokens=sum(r["user_completion_tokens"] for r in runs),
+        reward_by_task=tuple(
+            sorted(
+                (TaskReward(task_id=t, reward=mean(v), trials=len(v)) for t, v in by_task.items()),
+                key=lambda row: (-row.reward, row.task_id),
+            )
         ),
-        "computed_at": timezone.now().isoformat(),
-    }
+        computed_at=timezone.now(),
+    )
+
+
+def evaluation_metrics(evaluation: Evaluation, runs: list[dict[str, Any]] | None = None) -> dict:
+    """:func:`evaluation_summary` as JSON (``EvaluationSummary.to_json``): what
+    ``Evaluation.summary`` keeps, the API and the studio's download serve."""
+    return evaluation_summary(evaluation, runs).to_json()
+
+
+def evaluation_summary_stored(evaluation: Evaluation) -> EvaluationSummary | None:
+    """What ``evaluation.summary`` says (the evaluation when it last ended: it is
+    summarised when it completes, stops, fails or is imported), or ``None`` before that.
+
+    A summary stored in a shape ``EvaluationSummary.from_json`` cannot read faithfully
+    is computed again from the runs (one query of them).
+    """
+    if not evaluation.summary:
+        return None
+    try:
+        return EvaluationSummary.from_json(evaluation.summary)
+    except SummaryUnreadable:
+        return evaluation_summary(evaluation)
 
 
 def evaluation_matrix(evaluation: Evaluation, runs: list[dict[str, Any]]) -> list[dict]:
@@ -363,8 +389,6 @@ def evaluation_compare(
 def evaluation_list_rows(evaluations) -> list[dict[str, Any]]:
     """The history's rows: each evaluation with its runs counted by status (one query for
     the page) and what its summary says (pass^k, average reward, cost)."""
-    from django.db.models import Count
-
     evaluations = list(evaluations)
     counts: dict[int, Counter] = defaultdict(Counter)
     rows = (
@@ -378,9 +402,8 @@ def evaluation_list_rows(evaluations) -> list[dict[str, Any]]:
     out = []
     for evaluation in evaluations:
         by_status = counts[evaluation.pk]
-        summary = evaluation.summary or {}
+        summary = evaluation_summary_stored(evaluation)
         report = (evaluation.provenance or {}).get("import") or {}
-        pass_hat_ks = summary.get("pass_hat_ks") or {}
         out.append(
             {
                 "evaluation": evaluation,
@@ -388,12 +411,11 @@ def evaluation_list_rows(evaluations) -> list[dict[str, Any]]:
                 "final": sum(by_status[s] for s in Run.FINAL),
                 "completed": by_status[Run.Status.COMPLETED],
                 "failed": by_status[Run.Status.FAILED],
-                "pass_1": pass_hat_ks.get("1"),
-                "pass_k": pass_hat_ks.get(str(summary.get("max_k"))),
-                "max_k": summary.get("max_k"),
-                "avg_reward": summary.get("avg_reward"),
-                # Every priced call; summaries kept before customers were counted: the agent's.
-                "cost_usd": summary.get("total_cost_usd", summary.get("cost_usd")),
+                "pass_1": summary.pass_hat(1) if summary else None,
+                "pass_k": summary.pass_max_k if summary else None,
+                "max_k": summary.max_k if summary else None,
+                "avg_reward": summary.avg_reward if summary else None,
+                "cost_usd": summary.total_cost_usd if summary else None,  # every priced call
                 "differs": len(report.get("differs") or []),
                 "not_rescored": len(report.get("not_rescored") or []),
             }

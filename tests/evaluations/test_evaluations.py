@@ -8,6 +8,7 @@ import pytest
 
 from apps.evaluations import selectors, services
 from apps.evaluations.models import Evaluation
+from apps.evaluations.summary import EvaluationSummary
 from apps.runs.models import Run
 from tau2_env.evaluation import compute_metrics, trial_seeds
 from tests.support.people import ALICE_TOKEN
@@ -57,10 +58,10 @@ def test_an_evaluation_runs_every_task_and_trial_with_tau2s_seeds(celery_worker,
         rewards[run.task.task_id].append(run.reward)
     assert rewards["27"] == [1.0, 1.0]
     expected = compute_metrics(rewards)
-    summary = evaluation.summary
-    assert summary["completed"] == 4 and summary["planned"] == 4
-    assert summary["pass_hat_ks"] == {str(k): v for k, v in expected.pass_hat_ks.items()}
-    assert summary["avg_reward"] == pytest.approx(expected.avg_reward)
+    summary = EvaluationSummary.from_json(evaluation.summary)
+    assert summary.completed == 4 and summary.planned == 4
+    assert summary.pass_hat_ks == expected.pass_hat_ks
+    assert summary.avg_reward == pytest.approx(expected.avg_reward)
     matrix = selectors.evaluation_matrix(evaluation, selectors.evaluation_runs(evaluation))
     assert [row["task_id"] for row in matrix] == ["27", "2"]
     assert matrix[0]["successes"] == 2 and len(matrix[0]["cells"]) == 2

@@ -17,6 +17,7 @@ from django.test import Client, override_settings
 
 from apps.evaluations.imports import evaluation_import
 from apps.evaluations.models import Evaluation
+from apps.evaluations.summary import EvaluationSummary
 from apps.runs.models import Run, RunEvent
 from tau2_env.evaluation import trial_seeds
 from tests.support.evaluations import results_file, tau2_run_file
@@ -90,8 +91,9 @@ def test_a_tau2_run_file_imports_and_tau2_scores_every_conversation_the_same(ali
     assert report["rescored"] == 4 and report["differs"] == [] and report["not_rescored"] == []
     assert report["tasks_differ"] == []  # the file's tasks are this catalogue's
     theirs = compute_metrics(written)
-    assert evaluation.summary["pass_hat_ks"] == {str(k): v for k, v in theirs.pass_hat_ks.items()}
-    assert evaluation.summary["avg_reward"] == pytest.approx(theirs.avg_reward)
+    summary = EvaluationSummary.from_json(evaluation.summary)
+    assert summary.pass_hat_ks == theirs.pass_hat_ks
+    assert summary.avg_reward == pytest.approx(theirs.avg_reward)
 
     # τ²'s file held the agent's key and endpoint; nothing of them was kept.
     stored = json.dumps(
@@ -254,7 +256,7 @@ def test_a_small_file_of_an_agent_error_imports_with_its_zero_reward(alice):
     run = evaluation.runs.get()
     assert run.reward == 0.0 and run.termination_reason == "agent_error"
     assert run.provenance["rescore"]["status"] == "equal"
-    assert evaluation.summary["pass_hat_ks"] == {"1": 0.0}
+    assert EvaluationSummary.from_json(evaluation.summary).pass_hat_ks == {1: 0.0}
 
 
 def test_an_import_of_a_whole_split_is_ranked_on_the_leaderboard(alice, alice_client):

@@ -16,6 +16,7 @@ import pytest
 from django.test import Client, override_settings
 
 from apps.evaluations import selectors
+from apps.evaluations.summary import EvaluationSummary
 from apps.runs.models import Run
 from tau2_env.evaluation import trial_seeds
 from tests.support.evaluations import conversation, stored_evaluation, wait_for_evaluation
@@ -82,10 +83,10 @@ def test_the_tau2_download_loads_with_tau2s_results_and_its_metrics_equal_ours(
         assert sim.agent_cost == float(run.cost_usd) and sim.duration == 12.0
 
     theirs = compute_metrics(results)
-    ours = selectors.evaluation_metrics(evaluation)
-    assert ours["max_k"] == 2  # task 2 has only two scored trials: τ² stops there too
-    assert ours["pass_hat_ks"] == {str(k): v for k, v in theirs.pass_hat_ks.items()}
-    assert ours["avg_reward"] == pytest.approx(theirs.avg_reward)
+    ours = selectors.evaluation_summary(evaluation)
+    assert ours.max_k == 2  # task 2 has only two scored trials: τ² stops there too
+    assert ours.pass_hat_ks == theirs.pass_hat_ks
+    assert ours.avg_reward == pytest.approx(theirs.avg_reward)
 
 
 def test_tau2s_evaluator_scores_the_downloaded_conversations_as_they_were_scored(
@@ -220,6 +221,5 @@ def test_an_evaluation_the_worker_ran_downloads_as_a_tau2_file_with_the_same_pas
     assert sorted((s.task_id, s.trial, s.seed) for s in results.simulations) == sorted(
         (t, trial, seed) for t in ("27", "2") for trial, seed in enumerate(trial_seeds(300, 2))
     )
-    assert evaluation.summary["pass_hat_ks"] == {
-        str(k): v for k, v in compute_metrics(results).pass_hat_ks.items()
-    }
+    summary = EvaluationSummary.from_json(evaluation.summary)
+    assert summary.pass_hat_ks == compute_metrics(results).pass_hat_ks

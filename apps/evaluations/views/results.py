@@ -184,7 +184,7 @@ def evaluation_compare(request):
             "descending": descending,
             "ids": f"{a.pk},{b.pk}",
             "sides": [
-                {"label": label, "evaluation": e, "metrics": selectors.evaluation_metrics(e)}
+                {"label": label, "evaluation": e, "summary": selectors.evaluation_summary(e)}
                 for label, e in (("A", a), ("B", b))
             ],
             "columns": [
