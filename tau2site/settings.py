@@ -198,14 +198,6 @@ TAU2_RUN_BACKOFF_SECONDS = envfloat("TAU2_RUN_BACKOFF_SECONDS", 2.0, minimum=0.0
 TAU2_EVAL_MAX_IN_FLIGHT = envint("TAU2_EVAL_MAX_IN_FLIGHT", 32, minimum=1)
 TAU2_EVAL_PER_PERSON = envint("TAU2_EVAL_PER_PERSON", 16, minimum=1)
 TAU2_EVAL_MAX_UPLOAD_BYTES = envint("TAU2_EVAL_MAX_UPLOAD_BYTES", 50 * 1024 * 1024, minimum=1024)
-CELERY_BEAT_SCHEDULE = {
-    "runs-reap": {"task": "runs.reap", "schedule": float(TAU2_RUN_REAP_SECONDS)},
-    # Start what evaluations may start (also done whenever one of their runs ends).
-    "evaluations-dispatch": {
-        "task": "evaluations.dispatch",
-        "schedule": float(TAU2_RUN_REAP_SECONDS),
-    },
-}
 
 # --- Static files -------------------------------------------------------------------------
 STATIC_URL = "/static/"
@@ -370,7 +362,6 @@ TAU2_DEV_LOGIN = envbool("TAU2_DEV_LOGIN", False)
 # The OpenEnv and MCP faces serve only clients with a studio API key (tau2s_…): anonymous
 # clients are refused and the server's HF_TOKEN is never spent for them.
 TAU2_AGENT_API_REQUIRE_KEY = envbool("TAU2_AGENT_API_REQUIRE_KEY", False)
-# --- end Sign-in (apps.accounts) -----------------------------------------------------------
 
 # --- Inference Providers catalogue (apps.inference) ---------------------------------------
 # The agent models: copied from {TAU2_HF_ROUTER_URL}/models by Celery beat every
@@ -393,15 +384,22 @@ TAU2_MODELS_FALLBACK = envlist(
 for _name in TAU2_MODELS_FALLBACK:
     if _name.count("/") != 1 or ":" in _name:
         raise ImproperlyConfigured(f"TAU2_MODELS_FALLBACK holds {_name!r}, not an org/model id")
-# Merged, so another app's beat entries (before or after this block) are kept.
-CELERY_BEAT_SCHEDULE = globals().get("CELERY_BEAT_SCHEDULE", {})
-CELERY_BEAT_SCHEDULE["inference-refresh-catalogue"] = {
-    "task": "apps.inference.tasks.refresh_catalogue",
-    "schedule": float(TAU2_MODELS_REFRESH_SECONDS),
-    # A tick nobody took in time is dropped: the next one does the same work.
-    "options": {"expires": float(TAU2_MODELS_REFRESH_SECONDS)},
+
+# --- Celery beat: every periodic task, in one place ---------------------------------------
+CELERY_BEAT_SCHEDULE = {
+    "runs-reap": {"task": "runs.reap", "schedule": float(TAU2_RUN_REAP_SECONDS)},
+    # Start what evaluations may start (also done whenever one of their runs ends).
+    "evaluations-dispatch": {
+        "task": "evaluations.dispatch",
+        "schedule": float(TAU2_RUN_REAP_SECONDS),
+    },
+    "inference-refresh-catalogue": {
+        "task": "apps.inference.tasks.refresh_catalogue",
+        "schedule": float(TAU2_MODELS_REFRESH_SECONDS),
+        # A tick nobody took in time is dropped: the next one does the same work.
+        "options": {"expires": float(TAU2_MODELS_REFRESH_SECONDS)},
+    },
 }
-# --- end Inference Providers catalogue (apps.inference) -----------------------------------
 
 # --- Logging --------------------------------------------------------------------------------
 LOG_LEVEL = envstr("LOG_LEVEL", "INFO")

@@ -91,10 +91,5 @@ class ProviderOffer(models.Model):
         return f"{self.model.name}:{self.provider}"
 
     @property
-    def is_usable(self) -> bool:
-        """Live and able to call tools: an agent can be pinned to it."""
-        return self.status == self.Status.LIVE and self.supports_tools
-
-    @property
     def is_priced(self) -> bool:
         return self.input_price is not None and self.output_price is not None

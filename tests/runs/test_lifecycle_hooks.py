@@ -1,0 +1,78 @@
+"""The runs app's hooks and queue: how it tells the apps above it of a run's end, lets a
+person take a fork over, and sends work to the workers — named, typed, tested."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from apps.runs import forks, lifecycle, queue
+from apps.runs.models import Run
+from tau2site.celery import app as celery_app
+from tests.support.scripts import queued_run
+
+
+def test_the_feature_apps_register_their_hooks_at_start():
+    assert "evaluations" in lifecycle.settled_hooks()
+    assert forks.fork_takeover_available()
+
+
+def test_every_name_the_queue_sends_and_beat_schedules_is_a_registered_task(settings):
+    celery_app.loader.import_default_modules()
+    registered = set(celery_app.tasks)
+    assert set(queue.NAMES) <= registered
+    assert {entry["task"] for entry in settings.CELERY_BEAT_SCHEDULE.values()} <= registered
+
+
+def test_the_queue_refuses_a_task_it_does_not_know():
+    with pytest.raises(ValueError, match="Unknown task"):
+        queue.enqueue("runs.nothing", 1)
+
+
+@pytest.mark.django_db
+def test_work_is_sent_by_name_with_ids_only_once_the_transaction_commits(
+    monkeypatch, django_capture_on_commit_callbacks
+):
+    sent = []
+    monkeypatch.setattr(celery_app, "send_task", lambda name, args: sent.append((name, args)))
+    with django_capture_on_commit_callbacks(execute=True) as callbacks:
+        queue.run_enqueue(7)
+        queue.enqueue(queue.PLAY_CUSTOMER_TURN, 8, 3)
+        assert sent == []  # not before the commit
+    assert len(callbacks) == 2
+    assert sent == [(queue.EXECUTE_RUN, [7]), (queue.PLAY_CUSTOMER_TURN, [8, 3])]
+
+
+@pytest.fixture
+def alice(django_user_model):
+    return django_user_model.objects.create(username="alice")
+
+
+@pytest.mark.django_db
+def test_a_run_that_ends_tells_each_settled_hook_once(monkeypatch, alice):
+    heard = []
+    monkeypatch.setattr(lifecycle, "_settled_hooks", list(lifecycle._settled_hooks))
+    lifecycle.on_run_settled("test", lambda run: heard.append(run.pk))
+    run = queued_run(alice)
+    assert lifecycle.run_finish(run=run, status=Run.Status.STOPPED, termination_reason="stopped")
+    assert not lifecycle.run_finish(run=run, status=Run.Status.STOPPED)  # already final
+    assert heard == [run.pk]
+
+
+@pytest.mark.django_db
+def test_a_hook_that_raises_is_logged_and_the_run_stays_ended(monkeypatch, caplog, alice):
+    monkeypatch.setattr(lifecycle, "_settled_hooks", [])
+
+    def broken(run):
+        raise RuntimeError("the evaluation could not go on")
+
+    lifecycle.on_run_settled("broken", broken)
+    lifecycle.on_run_settled("broken", broken)  # the same name replaces, never doubles
+    assert lifecycle.settled_hooks() == ["broken"]
+    run = queued_run(alice)
+    with caplog.at_level(logging.ERROR, logger="apps.runs.lifecycle"):
+        assert lifecycle.run_finish(run=run, status=Run.Status.STOPPED)
+    run.refresh_from_db()
+    assert run.status == Run.Status.STOPPED
+    assert "its broken hook failed" in caplog.text
