@@ -127,6 +127,7 @@ def agent_run_start(*, user_id: int, key_id: str, agent: str, opening: Opening) 
         user_provider=opening.user_provider[:32],
         max_steps=DEFAULT_MAX_STEPS,
         seed=opening.seed,
+        given_seed=opening.seed,
         started_at=now,
         worker=f"agent:{opening.face}:{opening.episode_id}",
         lease_expires_at=now + agent_lease(),

@@ -82,12 +82,6 @@ def _usage(message: dict[str, Any]) -> tuple[int, int]:
     return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
 
 
-def _stored_prices(value) -> PricePair | None:
-    if not value or value[0] is None or value[1] is None:
-        return None
-    return Decimal(str(value[0])), Decimal(str(value[1]))
-
-
 def customer_prices(run: Run) -> tuple[PricePair | None, bool]:
     """The customer model's prices (USD per 1M input/output tokens) and whether they were
     looked up just now (then the caller keeps them in the run's provenance).
@@ -96,9 +90,8 @@ def customer_prices(run: Run) -> tuple[PricePair | None, bool]:
     when the router picks (or the model is not in the catalogue) — unpriced, never $0.
     The first lookup is kept, so a run is charged one price from start to end.
     """
-    provenance = run.provenance or {}
-    if "user_prices" in provenance:
-        return _stored_prices(provenance["user_prices"]), False
+    if run.user_prices_fixed:
+        return run.user_prices, False
 
     try:
         prices = resolve_agent_model(run.user_model).prices
@@ -200,6 +193,8 @@ def events_publish(
             update["user_prompt_tokens"] = current.user_prompt_tokens + user_prompt
             update["user_completion_tokens"] = current.user_completion_tokens + user_completion
             update["provenance"] = current.provenance
+            update["user_prices_fixed"] = True
+            update["user_price_input"], update["user_price_output"] = user_prices or (None, None)
             if user_prices is not None:
                 update["user_cost_usd"] = cost_usd(
                     prompt_tokens=update["user_prompt_tokens"],

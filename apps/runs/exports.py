@@ -144,7 +144,6 @@ def tau2_tasks(domain: str, task_ids: list[str]) -> list[dict[str, Any]]:
 def run_export_tau2(run: Run) -> dict[str, Any]:
     """The run in τ²-bench's own results format (``tau2.data_model.simulation.Results``)."""
     provenance = run.provenance or {}
-    args = provenance.get("args") or {}
     messages = [e.message for e in run.events.order_by("seq")]
     model = run.kind == Run.Kind.MODEL
     return {
@@ -155,9 +154,9 @@ def run_export_tau2(run: Run) -> dict[str, Any]:
             user_model=run.user_model,
             num_trials=1,
             max_steps=run.max_steps,
-            max_errors=args.get("max_errors") or 10,
+            max_errors=run.max_errors,
             # The seed given (as to `tau2 run --seed`); each simulation has its trial's.
-            seed=args.get("seed", run.seed),
+            seed=run.given_seed,
             tau2_version=provenance.get("tau2_version", ""),
             studio={
                 "run_id": run.pk,

@@ -164,10 +164,9 @@ def _model_fork(*, run: Run, by, agent_model, user_model: str, seed) -> Run:
         model = resolve_agent_model(chosen)
     except ValueError as exc:
         raise ValidationError({"agent_model": str(exc)}) from exc
-    args = (run.provenance or {}).get("args") or {}
     model_run_validate(agent_model=model.value, max_steps=run.max_steps)
     if seed is None:  # the parent's own trial of its seed: the orchestrator gets run.seed
-        given, trial, trial_seed = args.get("seed", run.seed), args.get("trial") or 0, run.seed
+        given, trial, trial_seed = run.given_seed, run.seed_trial, run.seed
     else:
         given, trial, trial_seed = seed, 0, trial_seeds(seed, 1)[0]
     fork = model_run_build(
@@ -180,7 +179,7 @@ def _model_fork(*, run: Run, by, agent_model, user_model: str, seed) -> Run:
         trial=trial,
         trial_seed=trial_seed,
         prices=prices_for_storage(model.prices),
-        max_errors=args.get("max_errors") or 10,
+        max_errors=run.max_errors,
     )
     fork.dispatched_at = timezone.now()
     return fork

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 from django.urls import reverse
+
+from tau2_env.engine import DEFAULT_MAX_ERRORS
 
 # Trials of one task in an evaluation (``Run.trial`` is 0 … MAX_TRIALS - 1).
 MAX_TRIALS = 8
@@ -95,7 +99,25 @@ class Run(models.Model):
     user_model = models.CharField(max_length=255)
     user_provider = models.CharField(max_length=32, default="hf")
     max_steps = models.PositiveIntegerField(default=100)
-    seed = models.BigIntegerField(null=True, blank=True)
+    # τ²'s own limit of tool errors (``tau2 run --max-errors``), its default τ²'s.
+    max_errors = models.PositiveIntegerField(default=DEFAULT_MAX_ERRORS)
+    seed = models.BigIntegerField(
+        null=True, blank=True, help_text="The seed the orchestrator got (the trial's)."
+    )
+    given_seed = models.BigIntegerField(
+        null=True, blank=True, help_text="The seed given, as to `tau2 run --seed`."
+    )
+    seed_trial = models.PositiveSmallIntegerField(
+        default=0, help_text="Which trial of the given seed ``seed`` is (as tau2 run derives it)."
+    )
+    # Prices in USD per 1M input / output tokens, fixed when the run starts (the agent's)
+    # or at the customer's first message (looked up once: ``user_prices_fixed``); empty
+    # when unpriced (the router picks the provider), never $0.
+    agent_price_input = models.DecimalField(max_digits=14, decimal_places=8, null=True, blank=True)
+    agent_price_output = models.DecimalField(max_digits=14, decimal_places=8, null=True, blank=True)
+    user_price_input = models.DecimalField(max_digits=14, decimal_places=8, null=True, blank=True)
+    user_price_output = models.DecimalField(max_digits=14, decimal_places=8, null=True, blank=True)
+    user_prices_fixed = models.BooleanField(default=False)
 
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
     started_at = models.DateTimeField(null=True, blank=True)
@@ -190,6 +212,20 @@ class Run(models.Model):
 
     def get_absolute_url(self) -> str:
         return reverse("runs:detail", kwargs={"pk": self.pk})
+
+    @property
+    def agent_prices(self) -> tuple[Decimal, Decimal] | None:
+        """The agent model's (input, output) price per 1M tokens, or ``None`` if unpriced."""
+        if self.agent_price_input is None or self.agent_price_output is None:
+            return None
+        return self.agent_price_input, self.agent_price_output
+
+    @property
+    def user_prices(self) -> tuple[Decimal, Decimal] | None:
+        """The customer model's (input, output) price per 1M tokens, or ``None``."""
+        if self.user_price_input is None or self.user_price_output is None:
+            return None
+        return self.user_price_input, self.user_price_output
 
     @property
     def is_final(self) -> bool:

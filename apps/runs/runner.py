@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import logging
 import random
-from decimal import Decimal
 
 from django.conf import settings
 from django.db import close_old_connections
@@ -37,13 +36,6 @@ from apps.runs.models import Run
 from tau2_env import engine, llm
 
 logger = logging.getLogger(__name__)
-
-
-def _agent_prices(run: Run) -> tuple[Decimal, Decimal] | None:
-    prices = (run.provenance or {}).get("agent_prices")
-    if not prices or prices[0] is None or prices[1] is None:
-        return None
-    return Decimal(str(prices[0])), Decimal(str(prices[1]))
 
 
 def run_execute(*, run_id: int, worker: str) -> str:
@@ -109,7 +101,6 @@ def _drive(*, run: Run, worker: str, token: str, heartbeat: Heartbeat) -> str:
     stored = list(run.events.order_by("seq").values_list("message", flat=True))
     # Rebuilds a stored conversation (τ²'s orchestrator replays it and works out whose
     # turn it is) or opens a new one with τ²'s greeting.
-    args = (run.provenance or {}).get("args") or {}
     episode = engine.Episode(
         domain=run.domain,
         task_id=run.task.task_id,
@@ -117,10 +108,10 @@ def _drive(*, run: Run, worker: str, token: str, heartbeat: Heartbeat) -> str:
         agent_llm=llm.hf_route(model=run.agent_model, token=token),
         messages=stored,
         max_steps=run.max_steps,
-        max_errors=args.get("max_errors") or engine.DEFAULT_MAX_ERRORS,
+        max_errors=run.max_errors,
         seed=run.seed,
     )
-    prices = _agent_prices(run)
+    prices = run.agent_prices
     if len(episode.messages) > len(stored):  # the greeting of a new conversation
         events_publish(
             run=run,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.utils import timezone
@@ -10,7 +12,7 @@ from apps.accounts.access import can_delete_label, can_review
 from apps.inference.selectors import resolve_agent_model
 from apps.runs import queue
 from apps.runs.events import status_publish
-from apps.runs.models import ReviewLabel, Run, RunEvent
+from apps.runs.models import DEFAULT_MAX_ERRORS, ReviewLabel, Run, RunEvent
 from apps.tasks.models import Task
 from apps.tasks.selectors import catalogue_latest
 from tau2_env import catalog, config
@@ -27,7 +29,7 @@ def run_provenance(
     agent_prices,
     trial: int | None = None,
     trial_seed: int | None = None,
-    max_errors: int = 10,
+    max_errors: int = DEFAULT_MAX_ERRORS,
 ) -> dict:
     """Where a run's result comes from: τ² version, task set, who played which side, args.
 
@@ -77,10 +79,13 @@ def model_run_build(
     trial: int,
     trial_seed: int,
     prices: tuple | None,
-    max_errors: int = 10,
+    max_errors: int = DEFAULT_MAX_ERRORS,
     evaluation=None,
 ) -> Run:
     """An unsaved model run of ``task`` (trial ``trial`` of ``seed``, run with ``trial_seed``)."""
+    price_in, price_out = (
+        Decimal(str(p)) if p is not None else None for p in prices or (None, None)
+    )
     return Run(
         kind=Run.Kind.MODEL,
         task=task,
@@ -90,7 +95,12 @@ def model_run_build(
         agent_provider=agent_model.split(":", 1)[1] if ":" in agent_model else "",
         user_model=user_model,
         max_steps=max_steps,
+        max_errors=max_errors,
         seed=trial_seed,
+        given_seed=seed,
+        seed_trial=trial,
+        agent_price_input=price_in,
+        agent_price_output=price_out,
         evaluation=evaluation,
         trial=trial if evaluation is not None else None,
         provenance=run_provenance(
@@ -125,7 +135,7 @@ def run_create(
     seed: int | None = None,
     agent_prices: tuple | None = None,
     trial: int = 0,
-    max_errors: int = 10,
+    max_errors: int = DEFAULT_MAX_ERRORS,
 ) -> Run:
     """Queue a model run of ``task`` by ``user``. The worker gets only the run's id.
 
@@ -158,15 +168,14 @@ def run_settings_of(run: Run) -> dict:
     """What running ``run`` again repeats: its task, agent and customer models, step limit,
     the seed it was given, its trial of that seed and its error limit (so the orchestrator
     gets the same trial seed)."""
-    args = (run.provenance or {}).get("args") or {}
     return {
         "task": run.task,
         "agent_model": run.agent_model,
         "user_model": run.user_model,
         "max_steps": run.max_steps,
-        "seed": args.get("seed", run.seed),
-        "trial": args.get("trial") or 0,
-        "max_errors": args.get("max_errors") or 10,
+        "seed": run.given_seed,
+        "trial": run.seed_trial,
+        "max_errors": run.max_errors,
     }
 
 
