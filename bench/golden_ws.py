@@ -7,7 +7,7 @@ It serves the product's ASGI app with uvicorn (``bench/harness.py``, as
 ``bench/openenv_load.py`` serves it) and a
 scripted customer (``tests/support/trajectories.py``: it opens, runs telecom's phone
 actions when asked, and acknowledges) answering at once. Then, for every task of each
-domain's base split (telecom: the first ``--telecom`` tasks), one client (the seed's
+domain's base split (telecom: the first ``--telecom`` tasks), one client (the original Space's
 ``Tau2Env``) resets, plays the task's expected actions with ``call_tool``, tells the
 must-tell information with ``respond_to_user`` and calls ``done`` — the same path as the
 faithfulness tests over ``/ws``. Each must score 1.0. It prints the wall time per domain,

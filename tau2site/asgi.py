@@ -46,7 +46,8 @@ OPENENV_PATHS = frozenset(
     | {"/openapi.json", "/docs"}
 )
 MCP_AGENT_PATH = "/agent/mcp"
-# OpenEnv's Task API: /list_environments and /<environment name>/… (the seed's name too).
+# OpenEnv's Task API: /list_environments and /<environment name>/… (also the name of the
+# original OpenEnv Space this studio grew from).
 OPENENV_PREFIXES = ("/tau2/", "/tau2_env/", "/tau2-env/", "/list_environments")
 
 
