@@ -70,7 +70,6 @@ __all__ = [
     "count_errors",
     "count_hops",
     "customer_for",
-    "ended_by",
     "failure_reason",
     "messages_from_json",
     "messages_to_json",
@@ -184,27 +183,6 @@ def count_hops(messages: Iterable[Message]) -> int:
 def count_errors(messages: Iterable[Message]) -> int:
     """Tool results that were errors (what τ²'s error limit counts)."""
     return sum(1 for m in messages if isinstance(m, ToolMessage) and m.error)
-
-
-def ended_by(message: Message | dict[str, Any]) -> TerminationReason | None:
-    """The stop ``message`` is (a customer's or an agent's), or ``None``."""
-    if isinstance(message, dict):
-        role, content = message.get("role"), message.get("content") or ""
-        calls = message.get("tool_calls")
-    else:
-        role, content = message.role, message.content or ""
-        calls = getattr(message, "tool_calls", None)
-    if calls:
-        return None
-    if role == "user" and any(mark in content for mark in _CUSTOMER_STOPS):
-        return TerminationReason.USER_STOP
-    if role == "assistant" and AGENT_STOP in content:
-        return TerminationReason.AGENT_STOP
-    return None
-
-
-# τ²'s UserSimulator ends a conversation with one of these (UserSimulator.is_stop).
-_CUSTOMER_STOPS = ("###STOP###", "###TRANSFER###", "###OUT-OF-SCOPE###")
 
 
 def failure_reason(exc: BaseException, route: llm.Route | None = None) -> str:
@@ -389,11 +367,6 @@ class Episode:
     @property
     def done(self) -> bool:
         return self.termination_reason is not None or self.error is not None
-
-    @property
-    def agent_turn(self) -> bool:
-        """True when the conversation waits for the agent's next message."""
-        return not self.done and self._orchestrator.to_role == Role.AGENT
 
     @property
     def reward(self) -> float | None:

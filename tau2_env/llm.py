@@ -46,7 +46,6 @@ __all__ = [
     "MissingCredentialsError",
     "Route",
     "conversation",
-    "describe_error",
     "explain_error",
     "hf_route",
     "install",
@@ -433,11 +432,6 @@ def _explain_call(exc: BaseException, *, route: Route | None, base_var: str) -> 
     if isinstance(status, int) and 400 <= status < 500:
         return "bad_request", f"the provider refused the request (HTTP {status}). {detail}"
     return "error", f"Internal error: {type(exc).__name__}: {detail}"
-
-
-def describe_error(exc: BaseException, *, route: Route) -> str:
-    """A one-line reason for a failed call, naming the model, with every secret removed."""
-    return redact(f"{route.describe()} failed: {explain_error(exc, route=route).message}")
 
 
 def redact(text: str, *secrets: str | None) -> str:
