@@ -11,9 +11,9 @@ A customer's turn is an LLM call (in telecom possibly several, with phone tools)
 scoring may call the judge, so one message can take longer than openenv's default 60 s;
 the default here is 300 s.
 
-Gym-style: ``step("…")`` takes an action as text, read on the server as τ²'s own gym
-reads it — a tool call written as JSON or ``name(arg=…)``, anything else said to the
-customer (``respond_to_user``)::
+Gym-style: ``step("…")`` takes an action as text (openenv's client sends it as
+``{"action": "…"}``), read on the server as τ²'s own gym reads it — a tool call written
+as JSON or ``name(arg=…)``, anything else said to the customer (``respond_to_user``)::
 
     result = await env.step("Could you give me your user id?")
     result = await env.step("get_user_details(user_id='noah_muller_9847')")
@@ -39,10 +39,3 @@ class Tau2Env(MCPToolClient):
         self, *args: Any, message_timeout_s: float = DEFAULT_MESSAGE_TIMEOUT_S, **kwargs: Any
     ) -> None:
         super().__init__(*args, message_timeout_s=message_timeout_s, **kwargs)
-
-    def _step_payload(self, action: Any) -> dict[str, Any]:
-        """An action as text goes as ``{"action": "<text>"}`` (the server reads it);
-        other actions as openenv sends them."""
-        if isinstance(action, str):
-            return {"action": action}
-        return super()._step_payload(action)
