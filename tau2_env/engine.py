@@ -56,7 +56,7 @@ from tau2.user.user_simulator import UserSimulator
 from tau2.utils.utils import get_now
 
 # isort: on
-from tau2_env import catalog, config, environments, llm, scoring
+from tau2_env import catalog, compat, config, environments, llm, scoring
 
 __all__ = [
     "AGENT_STOP",
@@ -260,6 +260,7 @@ class Episode:
         seed: int | None = None,
         score_on_end: bool = True,
     ) -> None:
+        compat.install()  # idempotent: τ²'s LLM calls go along this episode's routes
         if task is None:
             if task_id is None:
                 raise ValueError("Episode needs a task or a task_id")

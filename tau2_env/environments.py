@@ -22,7 +22,6 @@ exactly what a freshly loaded database would, plus this conversation's changes.
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import copy
 import functools
 import hashlib
@@ -35,7 +34,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from tau2_env._tau2 import registry
+from tau2_env import compat
 
 __all__ = [
     "CopyOnAccessDict",
@@ -262,12 +261,6 @@ def _takes(constructor: Callable[..., Any], name: str) -> bool:
 _pristine: dict[str, _Pristine | _WholePristine | None] = {}
 _locks: dict[str, threading.Lock] = {}
 _locks_lock = threading.Lock()
-_in_fresh_scope = contextvars.ContextVar("tau2_fresh_environments", default=False)
-
-
-def _original_constructor(domain: str) -> Callable[..., Any]:
-    constructor = registry.get_env_constructor(domain)
-    return getattr(constructor, "__tau2_original__", constructor)
 
 
 def _pristine_for(domain: str) -> _Pristine | _WholePristine | None:
@@ -278,7 +271,7 @@ def _pristine_for(domain: str) -> _Pristine | _WholePristine | None:
         lock = _locks.setdefault(domain, threading.Lock())
     with lock:
         if domain not in _pristine:
-            constructor = _original_constructor(domain)
+            constructor = compat.tau2_constructor(domain)
             pristine: _Pristine | _WholePristine | None = None
             if _takes(constructor, "db"):
                 candidate = _Pristine(domain, constructor)
@@ -301,7 +294,7 @@ def fresh_environment(domain: str) -> Any:
     """
     pristine = _pristine_for(domain)
     if pristine is None:
-        return _original_constructor(domain)()
+        return compat.tau2_constructor(domain)()
     return pristine.new_environment()
 
 
@@ -311,43 +304,15 @@ def fresh_environments_for_tau2(domain: str) -> Iterator[None]:
     environment through its registry with no arguments but ``solo_mode=False`` — its
     evaluator builds two per score — gets :func:`fresh_environment` instead of
     re-validating the database. Other threads, and every other call, get τ²'s own
-    constructor unchanged.
+    constructor unchanged (through :func:`tau2_env.compat.tau2_environments_from`).
     """
-    _route_registry(domain)
-    token = _in_fresh_scope.set(True)
-    try:
+
+    def build(asked: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        plain = not args and not kwargs.get("solo_mode") and set(kwargs) <= {"solo_mode"}
+        return fresh_environment(asked) if plain and asked == domain else None
+
+    with compat.tau2_environments_from(build):
         yield
-    finally:
-        _in_fresh_scope.reset(token)
-
-
-def _route_registry(domain: str) -> None:
-    """Put a dispatcher in front of ``domain``'s constructor in τ²'s registry, once.
-
-    τ²'s evaluator looks the constructor up in ``registry`` and offers no other hook.
-    The dispatcher calls the original constructor unless inside
-    :func:`fresh_environments_for_tau2`.
-    """
-    with _locks_lock:
-        current = registry._domains.get(domain)  # noqa: SLF001 - no public setter
-        if current is None or hasattr(current, "__tau2_original__"):
-            return
-
-        @functools.wraps(current)
-        def constructor(*args: Any, **kwargs: Any) -> Any:
-            plain = not args and not kwargs.get("solo_mode") and set(kwargs) <= {"solo_mode"}
-            if plain and _in_fresh_scope.get():
-                if not kwargs:  # the evaluator's gold environment: maybe its cached stand-in
-                    from tau2_env import scoring
-
-                    stand_in = scoring.stand_in(domain)
-                    if stand_in is not None:
-                        return stand_in
-                return fresh_environment(domain)
-            return current(*args, **kwargs)
-
-        constructor.__tau2_original__ = current  # type: ignore[attr-defined]
-        registry._domains[domain] = constructor  # noqa: SLF001
 
 
 def warm(domains: Iterable[str]) -> None:

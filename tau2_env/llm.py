@@ -3,9 +3,10 @@
 τ² calls litellm from ``tau2.utils.llm_utils.generate`` through that module's global
 ``completion``; the simulated customer (``UserSimulator``), τ²'s own agent (``LLMAgent``)
 and the natural-language judge (a fixed model from ``tau2.config``, with no key of its
-own) all end up there. :func:`install` replaces that global with :func:`routed_completion`,
-which takes the provider, model and key from the *conversation* being served, kept in a
-``contextvars.ContextVar`` set by :func:`conversation`. So:
+own) all end up there. ``tau2_env.compat.install()`` replaces that global with
+:func:`routed_completion`, which takes the provider, model and key from the
+*conversation* being served, kept in a ``contextvars.ContextVar`` set by
+:func:`conversation` (and turns litellm's cache off). So:
 
 * each conversation's customer and judge run on that conversation's credentials, and
   concurrent conversations (threads or tasks) never see each other's;
@@ -48,7 +49,6 @@ __all__ = [
     "conversation",
     "explain_error",
     "hf_route",
-    "install",
     "litellm_kwargs",
     "redact",
     "resolve_route",
@@ -441,19 +441,3 @@ def redact(text: str, *secrets: str | None) -> str:
             text = text.replace(secret, "[redacted]")
     text = _URL_QUERY.sub(r"\1?[redacted]", text)
     return _TOKEN_PATTERNS.sub("[redacted]", text)
-
-
-def install() -> None:
-    """Route τ²'s LLM calls through :func:`routed_completion`; idempotent.
-
-    Also turns litellm's cache off for good: its cache key may ignore ``api_key``, so
-    one visitor could be served another's answer.
-    """
-    import tau2.utils.llm_utils as llm_utils
-
-    litellm.cache = None
-    litellm.disable_cache()
-    llm_utils.completion = routed_completion
-
-
-install()

@@ -22,7 +22,9 @@ the SDK's, a desktop assistant, an evaluation harness — can be the agent:
 Sessions hold a slot of the shared :class:`~tau2_env.capacity.SessionSlots`: a refusal
 is HTTP 503 with ``Retry-After`` and a JSON-RPC error whose ``data`` says
 ``CAPACITY_REACHED`` and ``retry_after``; a session idle for the slots' idle time is
-closed (its episode ends unscored) and its id then answers 404.
+closed (its episode ends unscored) and its id then answers 404. The SDK says when it
+opens and discards a session only through private methods:
+:func:`tau2_env.compat.mcp_session_manager_class` holds them.
 
 :class:`McpApp` is an ASGI app; its :meth:`McpApp.run` context must be entered for the
 server's lifetime (the project's ASGI lifespan does it).
@@ -44,10 +46,9 @@ import anyio
 from mcp import types
 from mcp.server.lowlevel import Server
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
-from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.shared.exceptions import McpError
 
-from tau2_env import access, catalog, config
+from tau2_env import access, catalog, compat, config
 from tau2_env.agent_session import AgentSession, BadRequest, Outcome, tool_specs
 from tau2_env.capacity import CapacityReached, SessionSlots, Slot
 from tau2_env.openenv_env import episode_executor
@@ -129,34 +130,11 @@ class _Opening:
 _opening: ContextVar[_Opening | None] = ContextVar("tau2_mcp_opening", default=None)
 
 
-class _SessionManager(StreamableHTTPSessionManager):
-    """The SDK's manager, telling :class:`McpApp` when a session opens and when it is
-    discarded (client DELETE, idle timeout, shutdown): SDK 1.30's ``_admit_session``
-    and ``_discard_session``."""
-
-    def __init__(self, *args: Any, face: McpApp, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._face = face
-
-    def _admit_session(self, requestor: Any) -> Any:
-        transport = super()._admit_session(requestor)
-        opening = _opening.get()
-        if transport is not None and opening is not None and not opening.bound:
-            self._face.sessions[transport.mcp_session_id] = opening.session
-            opening.bound = True
-        return transport
-
-    async def _discard_session(self, session_id: str, transport: Any) -> None:
-        try:
-            await super()._discard_session(session_id, transport)
-        finally:
-            await self._face.end(session_id)
-
-
 class McpApp:
     """The MCP face's ASGI app (see the module docstring)."""
 
     def __init__(self, slots: SessionSlots) -> None:
+        compat.install()
         self.slots = slots
         self.sessions: dict[str, _Session] = {}
         self.server: Server = Server(
@@ -166,10 +144,11 @@ class McpApp:
         self.server.request_handlers[types.CallToolRequest] = self._call_tool
         # One session manager per serving event loop (an SDK manager runs once, on one
         # loop; tests serve one application from two servers).
-        self._managers: dict[asyncio.AbstractEventLoop, _SessionManager] = {}
+        self._managers: dict[asyncio.AbstractEventLoop, Any] = {}
 
     @property
-    def manager(self) -> _SessionManager:
+    def manager(self) -> Any:
+        """This loop's session manager (:func:`tau2_env.compat.mcp_session_manager_class`)."""
         try:
             return self._managers[asyncio.get_running_loop()]
         except KeyError:
@@ -180,9 +159,10 @@ class McpApp:
         """A session manager's lifetime (enter it in the ASGI lifespan), with the reaper
         of idle sessions."""
         loop = asyncio.get_running_loop()
-        manager = _SessionManager(
+        manager = compat.mcp_session_manager_class()(
             self.server,
-            face=self,
+            on_open=self._opened,
+            on_discard=self.end,
             session_idle_timeout=float(self.slots.idle_seconds),
             max_sessions=None,  # the slots decide
         )
@@ -197,7 +177,7 @@ class McpApp:
         finally:
             self._managers.pop(loop, None)
 
-    async def _reap_idle(self, manager: _SessionManager) -> None:
+    async def _reap_idle(self, manager: Any) -> None:
         """Close sessions whose client sent nothing for the idle time. The SDK's own
         idle timeout spares a session with an open GET stream, which every SDK client
         keeps: without this, an idle client would hold its slot for good."""
@@ -205,10 +185,17 @@ class McpApp:
         while True:
             await anyio.sleep(max(0.5, min(idle / 4, 30.0)))
             now = self.slots.now()
-            for session_id, transport in list(manager._server_instances.items()):
+            for session_id in manager.open_sessions():
                 session = self.sessions.get(session_id)
                 if session and not session.busy and now - session.slot.last_active > idle:
-                    await manager._discard_session(session_id, transport)
+                    await manager.discard(session_id)
+
+    def _opened(self, session_id: str) -> None:
+        """The SDK admitted a session: the one the request being served opens, if any."""
+        opening = _opening.get()
+        if opening is not None and not opening.bound:
+            self.sessions[session_id] = opening.session
+            opening.bound = True
 
     # ------------------------------------------------------------------ ASGI
 
@@ -255,7 +242,8 @@ class McpApp:
                 self.slots.release(slot)
 
     async def end(self, session_id: str) -> None:
-        """The session is gone: end its episode unscored (if open), free its slot."""
+        """The session is gone: end its episode unscored (if open), free its slot
+        (idempotent: the SDK may discard a session more than once)."""
         session = self.sessions.pop(session_id, None)
         if session is None:
             return

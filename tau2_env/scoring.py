@@ -7,11 +7,12 @@ That result depends only on the task (and τ²'s version), yet it costs a fresh 
 and every expected action on each score.
 
 Inside :func:`expected_side_cached`, the environment τ²'s evaluator builds with no
-arguments (its gold environment; ``tau2_env.environments`` hands out the stand-in) is an
-:class:`ExpectedEnvironment`: it records ``set_state`` and ``make_tool_call`` and, when
-asked for the database hashes, answers from a process-wide cache keyed by the domain,
-τ²'s version and exactly what was recorded — computing them on a real environment the
-first time, by the same calls in the same order. Anything else asked of it builds that
+arguments (its gold environment, asked of τ²'s registry: see
+``tau2_env.compat.tau2_environments_from``) is an :class:`ExpectedEnvironment`: it
+records ``set_state`` and ``make_tool_call`` and, when asked for the database hashes,
+answers from a process-wide cache keyed by the domain, τ²'s version and exactly what
+was recorded — computing them on a real environment the first time, by the same calls
+in the same order. Anything else asked of it builds that
 real environment and answers from it, so the stand-in never answers differently from
 the environment it replaces; only the moment the recorded calls run changes.
 """
@@ -27,7 +28,7 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
-from tau2_env import catalog
+from tau2_env import catalog, compat, environments
 
 __all__ = ["ExpectedEnvironment", "cache_clear", "cache_info", "expected_side_cached", "stand_in"]
 
@@ -50,9 +51,15 @@ def expected_side_cached() -> Iterator[None]:
     whose database hashes come from the cache (see the module docstring)."""
     token = _scope.set(True)
     try:
-        yield
+        with compat.tau2_environments_from(_gold_stand_in):
+            yield
     finally:
         _scope.reset(token)
+
+
+def _gold_stand_in(domain: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    # τ²'s evaluator builds its gold environment with no arguments at all.
+    return stand_in(domain) if not args and not kwargs else None
 
 
 def stand_in(domain: str) -> ExpectedEnvironment | None:
@@ -167,8 +174,6 @@ class ExpectedEnvironment:
 
     def _build(self) -> Any:
         """A real environment, after the recorded calls in their order."""
-        from tau2_env import environments
-
         real = environments.fresh_environment(self._domain)
         for kind, kwargs in self._calls:
             if kind == "set_state":

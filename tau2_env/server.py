@@ -19,6 +19,10 @@ small ASGI layer (:class:`OpenEnvApp`) that adds what openenv leaves open:
   ``/reset`` or ``/step`` answers 4xx JSON ``{"detail": …}``, never 500; the seed's
   environment name (``tau2_env``) is accepted in the Task API's paths as well as ``tau2``.
 
+openenv's session hooks are private: :func:`tau2_env.compat.openenv_server_class` holds
+them (for the tested openenv only), and :func:`tau2_env.compat.with_capacity_details`
+knows openenv's refusal frames.
+
 The project's ASGI application mounts it beside Django and must forward lifespan events
 to it: openenv starts its idle-session reaper on startup.
 
@@ -42,11 +46,10 @@ from fastapi import FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
 from openenv.core.env_server.exceptions import EnvironmentFactoryError, SessionCapacityError
-from openenv.core.env_server.http_server import HTTPEnvServer
 from openenv.core.env_server.mcp_types import CallToolAction
 from openenv.core.env_server.types import ConcurrencyConfig
 
-from tau2_env import access
+from tau2_env import access, compat
 from tau2_env.agent_session import BadRequest
 from tau2_env.capacity import CapacityReached, SessionSlots, Slot
 from tau2_env.openenv_env import Tau2Environment, Tau2State, Tau2ToolObservation
@@ -78,18 +81,13 @@ class _Call:
 _call: ContextVar[_Call | None] = ContextVar("tau2_openenv_call", default=None)
 
 
-class _Tau2EnvServer(HTTPEnvServer):
-    """openenv's server, with its sessions counted in shared slots (openenv 0.10's
-    session hooks: ``_create_session``, ``_cleanup_session_resources``,
-    ``_update_session_activity``)."""
+class _SlotHooks:
+    """openenv's sessions, each holding a slot (:class:`tau2_env.compat.OpenEnvSessionHooks`)."""
 
-    def __init__(self, *args: Any, slots: SessionSlots, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, slots: SessionSlots) -> None:
         self.slots = slots
-        self._slot_of_env: dict[int, Slot] = {}
-        self._slot_of_session: dict[str, Slot] = {}
 
-    async def _create_session(self) -> tuple[str, Any]:
+    def admit(self) -> tuple[Slot, bool]:
         call = _call.get()
         try:
             credentials = access.resolve_credentials(access.current_request())
@@ -101,36 +99,15 @@ class _Tau2EnvServer(HTTPEnvServer):
             if call is not None:
                 call.refusal = exc
             raise SessionCapacityError(exc.active, exc.limit, str(exc)) from None
-        try:
-            session_id, env = await super()._create_session()
-        except BaseException:
-            self.slots.release(slot)
-            raise
-        self._slot_of_env[id(env)] = slot
-        self._slot_of_session[session_id] = slot
-        if call is not None and call.kind == "websocket":
-            # The connection's own idle timeout closes it (OpenEnvApp); openenv's reaper
-            # must not close a session under a live WebSocket (mid-turn, say).
-            async with self._session_lock:
-                self._session_websocket_attachments.add(session_id)
-        return session_id, env
+        # A WebSocket's own idle timeout closes it (OpenEnvApp); openenv's reaper must not
+        # close a session under a live WebSocket (mid-turn, say).
+        return slot, call is not None and call.kind == "websocket"
 
-    async def _cleanup_session_resources(self, env: Any, executor: Any, stack: Any = None) -> None:
-        try:
-            await super()._cleanup_session_resources(env, executor, stack)
-        finally:
-            slot = self._slot_of_env.pop(id(env), None)
-            if slot is not None:
-                self.slots.release(slot)
-                for session_id, held in list(self._slot_of_session.items()):
-                    if held is slot:
-                        del self._slot_of_session[session_id]
+    def touch(self, slot: Slot) -> None:
+        self.slots.touch(slot)
 
-    def _update_session_activity(self, session_id: str, increment_step: bool = False) -> None:
-        super()._update_session_activity(session_id, increment_step)
-        slot = self._slot_of_session.get(session_id)
-        if slot is not None:
-            self.slots.touch(slot)
+    def release(self, slot: Slot) -> None:
+        self.slots.release(slot)
 
 
 def _bad_request(request: Request, exc: Exception) -> JSONResponse:
@@ -151,6 +128,7 @@ def create_openenv_app(
     ``TAU2_SPLIT`` are read at each reset, so one server serves every domain. Starts
     without any credentials configured (``reset`` then explains what is missing).
     """
+    compat.install()
     slots = slots or SessionSlots.from_config()
     api = FastAPI(
         title="τ²-bench OpenEnv API",
@@ -165,7 +143,7 @@ def create_openenv_app(
         redoc_url=None,
         openapi_url="/openapi.json",
     )
-    server = _Tau2EnvServer(
+    server = compat.openenv_server_class()(
         Tau2Environment,
         CallToolAction,
         Tau2ToolObservation,
@@ -174,7 +152,7 @@ def create_openenv_app(
         ),
         env_name=ENV_NAME,
         state_cls=Tau2State,
-        slots=slots,
+        hooks=_SlotHooks(slots),
     )
     server.register_routes(api, mode="simulation")
     if swagger_assets:
@@ -243,14 +221,10 @@ class OpenEnvApp:
     def _websocket_send(send, call: _Call):
         async def wrapped(message):
             refusal = call.refusal
-            if (
-                refusal is not None
-                and message.get("type") == "websocket.send"
-                and "CAPACITY_REACHED" in (message.get("text") or "")
-            ):
-                frame = json.loads(message["text"])
-                frame.setdefault("data", {}).update(refusal.details())
-                message = {**message, "text": json.dumps(frame)}
+            if refusal is not None and message.get("type") == "websocket.send":
+                text = compat.with_capacity_details(message.get("text") or "", refusal.details())
+                if text is not None:
+                    message = {**message, "text": text}
             await send(message)
 
         return wrapped
@@ -294,14 +268,9 @@ def _http_send(send, call: _Call):
             return None
         if message["type"] == "http.response.body" and "start" in held:
             body = message.get("body", b"")
-            try:
-                payload = json.loads(body)
-                error = payload.get("error") if isinstance(payload, dict) else None
-                if isinstance(error, dict):
-                    error["data"] = {**(error.get("data") or {}), **refusal.details()}
-                    body = json.dumps(payload).encode()
-            except ValueError:
-                pass
+            text = compat.with_capacity_details(body, refusal.details())
+            if text is not None:
+                body = text.encode()
             start = held.pop("start")
             headers = [
                 (k, v) for k, v in start.get("headers", []) if k.lower() != b"content-length"

@@ -9,13 +9,13 @@ import threading
 import pytest
 from tau2.data_model.message import ToolCall  # conftest imported τ² via tau2_env._tau2
 
-from tau2_env import environments
+from tau2_env import compat, environments
 from tau2_env._tau2 import registry
 from tau2_env.environments import CopyOnAccessDict, fresh_environment
 
 
 def _tau2_environment(domain: str):
-    return environments._original_constructor(domain)()
+    return compat.tau2_constructor(domain)()
 
 
 def _apply(environment, actions) -> None:

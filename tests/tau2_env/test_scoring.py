@@ -11,7 +11,7 @@ from tau2.data_model.message import ToolCall
 from tau2.utils.utils import get_dict_hash
 
 # isort: on
-from tau2_env import catalog, environments, llm, scoring
+from tau2_env import catalog, compat, environments, llm, scoring
 from tau2_env.engine import Episode
 from tests.support.llm_server import text
 from tests.support.trajectories import tau2_reward_info
@@ -100,25 +100,8 @@ def test_stored_messages_carry_turn_numbers_as_tau2s_trajectory_does(llm_server)
     assert [m.content for m in trajectory] == [m["content"] for m in stored]
 
 
-def test_cached_tool_schemas_equal_what_tau2_builds_for_every_tool():
-    from tau2.environment.tool import Tool
-
-    build = Tool.openai_schema.fget.__tau2_original__
-    for domain in ("airline", "retail", "telecom"):
-        environment = environments.fresh_environment(domain)
-        tools = environment.get_tools() + (
-            environment.get_user_tools() if domain == "telecom" else []
-        )
-        for tool in tools:
-            first, again = tool.openai_schema, tool.openai_schema
-            assert first == again == build(tool)
-            assert first is not again  # each caller owns its copy
-
-
 def test_a_telecom_environment_from_the_loaded_databases_equals_tau2s_own():
-    from tau2_env.environments import _original_constructor
-
-    ours, theirs = environments.fresh_environment("telecom"), _original_constructor("telecom")()
+    ours, theirs = environments.fresh_environment("telecom"), compat.tau2_constructor("telecom")()
     assert ours.get_db_hash() == theirs.get_db_hash()
     assert ours.get_user_db_hash() == theirs.get_user_db_hash()
     assert ours.get_policy() == theirs.get_policy()

