@@ -16,6 +16,7 @@ __all__ = ["Tau2Env"]
 
 def __getattr__(name: str) -> Any:
     if name == "Tau2Env":
+        # Lazy: openenv imports gradio (seconds); importers of tau2_env.config must not pay.
         from tau2_env.client import Tau2Env
 
         return Tau2Env
