@@ -95,7 +95,7 @@ def tool_specs(domain: str) -> list[dict[str, Any]]:
 
 def tool_arguments(value: Any) -> dict[str, Any]:
     """A tool call's arguments as a dict: given as an object, as a JSON string of one
-    (as the seed's server accepted them), or absent; within the limits of
+    (as the original OpenEnv Space's server accepted them), or absent; within the limits of
     :mod:`tau2_env.arguments`. Raises :class:`BadRequest` with the reason."""
     if value is None or value == "":
         return {}

@@ -1,6 +1,6 @@
 """The client: openenv's ``MCPToolClient`` for a τ²-bench server.
 
-Works as in the seed's quick start::
+Works as in the original OpenEnv Space's quick start::
 
     async with Tau2Env(base_url="http://localhost:8000") as env:
         result = await env.reset(task_id="2")

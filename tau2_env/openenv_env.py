@@ -61,7 +61,8 @@ class Tau2ToolObservation(CallToolObservation):
     ``call_tool`` as JSON-RPC ``tools/call`` to ``/mcp``, which answers with the whole
     observation; the client returns its ``data`` key. The WebSocket ``step`` path reads
     ``result`` as before. Only the observation is subclassed: the action stays openenv's
-    own ``CallToolAction`` (a subclass broke ``list_tools`` in the seed).
+    own ``CallToolAction`` (a subclass broke ``list_tools`` in the original OpenEnv
+    Space).
     """
 
     data: Any = Field(default=None, description="The tool's output, as call_tool returns it")

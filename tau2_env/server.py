@@ -14,10 +14,11 @@ small ASGI layer (:class:`OpenEnvApp`) that adds what openenv leaves open:
   ``TAU2_SESSION_IDLE_SECONDS`` for its client is closed (code 1001); a session over
   HTTP is reaped by openenv after the same time.
 * **Inputs**: tool arguments given as a JSON string are read as the object they hold
-  (as the seed's server accepted them); a step's action given as text is read as τ²'s
-  gym reads it (:func:`text_action`: a tool call, else ``respond_to_user``); a bad
-  ``/reset`` or ``/step`` answers 4xx JSON ``{"detail": …}``, never 500; the seed's
-  environment name (``tau2_env``) is accepted in the Task API's paths as well as ``tau2``.
+  (as the original OpenEnv Space's server accepted them); a step's action given as text
+  is read as τ²'s gym reads it (:func:`text_action`: a tool call, else
+  ``respond_to_user``); a bad ``/reset`` or ``/step`` answers 4xx JSON ``{"detail": …}``,
+  never 500; the original Space's environment name (``tau2_env``) is accepted in the Task
+  API's paths as well as ``tau2``.
 
 openenv's session hooks are private: :func:`tau2_env.compat.openenv_server_class` holds
 them (for the tested openenv only), and :func:`tau2_env.compat.with_capacity_details`
@@ -63,8 +64,8 @@ __all__ = [
 ]
 
 ENV_NAME = "tau2"
-# The seed's package was ``tau2_env`` (its Space ``tau2-env``): clients written for it
-# send that name.
+# The original OpenEnv Space's package was ``tau2_env`` (the Space ``tau2-env``): clients
+# written for it send that name.
 ENV_NAME_ALIASES = ("tau2_env", "tau2-env")
 
 set_credentials_resolver = access.set_credentials_resolver

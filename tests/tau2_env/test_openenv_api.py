@@ -24,7 +24,7 @@ def server_token(llm_server, monkeypatch):
     return SERVER_TOKEN
 
 
-async def test_the_seed_quick_start_runs_verbatim(asgi_server, llm_server, server_token):
+async def test_the_original_spaces_quick_start_runs_verbatim(asgi_server, llm_server, server_token):
     llm_server.add(
         text("Hi, I'd like to cancel a reservation."),
         text("Sure, my user id is noah_muller_9847."),

@@ -1,5 +1,5 @@
 """What OpenEnv clients written elsewhere expect of the server: ``openenv validate``, the
-seed's conventions (tool arguments as JSON text, its environment name), clean 4xx
+original OpenEnv Space's conventions (tool arguments as JSON text, its environment name), clean 4xx
 answers over HTTP, and a ``/schema`` that describes the state really returned."""
 
 from __future__ import annotations
@@ -100,7 +100,7 @@ async def test_tool_arguments_may_be_given_as_json_text(asgi_server, llm_server)
     arguments = json.dumps({"user_id": "noah_muller_9847"})
     async with Tau2Env(base_url=asgi_server) as env:
         await env.reset(task_id="2", hf_token=VISITOR_TOKEN)
-        # The seed's server accepted this frame over /ws; openenv's model alone refuses it.
+        # The original Space's server accepted this frame over /ws; openenv's model refuses it.
         await env._send({"type": "step", "data": _call("get_user_details", arguments)})
         as_text = await env._receive()
         as_object = await env.step(
@@ -134,7 +134,7 @@ async def test_schema_describes_the_state_returned_once_done(asgi_server, llm_se
 
 
 @pytest.mark.parametrize("name", ["tau2", "tau2_env", "tau2-env"])
-async def test_the_task_api_answers_to_the_seeds_environment_name(asgi_server, name):
+async def test_the_task_api_answers_to_the_original_spaces_environment_name(asgi_server, name):
     async with httpx.AsyncClient(base_url=asgi_server) as client:
         splits = await client.get(f"/{name}/splits")
         count = await client.post(f"/{name}/num_tasks", json={"split": "test"})
