@@ -10,7 +10,6 @@
   const initial = JSON.parse(document.getElementById("evaluation-data").textContent);
   let version = parseInt(root.dataset.version, 10);
   let final = root.dataset.final === "true";
-  let retry = 0;
 
   // --- The matrix: one HTML string for thousands of cells, then patched cell by cell.
   const matrixBox = document.getElementById("matrix");
@@ -178,35 +177,6 @@
       .catch(() => {});
   }
 
-  function connect() {
-    if (final) return;
-    const scheme = location.protocol === "https:" ? "wss" : "ws";
-    const ws = new WebSocket(`${scheme}://${location.host}/ws/evaluations/${evaluationId}/?version=${version}`);
-    // A quiet socket may have missed a message: reopen it after a while; on connect
-    // the server sends the whole state again.
-    let watchdog;
-    const arm = () => {
-      clearTimeout(watchdog);
-      watchdog = setTimeout(() => { if (!final) ws.close(); }, 30000);
-    };
-    ws.onopen = () => { retry = 0; live.textContent = "Live…"; arm(); };
-    ws.onmessage = (msg) => {
-      arm();
-      const state = JSON.parse(msg.data);
-      if (state.type !== "state") return;
-      apply(state);
-      if (final) ws.close();
-    };
-    ws.onclose = () => {
-      clearTimeout(watchdog);
-      if (final) return;
-      live.textContent = "Reconnecting…";
-      retry = Math.min(retry + 1, 6);
-      if (retry >= 3) catchUp(); // the socket keeps failing: read the state over HTTP meanwhile
-      setTimeout(connect, 250 * 2 ** retry);
-    };
-  }
-
   drawMatrix();
   drawCharts();
   window.tau2Evaluation = {
@@ -214,5 +184,16 @@
     get passChart() { return passChart; },
     get rewardChart() { return rewardChart; },
   };
-  connect();
+  // On connect the server sends the whole state again, so a reopened socket misses nothing.
+  window.LiveSocket.open({
+    path: () => `/ws/evaluations/${evaluationId}/?version=${version}`,
+    done: () => final,
+    onMessage: (state) => { if (state.type === "state") apply(state); },
+    onOpen: () => { live.textContent = "Live…"; },
+    onDrop: (retry) => {
+      live.textContent = "Reconnecting…";
+      if (retry >= 3) catchUp(); // the socket keeps failing: read the state over HTTP meanwhile
+    },
+    watchdog: true,
+  });
 })();

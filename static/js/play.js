@@ -10,8 +10,7 @@
   let lastSeq = parseInt(root.dataset.lastSeq, 10);
   let final = root.dataset.final === "true";
   let finalSeq = final ? lastSeq : null; // the last event of an ended session
-  let socket = null;
-  let retry = 0;
+  let socket = null; // the live socket (static/js/live_socket.js)
 
   // ------------------------------------------------------------ events and state
 
@@ -72,23 +71,6 @@
   async function refreshState() {
     const response = await fetch(root.dataset.stateUrl, { headers: { Accept: "application/json" } });
     if (response.ok) applyState((await response.json()).state);
-  }
-
-  function connect() {
-    if (complete()) return;
-    const scheme = location.protocol === "https:" ? "wss" : "ws";
-    socket = new WebSocket(`${scheme}://${location.host}/ws/runs/${runId}/?after=${lastSeq}`);
-    socket.onopen = () => { retry = 0; };
-    socket.onmessage = (msg) => {
-      const data = JSON.parse(msg.data);
-      if (data.type === "event") addEvent(data.seq, data.html);
-      else if (data.type === "status") refreshState();
-    };
-    socket.onclose = () => {
-      if (complete()) return;
-      retry = Math.min(retry + 1, 6);
-      setTimeout(connect, 250 * 2 ** retry);
-    };
   }
 
   async function post(form, body) {
@@ -188,7 +170,16 @@
 
   bindForms(document);
   window.tau2Play = { get lastSeq() { return lastSeq; } };
-  connect();
+  // Resumed after lastSeq; addEvent skips what the page shows already (from a POST's answer
+  // too). Kept open until the session's last event is shown, not merely until it is final.
+  socket = window.LiveSocket.open({
+    path: () => `/ws/runs/${runId}/?after=${lastSeq}`,
+    done: complete,
+    onMessage: (data) => {
+      if (data.type === "event") addEvent(data.seq, data.html);
+      else if (data.type === "status") refreshState();
+    },
+  });
   if (!select) return; // an ended session has no tool form
 
   fieldsBox.addEventListener("input", update);

@@ -8,7 +8,7 @@
   const url = root.dataset.lanesUrl;
   const indicator = document.getElementById("race-live-indicator");
   const runIds = root.dataset.runs.split(",").filter(Boolean);
-  const lanes = new Map(runIds.map((id) => [id, { lastSeq: -1, final: false, retry: 0 }]));
+  const lanes = new Map(runIds.map((id) => [id, { lastSeq: -1, final: false }]));
   let fetching = false;
   let again = false;
   let timer = null;
@@ -46,41 +46,29 @@
     timer = setTimeout(refresh, 150);
   }
 
-  function connect(runId) {
+  // A lane's socket resumes after the last seq it saw and needs none once its run is final.
+  function follow(runId) {
     const lane = lanes.get(runId);
-    if (lane.final) return;
-    const scheme = location.protocol === "https:" ? "wss" : "ws";
-    const ws = new WebSocket(`${scheme}://${location.host}/ws/runs/${runId}/?after=${lane.lastSeq}`);
-    let watchdog;
-    const arm = () => {
-      clearTimeout(watchdog);
-      watchdog = setTimeout(() => { if (!lane.final) ws.close(); }, 30000);
-    };
-    ws.onopen = () => { lane.retry = 0; arm(); };
-    ws.onmessage = (msg) => {
-      arm();
-      const data = JSON.parse(msg.data);
-      if (data.type === "event" && data.seq > lane.lastSeq) {
-        lane.lastSeq = data.seq;
-        schedule();
-      } else if (data.type === "status") {
-        schedule();
-        if (data.final) {
-          lane.final = true;
-          ws.close();
-          show();
+    window.LiveSocket.open({
+      path: () => `/ws/runs/${runId}/?after=${lane.lastSeq}`,
+      done: () => lane.final,
+      onMessage: (data) => {
+        if (data.type === "event" && data.seq > lane.lastSeq) {
+          lane.lastSeq = data.seq;
+          schedule();
+        } else if (data.type === "status") {
+          schedule();
+          if (data.final) {
+            lane.final = true;
+            show();
+          }
         }
-      }
-    };
-    ws.onclose = () => {
-      clearTimeout(watchdog);
-      if (lane.final) return;
-      lane.retry = Math.min(lane.retry + 1, 6);
-      setTimeout(() => connect(runId), 250 * 2 ** lane.retry);
-    };
+      },
+      watchdog: true,
+    });
   }
 
   if (document.getElementById("race-live").dataset.done === "true") return;
   show();
-  for (const id of runIds) connect(id);
+  for (const id of runIds) follow(id);
 })();

@@ -7,7 +7,6 @@
   const live = document.getElementById("live-indicator");
   let lastSeq = parseInt(root.dataset.lastSeq, 10);
   let final = root.dataset.final === "true";
-  let retry = 0;
 
   function fragment(html) {
     const t = document.createElement("template");
@@ -15,47 +14,25 @@
     return t.content.firstElementChild;
   }
 
-  function connect() {
-    if (final) return;
-    const scheme = location.protocol === "https:" ? "wss" : "ws";
-    const ws = new WebSocket(`${scheme}://${location.host}/ws/runs/${runId}/?after=${lastSeq}`);
-    // A quiet socket may have missed a message (e.g. the final status while Redis was
-    // busy): reopen it after a while; the server resends what came after lastSeq.
-    let watchdog;
-    const arm = () => {
-      clearTimeout(watchdog);
-      watchdog = setTimeout(() => { if (!final) ws.close(); }, 30000);
-    };
-    ws.onopen = () => { retry = 0; live.textContent = "Live…"; arm(); };
-    ws.onmessage = (msg) => {
-      arm();
-      const data = JSON.parse(msg.data);
-      if (data.type === "event" && data.seq > lastSeq) {
-        events.appendChild(fragment(data.html));
-        lastSeq = data.seq;
-        root.dataset.lastSeq = String(lastSeq);
-        window.scrollTo({ top: document.body.scrollHeight, behavior: "smooth" });
-      } else if (data.type === "status") {
-        const current = document.getElementById("run-status");
-        const next = fragment(data.html);
-        current.replaceWith(next);
-        if (window.htmx) window.htmx.process(next);
-        if (data.final) {
-          final = true;
-          root.dataset.final = "true";
-          live.textContent = "";
-          ws.close();
-        }
+  function show(data) {
+    if (data.type === "event" && data.seq > lastSeq) {
+      events.appendChild(fragment(data.html));
+      lastSeq = data.seq;
+      root.dataset.lastSeq = String(lastSeq);
+      window.scrollTo({ top: document.body.scrollHeight, behavior: "smooth" });
+    } else if (data.type === "status") {
+      const current = document.getElementById("run-status");
+      const next = fragment(data.html);
+      current.replaceWith(next);
+      if (window.htmx) window.htmx.process(next);
+      if (data.final) {
+        final = true;
+        root.dataset.final = "true";
+        live.textContent = "";
       }
-    };
-    ws.onclose = () => {
-      clearTimeout(watchdog);
-      if (final) return;
-      live.textContent = "Reconnecting…";
-      retry = Math.min(retry + 1, 6);
-      setTimeout(connect, 250 * 2 ** retry);
-    };
+    }
   }
+
   // The elapsed time ticks between status updates while the run is going.
   setInterval(() => {
     const el = document.querySelector("#run-status .elapsed");
@@ -65,5 +42,14 @@
   }, 1000);
 
   window.tau2Run = { get lastSeq() { return lastSeq; } };
-  connect();
+  // A reopened socket asks for what came after lastSeq (no gap) and show() skips any
+  // seq it has shown already (no duplicate).
+  window.LiveSocket.open({
+    path: () => `/ws/runs/${runId}/?after=${lastSeq}`,
+    done: () => final,
+    onMessage: show,
+    onOpen: () => { live.textContent = "Live…"; },
+    onDrop: () => { live.textContent = "Reconnecting…"; },
+    watchdog: true,
+  });
 })();
