@@ -273,7 +273,7 @@ class ReviewLabel(models.Model):
 
     An event must belong to the label's own run. A ``CheckConstraint`` cannot span two
     tables, so this is held in three places: :meth:`clean` (model forms and the admin),
-    ``apps.runs.services.label_create`` (which calls ``full_clean``) and, on PostgreSQL,
+    ``apps.runs.review.label_create`` (which calls ``full_clean``) and, on PostgreSQL,
     a composite foreign key ``(run_id, event_id) → runevent (run_id, id)`` added by
     migration 0004 (SQLite, the laptop default, keeps the first two only).
     """

@@ -1,18 +1,17 @@
-"""Writes of runs: start, stop, review labels."""
+"""Writes of runs: start, re-run, stop (review labels: ``apps.runs.review``)."""
 
 from __future__ import annotations
 
 from decimal import Decimal
 
 from django.conf import settings
-from django.core.exceptions import PermissionDenied, ValidationError
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from apps.accounts.access import can_delete_label, can_review
 from apps.inference.selectors import resolve_agent_model
 from apps.runs import queue
 from apps.runs.events import status_publish
-from apps.runs.models import DEFAULT_MAX_ERRORS, ReviewLabel, Run, RunEvent
+from apps.runs.models import DEFAULT_MAX_ERRORS, Run
 from apps.tasks.models import Task
 from apps.tasks.selectors import catalogue_latest
 from tau2_env import catalog, config
@@ -211,35 +210,3 @@ def run_stop(*, run: Run, by) -> Run:
     status_publish(run_id=run.pk)
     run.refresh_from_db()
     return run
-
-
-def label_create(
-    *,
-    run: Run,
-    by,
-    category: str,
-    severity: str,
-    note: str = "",
-    event: RunEvent | None = None,
-) -> ReviewLabel:
-    """Label ``run``, or its message ``event``, as ``by``; returns the saved label.
-
-    Raises ``PermissionDenied`` unless ``by`` may review (``can_review``), and
-    ``ValidationError`` for an event of another run or a critical "no issue"
-    (``ReviewLabel.clean``; PostgreSQL's composite foreign key backs the first).
-    """
-    if not can_review(by):
-        raise PermissionDenied("Only reviewers may label runs.")
-    label = ReviewLabel(
-        run=run, event=event, category=category, severity=severity, note=note, created_by=by
-    )
-    label.full_clean()
-    label.save()
-    return label
-
-
-def label_delete(*, label: ReviewLabel, by) -> None:
-    """Delete ``label``: its author or staff only (``PermissionDenied`` otherwise)."""
-    if not can_delete_label(by, author_id=label.created_by_id):
-        raise PermissionDenied("Only the label's author or staff may delete it.")
-    label.delete()

@@ -14,7 +14,7 @@ from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import IntegrityError, transaction
 from django.test import Client, RequestFactory, override_settings
 
-from apps.runs import services
+from apps.runs import review
 from apps.runs.admin import ReviewLabelInline
 from apps.runs.models import ReviewLabel, Run
 from tests.support.people import signed_in
@@ -35,7 +35,7 @@ def stella_client(stella) -> Client:
 
 def label(run, by, *, seq=None, category="agent_error", severity="benign", note=""):
     event = None if seq is None else run.events.get(seq=seq)
-    return services.label_create(
+    return review.label_create(
         run=run, by=by, event=event, category=category, severity=severity, note=note
     )
 
@@ -174,7 +174,7 @@ def test_a_label_on_another_runs_message_is_refused_by_the_service_and_the_datab
     mine, theirs = stored_run(alice), stored_run(bob)
     stray = theirs.events.get(seq=1)
     with pytest.raises(ValidationError) as refused:
-        services.label_create(
+        review.label_create(
             run=mine, by=stella, event=stray, category="agent_error", severity="benign"
         )
     assert f"belongs to run {theirs.pk}, not to run {mine.pk}" in str(refused.value)

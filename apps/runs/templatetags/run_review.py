@@ -4,7 +4,7 @@ on the task page (the tasks app knows nothing of runs; its template asks for thi
 from django import template
 
 from apps.accounts.access import can_view_runs
-from apps.runs import selectors
+from apps.runs import review
 
 register = template.Library()
 
@@ -15,5 +15,5 @@ def task_review_flags(context, task) -> dict:
     (reviewers' notes are about the team's runs)."""
     request = context.get("request")
     user = getattr(request, "user", None)
-    flags = selectors.review_flags(task=task) if user is not None and can_view_runs(user) else []
+    flags = review.review_flags(task=task) if user is not None and can_view_runs(user) else []
     return {"review_flags": flags}

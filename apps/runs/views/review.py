@@ -15,7 +15,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from apps.accounts.access import can_delete_label, can_review, can_start, signin_url
-from apps.runs import selectors, services
+from apps.runs import review, selectors
 from apps.runs.forms import LabelForm
 from apps.runs.models import Run
 from apps.runs.views.access import run_for_user
@@ -23,7 +23,7 @@ from apps.runs.views.access import run_for_user
 
 def review_context(request, run: Run, events: list[dict]) -> dict:
     """What the run page needs for review: the run's slot, and ``e["review"]`` on each event."""
-    labels = selectors.run_labels(run_id=run.pk)
+    labels = review.run_labels(run_id=run.pk)
     reviewer = can_review(request.user)
     for e in events:
         e["review"] = _slot(request, run, e["seq"], labels.by_seq.get(e["seq"], []), reviewer)
@@ -41,7 +41,7 @@ def label_add(request, pk: int):
         seq = data["seq"]
         event = None if seq is None else selectors.run_event_get(run_id=run.pk, seq=seq)
         try:
-            services.label_create(
+            review.label_create(
                 run=run,
                 by=request.user,
                 event=event,
@@ -72,9 +72,9 @@ def label_slot(request, pk: int):
 @require_POST
 def label_delete(request, pk: int, label_pk: int):
     run = run_for_user(request, pk)
-    label = selectors.label_get(run_id=run.pk, pk=label_pk)
+    label = review.label_get(run_id=run.pk, pk=label_pk)
     seq = label.event.seq if label.event else None
-    services.label_delete(label=label, by=request.user)
+    review.label_delete(label=label, by=request.user)
     return _answer(request, run, seq)
 
 
@@ -83,7 +83,7 @@ def review_queue(request):
         return redirect(signin_url(next_url=request.get_full_path(), reason="runs"))
     if not can_review(request.user):
         raise PermissionDenied("The review queue is for reviewers.")
-    page = Paginator(selectors.review_queue(), 30).get_page(request.GET.get("page"))
+    page = Paginator(review.review_queue(), 30).get_page(request.GET.get("page"))
     return render(request, "runs/review_queue.html", {"page": page})
 
 
@@ -107,7 +107,7 @@ def _answer(request, run: Run, seq: int | None, *, form: LabelForm | None = None
 
 
 def _slot_fragment(request, run: Run, seq: int | None, *, form: LabelForm | None = None):
-    labels = selectors.run_labels(run_id=run.pk)
+    labels = review.run_labels(run_id=run.pk)
     here = labels.on_run if seq is None else labels.by_seq.get(seq, [])
     slot = _slot(request, run, seq, here, can_review(request.user), form)
     return render(request, "includes/review_slot.html", {"slot": slot})
