@@ -2,24 +2,23 @@
 
 The suite runs on the production path (see ``[tool.pytest.ini_options] env`` in
 pyproject.toml): PostgreSQL, Redis, DEBUG off. The τ² catalogue is loaded once per
-session into the test database, and ``asgi_server`` serves the project's real ASGI
-application (Django pages, Channels, OpenEnv) with uvicorn on a free local port.
+session into the test database, and ``asgi_server`` (tests/support/fixtures.py) serves the
+project's real ASGI application (Django pages, Channels, OpenEnv) with uvicorn on a free
+local port.
 """
 
 from __future__ import annotations
 
 import asyncio
-import socket
 import threading
 import time
 import weakref
-from collections.abc import Iterator, MutableMapping
-from dataclasses import dataclass
+from collections.abc import MutableMapping
 
 import pytest
 from channels.layers import channel_layers
 
-from tests.support.fixtures import llm_server, scripted_llm_session  # noqa: F401
+from tests.support.fixtures import asgi_server, llm_server, scripted_llm_session  # noqa: F401
 from tests.support.people import alice, alice_client, bob, bob_client  # noqa: F401
 
 
@@ -125,56 +124,6 @@ def catalogue(db):
 
     assert Domain.objects.exists(), "the catalogue should have been loaded for the session"
     return Domain.objects.all()
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-@dataclass
-class LiveServer:
-    url: str
-    server: object
-
-    def ws_url(self, path: str) -> str:
-        return self.url.replace("http://", "ws://", 1) + path
-
-
-def serve_asgi(app, *, port: int | None = None) -> Iterator[LiveServer]:
-    """Serve ``app`` with uvicorn on a thread until the generator is closed."""
-    import uvicorn
-
-    port = port or free_port()
-    config = uvicorn.Config(
-        app, host="127.0.0.1", port=port, log_level="warning", lifespan="on", ws="websockets-sansio"
-    )
-    server = uvicorn.Server(config)
-    thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 60
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError("uvicorn did not start")
-        time.sleep(0.05)
-    try:
-        yield LiveServer(url=f"http://127.0.0.1:{port}", server=server)
-    finally:
-        server.should_exit = True
-        thread.join(timeout=15)
-
-
-@pytest.fixture(scope="session")
-def asgi_server(django_db_setup, django_db_blocker) -> Iterator[LiveServer]:
-    """The project's real ASGI application (``tau2site.asgi.application``) on a local port.
-
-    It shares this process's settings, so it reads and writes the test database.
-    """
-    from tau2site.asgi import application
-
-    with django_db_blocker.unblock():
-        yield from serve_asgi(application)
 
 
 def _close_server_connections() -> None:

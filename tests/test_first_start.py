@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import subprocess
 import sys
 import time
@@ -19,16 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.processes import free_port
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 # What must not appear in a clean start's output: warnings, tracebacks, ERROR log lines.
 NOT_CLEAN = re.compile(r"(?i:warning|traceback|no hostname)|\bERROR\b")
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _laptop(tmp_path: Path, router_url: str) -> dict[str, str]:
@@ -80,7 +75,7 @@ def test_a_laptop_starts_from_its_env_file_without_a_warning(tmp_path, scripted_
     assert not NOT_CLEAN.search(output), output
 
     # The real environment wins over .env; with no router the start still goes on, in a line.
-    env_offline = {**env, "TAU2_HF_ROUTER_URL": f"http://127.0.0.1:{_free_port()}/v1"}
+    env_offline = {**env, "TAU2_HF_ROUTER_URL": f"http://127.0.0.1:{free_port()}/v1"}
     again = _manage(env_offline, tmp_path, "bootstrap")
     output = again.stdout + again.stderr
     assert again.returncode == 0, output
@@ -114,7 +109,7 @@ def test_a_laptop_starts_from_its_env_file_without_a_warning(tmp_path, scripted_
     assert granted.stdout.strip() == "alice is now staff and superuser."
 
     # uvicorn as `make run` starts it: no warning, the pages and the favicon answer.
-    port = _free_port()
+    port = free_port()
     server = subprocess.Popen(
         [str(BIN / "uvicorn"), "tau2site.asgi:application", "--host", "127.0.0.1"]
         + ["--port", str(port)],

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.processes import free_port
+
 DATA = Path(__file__).resolve().parent.parent / "data" / "hf_router_models.json"
 RECORDED = json.loads(DATA.read_text(encoding="utf-8"))
 
@@ -32,8 +34,6 @@ def router(llm_server, payload):
 @pytest.fixture
 def router_down(monkeypatch):
     """``TAU2_HF_ROUTER_URL`` on a local port where nothing listens."""
-    from tests.conftest import free_port
-
     monkeypatch.setenv("TAU2_HF_ROUTER_URL", f"http://127.0.0.1:{free_port()}/v1")
 
 

@@ -13,6 +13,7 @@ from django.utils import timezone
 from apps.inference.models import InferenceModel, ProviderOffer
 from apps.inference.services import catalogue_refresh
 from tests.support.llm_server import error
+from tests.support.processes import free_port
 
 pytestmark = pytest.mark.django_db
 
@@ -139,8 +140,6 @@ def test_with_the_router_down_and_nothing_stored_it_installs_the_fallback_list(r
 def test_with_the_router_down_the_stored_catalogue_is_kept(router, monkeypatch, caplog):
     catalogue_refresh()
     before = snapshot()
-    from tests.conftest import free_port
-
     monkeypatch.setenv("TAU2_HF_ROUTER_URL", f"http://127.0.0.1:{free_port()}/v1")
     with caplog.at_level(logging.WARNING, logger="apps.inference.services"):
         report = catalogue_refresh()

@@ -1,36 +1,32 @@
 """Reusable pytest fixtures: the scripted LLM and a live ASGI server.
 
-Import them into a ``conftest.py`` with ``from tests.support.fixtures import *``.
+The root ``tests/conftest.py`` imports them, so every test directory has them.
 
 * ``llm_server``: a :class:`~tests.support.llm_server.ScriptedLLM`, emptied for the test,
   with every provider pointed at it (``TAU2_HF_ROUTER_URL``, ``OPENAI_BASE_URL``,
   ``ANTHROPIC_BASE_URL``) and no credential in the environment — set ``HF_TOKEN`` with
   ``monkeypatch`` when a test wants a server-side token.
-* ``asgi_server``: the base URL (``http://127.0.0.1:<port>``) of a real uvicorn serving
-  the project's ASGI app (``tau2site.asgi:application``), or ``tau2_env.server:app`` when
-  that cannot be imported; ``TAU2_TEST_ASGI_APP`` forces one. Session-scoped; settings
-  are read per episode, so ``monkeypatch`` still applies.
+* ``asgi_server``: a :class:`LiveServer`, a real uvicorn serving the project's ASGI
+  application (``tau2site.asgi:application``: Django pages, Channels, OpenEnv, MCP) on a
+  thread of this process, at ``.url`` (``http://127.0.0.1:<port>``). Session-scoped; it
+  shares this process's settings and test database, and settings are read per request
+  and per episode, so ``settings`` and ``monkeypatch`` still apply.
 """
 
 from __future__ import annotations
 
-import contextlib
-import importlib
-import os
-import socket
 import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import pytest
 
 from tests.support.llm_server import ScriptedLLM
+from tests.support.processes import free_port
 
-__all__ = ["asgi_server", "asgi_server_app", "llm_server", "scripted_llm_session"]
-
-PROJECT_APP = "tau2site.asgi:application"
-OPENENV_APP = "tau2_env.server:app"
+__all__ = ["LiveServer", "asgi_server", "llm_server", "scripted_llm_session"]
 
 _PROVIDER_VARS = (
     "HF_TOKEN",
@@ -64,63 +60,56 @@ def llm_server(scripted_llm_session: ScriptedLLM, monkeypatch: pytest.MonkeyPatc
     return scripted_llm_session
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
+@dataclass(frozen=True)
+class LiveServer:
+    """A server listening at ``url`` (``http://127.0.0.1:<port>``)."""
+
+    url: str
+
+    def ws_url(self, path: str) -> str:
+        """The WebSocket URL of ``path`` on this server (``ws://127.0.0.1:<port><path>``)."""
+        return self.url.replace("http://", "ws://", 1) + path
 
 
-def _choose_app() -> str:
-    forced = os.environ.get("TAU2_TEST_ASGI_APP")
-    if forced:
-        return forced
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tau2site.settings")
+def _healthy(url: str) -> bool:
     try:
-        module = importlib.import_module(PROJECT_APP.split(":")[0])
-        getattr(module, PROJECT_APP.split(":")[1])
-    except Exception:
-        return OPENENV_APP
-    return PROJECT_APP
-
-
-def _healthy(base_url: str) -> bool:
-    with (
-        contextlib.suppress(Exception),
-        urllib.request.urlopen(f"{base_url}/health", timeout=2) as response,
-    ):
-        return response.status == 200
-    return False
+        with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
 
 
 @pytest.fixture(scope="session")
-def asgi_server_app() -> str:
-    """The import string of the ASGI app ``asgi_server`` serves."""
-    return _choose_app()
+def asgi_server(django_db_setup, django_db_blocker) -> Iterator[LiveServer]:
+    """``uvicorn tau2site.asgi:application`` on a thread, up once ``/health`` answers.
 
-
-@pytest.fixture(scope="session")
-def asgi_server(asgi_server_app: str) -> Iterator[str]:
+    The server's threads read and write the test database whatever the test in progress
+    asked for, so database access stays unblocked while it runs.
+    """
     import uvicorn
 
-    port = _free_port()
+    port = free_port()
     server = uvicorn.Server(
         uvicorn.Config(
-            asgi_server_app,
+            "tau2site.asgi:application",
             host="127.0.0.1",
             port=port,
             lifespan="on",
             log_level="warning",
-            ws_ping_interval=None,
+            ws="websockets-sansio",
         )
     )
-    thread = threading.Thread(target=server.run, name="live-asgi", daemon=True)
-    thread.start()
-    base_url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while not (server.started and _healthy(base_url)):
-        if not thread.is_alive() or time.monotonic() > deadline:
-            raise RuntimeError(f"{asgi_server_app} did not start on port {port}")
-        time.sleep(0.05)
-    yield base_url
-    server.should_exit = True
-    thread.join(timeout=10)
+    url = f"http://127.0.0.1:{port}"
+    with django_db_blocker.unblock():
+        thread = threading.Thread(target=server.run, name=f"uvicorn-{port}", daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 60
+        while not (server.started and _healthy(url)):
+            if not thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError(f"tau2site.asgi:application did not start on port {port}")
+            time.sleep(0.05)
+        try:
+            yield LiveServer(url=url)
+        finally:
+            server.should_exit = True
+            thread.join(timeout=15)

@@ -3,7 +3,8 @@
 What a deployment runs, each in a process of its own that shares nothing with the test
 process but PostgreSQL and Redis (the test database, ``REDIS_URL``, ``CHANNELS_PREFIX``):
 
-* :func:`start_web` serves ``tau2site.asgi:application`` with uvicorn on a free port;
+* :func:`start_web` serves ``tau2site.asgi:application`` with uvicorn on a free port
+  (:func:`free_port`, also the suite's one way to pick a port);
 * :func:`start_worker` runs ``celery -A tau2site worker`` on one queue;
 * :func:`start_beat` runs ``celery -A tau2site beat`` (the reaper and the dispatcher);
 * :func:`wait_until_up` waits for them all to answer (``/health``, Celery ``ping``), so
@@ -30,6 +31,7 @@ from tests.support.llm_server import ScriptedLLM
 __all__ = [
     "Process",
     "environment",
+    "free_port",
     "start_beat",
     "start_web",
     "start_worker",
@@ -78,7 +80,9 @@ def environment(*, llm: ScriptedLLM, extra: dict[str, str] | None = None) -> dic
     return env
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A local TCP port nothing listens on right now: the system's pick for a bind to
+    port 0, released at once (for a server to bind, or as a port that refuses)."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
@@ -86,7 +90,7 @@ def _free_port() -> int:
 
 def start_web(env: dict[str, str]) -> Process:
     """Start ``uvicorn tau2site.asgi:application`` (one process) on a free local port."""
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "tau2site.asgi:application"]
         + ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]

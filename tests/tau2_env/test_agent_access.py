@@ -68,7 +68,7 @@ async def test_a_keyed_mcp_episode_runs_on_the_keys_token_and_is_heard_hop_by_ho
     asgi_server, llm_server, recorder
 ):
     gold_script(llm_server)
-    async with mcp_session(f"{asgi_server}/agent/mcp?task_id=27", token=ALICE_KEY) as session:
+    async with mcp_session(f"{asgi_server.url}/agent/mcp?task_id=27", token=ALICE_KEY) as session:
         await session.call_tool("start", {})
         await session.call_tool("get_user_details", {"user_id": GOLD_USER})
         await session.call_tool("send_certificate", {"user_id": GOLD_USER, "amount": 150})
@@ -90,7 +90,7 @@ async def test_a_keyed_openenv_session_goes_through_the_same_resolver(
     asgi_server, llm_server, recorder
 ):
     llm_server.add(text("Hi, I need help."), text("Thanks, bye! ###STOP###"))
-    ws_url = asgi_server.replace("http://", "ws://", 1) + "/ws"
+    ws_url = asgi_server.ws_url("/ws")
     headers = {"Authorization": f"Bearer {ALICE_KEY}"}
     async with connect(ws_url, additional_headers=headers) as ws:
         await ws.send(json.dumps({"type": "reset", "data": {"task_id": "2"}}))
@@ -109,14 +109,14 @@ async def test_a_keyed_openenv_session_goes_through_the_same_resolver(
 
 async def test_a_refused_key_is_refused_on_every_face(asgi_server, llm_server, recorder):
     bad = {"Authorization": "Bearer studio_key_mallory"}
-    async with httpx.AsyncClient(base_url=asgi_server, headers=bad) as client:
+    async with httpx.AsyncClient(base_url=asgi_server.url, headers=bad) as client:
         reset = await client.post("/reset", json={"task_id": "2"})
         mcp = await client.post(
             "/agent/mcp",
             headers={"Accept": "application/json, text/event-stream"},
             json={"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}},
         )
-    ws_url = asgi_server.replace("http://", "ws://", 1) + "/ws"
+    ws_url = asgi_server.ws_url("/ws")
     async with connect(ws_url, additional_headers=bad) as ws:
         refused = json.loads(await ws.recv())
 

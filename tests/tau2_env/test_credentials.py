@@ -24,7 +24,7 @@ async def test_two_concurrent_conversations_never_mix_tokens(asgi_server, llm_se
     llm_server.responder = customer
 
     async def converse(name: str, token: str) -> list[str]:
-        async with Tau2Env(base_url=asgi_server) as env:
+        async with Tau2Env(base_url=asgi_server.url) as env:
             await env.reset(task_id="2", hf_token=token)
             return [
                 await env.call_tool("respond_to_user", message=f"{name} turn {turn}")
@@ -73,7 +73,7 @@ async def test_the_judge_of_a_retail_nl_assertion_uses_the_conversations_token(
         return text("Hi, I want to exchange my tea kettles.")
 
     llm_server.responder = customer_or_judge
-    async with Tau2Env(base_url=asgi_server) as env:
+    async with Tau2Env(base_url=asgi_server.url) as env:
         await env.reset(domain="retail", split="base", task_id=task_id, hf_token=ALICE)
         result = await env.step(CallToolAction(tool_name="done", arguments={}))
 

@@ -86,7 +86,7 @@ async def test_the_api_scores_the_expected_actions_as_tau2_does(
     customer = CustomerScript(llm_server)
     customer.will(text(CUSTOMER_OPENING))
 
-    async with Tau2Env(base_url=asgi_server) as env:
+    async with Tau2Env(base_url=asgi_server.url) as env:
         reset = await env.reset(domain=domain, split="base", task_id=task_id, hf_token=TOKEN)
         final = await drive_api(env, task, customer)
 

@@ -12,6 +12,7 @@ from websockets.asyncio.client import connect
 
 from tau2_env import Tau2Env
 from tau2_env.server import text_action
+from tests.support.fixtures import LiveServer
 from tests.support.scripts import gold_script
 
 VISITOR_TOKEN = "hf_visitor_token_gym_5555555"
@@ -39,7 +40,7 @@ def test_text_is_read_as_taus_gym_reads_it():
 
 async def test_a_text_only_policy_plays_the_golden_episode_to_reward_1(asgi_server, llm_server):
     gold_script(llm_server)
-    async with Tau2Env(base_url=asgi_server) as env:
+    async with Tau2Env(base_url=asgi_server.url) as env:
         await env.reset(task_id="27", domain="airline", hf_token=VISITOR_TOKEN)
         results = [await env.step(action) for action in GOLD_POLICY]
 
@@ -55,10 +56,10 @@ async def test_a_text_only_policy_plays_the_golden_episode_to_reward_1(asgi_serv
     assert said[-1] == GOLD_POLICY[-1]
 
 
-async def _talk_turn(asgi_server: str, step_data) -> tuple[list[dict], list[dict]]:
+async def _talk_turn(asgi_server: LiveServer, step_data) -> tuple[list[dict], list[dict]]:
     """One episode of airline/27 whose only action is ``step_data`` over ``/ws``: the
     customer LLM's requests and the episode's messages (without timestamps)."""
-    ws_url = asgi_server.replace("http://", "ws://", 1) + "/ws"
+    ws_url = asgi_server.ws_url("/ws")
     async with connect(ws_url) as ws:
         reset = {"task_id": "27", "domain": "airline", "hf_token": VISITOR_TOKEN, "seed": 1}
         await ws.send(json.dumps({"type": "reset", "data": reset}))
@@ -94,7 +95,7 @@ async def test_a_text_action_reaches_tau2_as_respond_to_user_does(asgi_server, l
 
 
 async def test_http_step_reads_a_text_action_too(asgi_server, llm_server):
-    async with httpx.AsyncClient(base_url=asgi_server) as client:
+    async with httpx.AsyncClient(base_url=asgi_server.url) as client:
         answer = await client.post("/step", json={"action": "Hello, how can I help?"})
 
     # HTTP /step has no open episode (each call is a fresh environment): the action was

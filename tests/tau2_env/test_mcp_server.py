@@ -22,7 +22,7 @@ GOLD_USER = "ethan_martin_2396"
 
 async def test_the_sdk_client_plays_a_golden_episode_to_reward_1(asgi_server, llm_server):
     gold_script(llm_server)
-    url = f"{asgi_server}/agent/mcp?domain=airline&task_id=27"
+    url = f"{asgi_server.url}/agent/mcp?domain=airline&task_id=27"
     async with mcp_session(url, token=VISITOR_TOKEN, initialize=False) as session:
         init = await session.initialize()
         tools = (await session.list_tools()).tools
@@ -74,7 +74,7 @@ async def test_a_wrong_tool_argument_is_an_error_result_and_the_episode_goes_on(
     asgi_server, llm_server
 ):
     llm_server.add(text("Hi, I need to change a flight."), text("My id is noah_muller_9847."))
-    async with mcp_session(f"{asgi_server}/agent/mcp", token=VISITOR_TOKEN) as session:
+    async with mcp_session(f"{asgi_server.url}/agent/mcp", token=VISITOR_TOKEN) as session:
         before = await session.call_tool("get_user_details", {"user_id": "x"})
         await session.call_tool("start", {"domain": "airline", "task_id": "2"})
         bad = await session.call_tool("get_user_details", {"no_such_arg": 1})
@@ -94,10 +94,10 @@ async def test_a_wrong_tool_argument_is_an_error_result_and_the_episode_goes_on(
 
 
 async def test_a_bad_task_or_missing_credentials_are_error_results(asgi_server, llm_server):
-    async with mcp_session(f"{asgi_server}/agent/mcp", token=VISITOR_TOKEN) as session:
+    async with mcp_session(f"{asgi_server.url}/agent/mcp", token=VISITOR_TOKEN) as session:
         unknown = await session.call_tool("start", {"domain": "airline", "task_id": "nope"})
         bad_split = await session.call_tool("start", {"split": "nowhere"})
-    async with mcp_session(f"{asgi_server}/agent/mcp") as session:
+    async with mcp_session(f"{asgi_server.url}/agent/mcp") as session:
         no_token = await session.call_tool("start", {"domain": "airline", "task_id": "2"})
 
     assert unknown.isError is True and "nope" in unknown.content[0].text
@@ -110,7 +110,7 @@ async def test_a_bad_task_or_missing_credentials_are_error_results(asgi_server, 
 async def test_an_unknown_domain_in_the_url_is_a_protocol_error(asgi_server, llm_server):
     from mcp.shared.exceptions import McpError
 
-    url = f"{asgi_server}/agent/mcp?domain=nowhere"
+    url = f"{asgi_server.url}/agent/mcp?domain=nowhere"
     async with mcp_session(url, token=VISITOR_TOKEN) as session:
         with pytest.raises(McpError) as failure:
             await session.list_tools()
@@ -118,7 +118,7 @@ async def test_an_unknown_domain_in_the_url_is_a_protocol_error(asgi_server, llm
 
 
 async def test_the_url_domain_picks_the_listed_tools(asgi_server, llm_server):
-    url = f"{asgi_server}/agent/mcp?domain=retail"
+    url = f"{asgi_server.url}/agent/mcp?domain=retail"
     async with mcp_session(url, token=VISITOR_TOKEN) as session:
         names = {tool.name for tool in (await session.list_tools()).tools}
     assert {"get_order_details", "respond_to_user", "done", "start"} <= names
@@ -126,10 +126,10 @@ async def test_the_url_domain_picks_the_listed_tools(asgi_server, llm_server):
 
 
 async def test_only_the_client_that_opened_a_session_may_use_it(asgi_server, llm_server):
-    async with mcp_session(f"{asgi_server}/agent/mcp", token=VISITOR_TOKEN) as session:
+    async with mcp_session(f"{asgi_server.url}/agent/mcp", token=VISITOR_TOKEN) as session:
         await session.list_tools()
         session_id = session.session_id()
-        async with httpx.AsyncClient(base_url=asgi_server) as http:
+        async with httpx.AsyncClient(base_url=asgi_server.url) as http:
             stranger = await http.post(
                 "/agent/mcp",
                 headers={

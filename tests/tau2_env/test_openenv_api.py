@@ -33,7 +33,7 @@ async def test_the_original_spaces_quick_start_runs_verbatim(asgi_server, llm_se
 
     from tau2_env import Tau2Env
 
-    async with Tau2Env(base_url=asgi_server) as env:
+    async with Tau2Env(base_url=asgi_server.url) as env:
         result = await env.reset(task_id="2")
         print(result.observation.metadata["user_message"])  # the user's opening message
         policy = result.observation.metadata["policy"]  # what the agent must follow
@@ -63,7 +63,7 @@ async def test_reset_returns_the_opening_the_policy_and_the_task(
     asgi_server, llm_server, server_token
 ):
     llm_server.add(text("Hello, I need help with my order."))
-    async with Tau2Env(base_url=asgi_server) as env:
+    async with Tau2Env(base_url=asgi_server.url) as env:
         result = await env.reset(domain="retail", split="test", seed=7)
 
     metadata = result.observation.metadata
@@ -77,7 +77,7 @@ async def test_reset_returns_the_opening_the_policy_and_the_task(
 
 async def test_a_seed_picks_the_same_task_again(asgi_server, llm_server, server_token):
     llm_server.responder = lambda request: text("Hi.")
-    async with Tau2Env(base_url=asgi_server) as env:
+    async with Tau2Env(base_url=asgi_server.url) as env:
         first = (await env.reset(seed=123)).observation.metadata["task_id"]
         second = (await env.reset(seed=123)).observation.metadata["task_id"]
     assert first == second
@@ -87,7 +87,7 @@ async def test_list_tools_works_over_the_websocket_before_and_after_reset(
     asgi_server, llm_server, server_token
 ):
     llm_server.add(text("Hi, my phone has no service."))
-    async with Tau2Env(base_url=asgi_server) as env:
+    async with Tau2Env(base_url=asgi_server.url) as env:
         before = await env.list_tools()
         await env.reset(domain="telecom", task_id=_first_task("telecom"))
         after = await env.list_tools(use_cache=False)
@@ -104,7 +104,7 @@ async def test_list_tools_works_over_the_websocket_before_and_after_reset(
 
 
 async def test_a_tool_called_before_reset_gets_an_error_observation(asgi_server, llm_server):
-    async with Tau2Env(base_url=asgi_server) as env:
+    async with Tau2Env(base_url=asgi_server.url) as env:
         result = await env.step(CallToolAction(tool_name="get_user_details", arguments={}))
         said = await env.call_tool("respond_to_user", message="hello?")
 
@@ -119,7 +119,7 @@ async def test_bad_arguments_give_a_tool_error_and_the_episode_goes_on(
     asgi_server, llm_server, server_token
 ):
     llm_server.add(text("Hi, I want to change my flight."), text("My id is noah_muller_9847."))
-    async with Tau2Env(base_url=asgi_server) as env:
+    async with Tau2Env(base_url=asgi_server.url) as env:
         await env.reset(task_id="2")
         bad = await env.step(
             CallToolAction(tool_name="get_user_details", arguments={"no_such_arg": 1})
@@ -140,7 +140,7 @@ async def test_after_the_end_calls_say_so_and_the_score_stays(
     asgi_server, llm_server, server_token
 ):
     llm_server.add(text("Hi, I need help."), text("Thanks, bye! ###STOP###"))
-    async with Tau2Env(base_url=asgi_server) as env:
+    async with Tau2Env(base_url=asgi_server.url) as env:
         await env.reset(task_id="2")
         ended = await env.step(
             CallToolAction(tool_name="respond_to_user", arguments={"message": "Anything else?"})
@@ -174,7 +174,7 @@ async def test_a_failed_customer_llm_call_ends_the_episode_without_a_score(
         text("Hi, I need to change a booking."),
         error(status, f"upstream says no to {VISITOR_TOKEN}"),
     )
-    async with Tau2Env(base_url=asgi_server) as env:
+    async with Tau2Env(base_url=asgi_server.url) as env:
         await env.reset(task_id="2", hf_token=VISITOR_TOKEN)
         result = await env.step(
             CallToolAction(tool_name="respond_to_user", arguments={"message": "How can I help?"})
@@ -195,7 +195,7 @@ async def test_a_failed_customer_llm_call_ends_the_episode_without_a_score(
 
 async def test_a_rate_limited_customer_call_is_retried(asgi_server, llm_server, server_token):
     llm_server.add(text("Hi."), error(429, "slow down"), text("My id is noah_muller_9847."))
-    async with Tau2Env(base_url=asgi_server) as env:
+    async with Tau2Env(base_url=asgi_server.url) as env:
         await env.reset(task_id="2")
         reply = await env.call_tool("respond_to_user", message="Your user id?")
     assert reply == "My id is noah_muller_9847."
@@ -204,7 +204,7 @@ async def test_a_rate_limited_customer_call_is_retried(asgi_server, llm_server, 
 
 async def test_a_new_reset_ends_the_open_conversation(asgi_server, llm_server, server_token):
     llm_server.add(text("Hi, airline question."), text("Hi, retail question."), text("Sure."))
-    async with Tau2Env(base_url=asgi_server) as env:
+    async with Tau2Env(base_url=asgi_server.url) as env:
         first = await env.reset(task_id="2")
         await env.call_tool("get_user_details", user_id="noah_muller_9847")
         first_state = await env.state()
@@ -222,7 +222,7 @@ async def test_a_new_reset_ends_the_open_conversation(asgi_server, llm_server, s
 
 
 async def test_reset_without_credentials_explains_what_to_do(asgi_server, llm_server):
-    async with Tau2Env(base_url=asgi_server) as env:
+    async with Tau2Env(base_url=asgi_server.url) as env:
         with pytest.raises(Exception) as failure:
             await env.reset(task_id="2")
         # The server keeps working: a token makes the next reset succeed.
@@ -237,7 +237,7 @@ async def test_reset_without_credentials_explains_what_to_do(asgi_server, llm_se
 
 async def test_a_given_token_is_used_instead_of_the_servers(asgi_server, llm_server, server_token):
     llm_server.add(text("Hi."), text("Fine. ###STOP###"))
-    async with Tau2Env(base_url=asgi_server) as env:
+    async with Tau2Env(base_url=asgi_server.url) as env:
         reset = await env.reset(task_id="2", hf_token=VISITOR_TOKEN)
         end = await env.step(
             CallToolAction(tool_name="respond_to_user", arguments={"message": "Bye"})
@@ -252,7 +252,7 @@ async def test_a_given_token_is_used_instead_of_the_servers(asgi_server, llm_ser
 async def test_the_mcp_endpoint_lists_the_domain_tools(asgi_server, llm_server):
     import httpx
 
-    async with httpx.AsyncClient(base_url=asgi_server) as client:
+    async with httpx.AsyncClient(base_url=asgi_server.url) as client:
         response = await client.post(
             "/mcp", json={"jsonrpc": "2.0", "method": "tools/list", "params": {}, "id": 1}
         )
@@ -261,7 +261,7 @@ async def test_the_mcp_endpoint_lists_the_domain_tools(asgi_server, llm_server):
 
 
 async def test_list_tools_action_answers_with_schemas(asgi_server, llm_server):
-    async with Tau2Env(base_url=asgi_server) as env:
+    async with Tau2Env(base_url=asgi_server.url) as env:
         result = await env.step(ListToolsAction())
     assert result.done is False
     assert any(t.name == "respond_to_user" for t in result.observation.tools)

@@ -22,7 +22,7 @@ OPENENV_CLI = Path(sys.executable).with_name("openenv")
 
 def test_openenv_validate_passes_every_check(asgi_server, llm_server):
     result = subprocess.run(
-        [str(OPENENV_CLI), "validate", "--url", asgi_server, "--json"],
+        [str(OPENENV_CLI), "validate", "--url", asgi_server.url, "--json"],
         capture_output=True,
         text=True,
         timeout=120,
@@ -43,7 +43,7 @@ def test_openenv_validate_passes_every_check(asgi_server, llm_server):
 
 
 async def test_docs_serve_swagger_ui_from_this_site(asgi_server):
-    async with httpx.AsyncClient(base_url=asgi_server) as client:
+    async with httpx.AsyncClient(base_url=asgi_server.url) as client:
         docs = await client.get("/docs")
         spec = (await client.get("/openapi.json")).json()
         bundle = await client.get(
@@ -70,7 +70,7 @@ async def test_docs_serve_swagger_ui_from_this_site(asgi_server):
 async def test_http_reset_answers_4xx_json_for_bad_input(
     asgi_server, llm_server, body, status, says
 ):
-    async with httpx.AsyncClient(base_url=asgi_server) as client:
+    async with httpx.AsyncClient(base_url=asgi_server.url) as client:
         response = await client.post("/reset", json=body)
     assert response.status_code == status, response.text
     assert says in json.dumps(response.json()["detail"])
@@ -89,7 +89,7 @@ async def test_http_reset_answers_4xx_json_for_bad_input(
     ],
 )
 async def test_http_step_answers_4xx_json_for_bad_input(asgi_server, llm_server, body):
-    async with httpx.AsyncClient(base_url=asgi_server) as client:
+    async with httpx.AsyncClient(base_url=asgi_server.url) as client:
         response = await client.post("/step", json=body)
     assert 400 <= response.status_code < 500, response.text
     assert response.json()["detail"]
@@ -98,7 +98,7 @@ async def test_http_step_answers_4xx_json_for_bad_input(asgi_server, llm_server,
 async def test_tool_arguments_may_be_given_as_json_text(asgi_server, llm_server):
     llm_server.add(text("Hi, I'm noah_muller_9847."))
     arguments = json.dumps({"user_id": "noah_muller_9847"})
-    async with Tau2Env(base_url=asgi_server) as env:
+    async with Tau2Env(base_url=asgi_server.url) as env:
         await env.reset(task_id="2", hf_token=VISITOR_TOKEN)
         # The original Space's server accepted this frame over /ws; openenv's model refuses it.
         await env._send({"type": "step", "data": _call("get_user_details", arguments)})
@@ -119,9 +119,9 @@ async def test_tool_arguments_may_be_given_as_json_text(asgi_server, llm_server)
 
 async def test_schema_describes_the_state_returned_once_done(asgi_server, llm_server):
     llm_server.add(text("Hi."), text("Bye. ###STOP###"))
-    async with httpx.AsyncClient(base_url=asgi_server) as client:
+    async with httpx.AsyncClient(base_url=asgi_server.url) as client:
         schema = (await client.get("/schema")).json()["state"]
-    async with Tau2Env(base_url=asgi_server) as env:
+    async with Tau2Env(base_url=asgi_server.url) as env:
         await env.reset(task_id="2", hf_token=VISITOR_TOKEN)
         await env.call_tool("respond_to_user", message="Goodbye.")
         await env._send({"type": "state"})  # the raw frame: the client keeps base fields only
@@ -135,7 +135,7 @@ async def test_schema_describes_the_state_returned_once_done(asgi_server, llm_se
 
 @pytest.mark.parametrize("name", ["tau2", "tau2_env", "tau2-env"])
 async def test_the_task_api_answers_to_the_original_spaces_environment_name(asgi_server, name):
-    async with httpx.AsyncClient(base_url=asgi_server) as client:
+    async with httpx.AsyncClient(base_url=asgi_server.url) as client:
         splits = await client.get(f"/{name}/splits")
         count = await client.post(f"/{name}/num_tasks", json={"split": "test"})
         task = await client.post(f"/{name}/task", json={"split": "test", "index": 0})
