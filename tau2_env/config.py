@@ -41,6 +41,10 @@ DEFAULT_MODELS = {
     "anthropic": "claude-sonnet-4-5",
 }
 DEFAULT_HF_ROUTER_URL = "https://router.huggingface.co/v1"
+# τ²'s own limit of tool errors in a conversation (``tau2.config.DEFAULT_MAX_ERRORS``,
+# which ``tau2 run --max-errors`` defaults to), here without importing τ²: Django's
+# models default to it. tests/runs/test_run_settings.py checks the two agree.
+DEFAULT_MAX_ERRORS = 10
 # The variable holding each provider's server-side credential.
 CREDENTIAL_VARS = {"hf": "HF_TOKEN", "openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 

@@ -26,7 +26,6 @@ from django.db import close_old_connections
 
 from apps.accounts.vault import SignInRequired, hf_token_for
 from apps.agents.playground import browser_session_key, session_owner_token
-from apps.agents.recording import AgentRunRecorder
 from apps.agents.services import API_KEY_PREFIX, ApiKeyRefused, api_key_resolve
 from tau2_env import access
 
@@ -95,6 +94,10 @@ def studio_credentials(request: access.ClientRequest) -> access.Credentials:
             raise access.CredentialsRefused(KEY_REQUIRED)
         return access.default_resolver(request)
     user_id, key_id, token = _off_loop(_key_owner_token, raw)
+    # With the first keyed episode, not at start-up (this resolver is installed by
+    # AgentsConfig.ready): recording imports τ²'s engine and litellm (seconds).
+    from apps.agents.recording import AgentRunRecorder
+
     recorder = AgentRunRecorder(user_id=user_id, key_id=key_id, agent=agent_name(request))
     return access.Credentials(client=f"key:{key_id}", hf_token=token, hooks=recorder)
 

@@ -25,7 +25,6 @@ from apps.evaluations import events
 from apps.evaluations.models import Evaluation
 from apps.evaluations.selectors import evaluation_metrics
 from apps.runs import queue
-from apps.runs.lifecycle import on_run_settled
 from apps.runs.models import MAX_TRIALS, Run
 from apps.runs.services import (
     model_run_build,
@@ -227,15 +226,10 @@ def evaluations_dispatch() -> list[int]:
 
 
 def evaluation_run_ended(run: Run) -> None:
-    """The runs' "a run settled" hook (``apps.runs.lifecycle.on_run_settled``): a run of
-    an evaluation lets its evaluation go on."""
+    """What the runs' settled hook (``apps.runs.hooks.on_run_settled``, registered by
+    ``EvaluationsConfig.ready``) does: a run of an evaluation lets its evaluation go on."""
     if run.evaluation_id is not None:
         evaluation_run_settled(run_id=run.pk)
-
-
-def evaluations_hooks_register() -> None:
-    """Hear of every run's end from the runs app (``EvaluationsConfig.ready``)."""
-    on_run_settled("evaluations", evaluation_run_ended)
 
 
 def evaluation_run_settled(*, run_id: int) -> None:

@@ -26,7 +26,6 @@ from apps.play import schemas, selectors
 from apps.play.selectors import Phase
 from apps.runs import queue
 from apps.runs.events import events_publish, status_publish
-from apps.runs.forks import ForkTakeover, fork_takeover_register
 from apps.runs.lifecycle import execution_id, run_finish
 from apps.runs.models import Run, RunEvent
 from apps.runs.services import run_provenance
@@ -121,8 +120,9 @@ def play_start(*, user, task: Task, seed: int | None = None) -> Run:
 
 def play_fork_build(*, run: Run, by, user_model: str, seed, next_: RunEvent) -> Run:
     """The unsaved play session of ``by`` that takes over a fork of ``run`` before message
-    ``next_`` (``apps.runs.forks.run_fork`` with ``as_play``): the customer's turn first
-    when ``next_`` was theirs, else the person's. Raises ``ValidationError`` with the
+    ``next_`` (``apps.runs.forks.run_fork`` with ``as_play``, through the runs' fork
+    takeover hook): the customer's turn first when ``next_`` was theirs (the runs app
+    queues it once the fork is saved), else the person's. Raises ``ValidationError`` with the
     vault's reason when ``by`` has no usable token (here, not later on a worker)."""
     try:
         hf_token_for(user=by)
@@ -149,17 +149,6 @@ def play_fork_build(*, run: Run, by, user_model: str, seed, next_: RunEvent) -> 
             task=run.task, user_model=user_model, max_steps=run.max_steps, seed=seed
         ),
     )
-
-
-def play_fork_start(fork: Run, next_: RunEvent) -> None:
-    """Queue the customer's turn of a saved taken-over fork if it is theirs."""
-    if next_.kind == RunEvent.Kind.CUSTOMER:
-        _queue_customer(fork.pk, at=fork.n_messages)
-
-
-def play_hooks_register() -> None:
-    """Tell the runs app how a person takes a fork over (``PlayConfig.ready``)."""
-    fork_takeover_register(ForkTakeover(build=play_fork_build, start=play_fork_start))
 
 
 def _take(*, run: Run, to: Phase, allowed: tuple[Phase, ...], holder: str = "") -> int:

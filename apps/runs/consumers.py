@@ -7,6 +7,7 @@ from functools import partial
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from apps.accounts.access import can_view_runs
 from apps.runs import presenters
 from apps.runs.events import group_name
 from apps.runs.models import Run
@@ -61,8 +62,6 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
 
     @read_in_pool
     def _allowed(self) -> bool:
-        from apps.accounts.access import can_view_runs
-
         return can_view_runs(self.scope.get("user")) and Run.objects.filter(pk=self.run_id).exists()
 
     @read_in_pool

@@ -11,8 +11,8 @@ is then exactly the parent's just before ``S``) and sends the model the prefix, 
 ``tau2 run`` would with that history.
 
 A person takes a fork over through the play app, which registers how
-(:func:`fork_takeover_register`, in ``PlayConfig.ready``): the runs app knows nothing of
-play sessions.
+(``apps.runs.hooks.fork_takeover_register``, in ``PlayConfig.ready``): the runs app
+knows nothing of play sessions.
 
 A fork records its parent and fork point (``Run.parent``, ``Run.fork_seq``); it is a run
 like any other, never one of an evaluation's trials. Its usage counts only its own calls:
@@ -21,7 +21,6 @@ the prefix's were the parent's.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 
 from django.core.exceptions import PermissionDenied, ValidationError
@@ -30,7 +29,7 @@ from django.utils import timezone
 
 from apps.accounts.access import can_start
 from apps.inference.selectors import resolve_agent_model
-from apps.runs import queue
+from apps.runs import hooks, queue
 from apps.runs.models import Run, RunEvent
 from apps.runs.services import model_run_build, model_run_validate, prices_for_storage
 from tau2_env.evaluation import trial_seeds
@@ -40,32 +39,9 @@ from tau2_env.evaluation import trial_seeds
 FORKABLE = (RunEvent.Kind.AGENT, RunEvent.Kind.CUSTOMER)
 
 
-@dataclass(frozen=True)
-class ForkTakeover:
-    """How a person continues a fork themselves (registered by the play app).
-
-    ``build(run=, by=, user_model=, seed=, next_=)`` returns the unsaved run that
-    continues ``run`` before message ``next_`` (raising ``ValidationError`` when ``by``
-    cannot play, e.g. no usable token); ``start(fork, next_)`` queues what comes first
-    once the fork and its prefix are saved (the customer's turn, if theirs).
-    """
-
-    build: Callable[..., Run]
-    start: Callable[[Run, RunEvent], None]
-
-
-_takeover: ForkTakeover | None = None
-
-
-def fork_takeover_register(takeover: ForkTakeover) -> None:
-    """Let forks be continued by a person (``as_play``); for ``PlayConfig.ready``."""
-    global _takeover
-    _takeover = takeover
-
-
 def fork_takeover_available() -> bool:
     """Whether a fork may be taken over by a person here (the play app is installed)."""
-    return _takeover is not None
+    return hooks.fork_takeover() is not None
 
 
 @dataclass(frozen=True)
@@ -133,11 +109,12 @@ def run_fork(
     if " " in user_model:
         raise ValidationError({"user_model": "Pick a customer model, e.g. org/model."})
     prefix = list(run.events.filter(seq__lt=point.seq).order_by("seq"))
-    if as_play and _takeover is None:
+    takeover = hooks.fork_takeover() if as_play else None
+    if as_play and takeover is None:
         raise ValidationError("Taking a fork over as play is not available on this server.")
     with transaction.atomic():
-        if as_play:
-            fork = _takeover.build(run=run, by=by, user_model=user_model, seed=seed, next_=point)
+        if takeover is not None:
+            fork = takeover(run=run, by=by, user_model=user_model, seed=seed, next_=point)
         else:
             fork = _model_fork(
                 run=run, by=by, agent_model=agent_model, user_model=user_model, seed=seed
@@ -187,12 +164,12 @@ def _model_fork(*, run: Run, by, agent_model, user_model: str, seed) -> Run:
 
 def _queue(fork: Run, *, next_: RunEvent) -> None:
     """Hand the fork to whoever says message ``next_``'s part first: a model run to the
-    workers; a taken-over fork to the play app (which queues the customer if it is their
-    turn; else the person acts)."""
+    workers; a play session's customer to a worker when it is the customer's turn (else
+    the person acts)."""
     if fork.kind == Run.Kind.MODEL:
         queue.run_enqueue(fork.pk)
-    elif _takeover is not None:
-        _takeover.start(fork, next_)
+    elif next_.kind == RunEvent.Kind.CUSTOMER:
+        queue.enqueue(queue.PLAY_CUSTOMER_TURN, fork.pk, fork.n_messages)
 
 
 def fork_context(user, run: Run) -> dict:

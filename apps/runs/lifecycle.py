@@ -8,7 +8,7 @@
 * **Hand back**: a lost database or broker is the platform's fault, not the run's;
   :func:`run_hand_back` queues the run again to resume from its stored messages.
 * **Finish**: :func:`run_finish` moves a run to a final status, once, then tells the
-  hooks registered with :func:`on_run_settled` (an evaluation goes on, for one).
+  hooks registered with ``apps.runs.hooks.on_run_settled`` (an evaluation goes on).
 * **Reap**: :func:`runs_reap` (beat) hands runs whose worker vanished to another worker,
   stops lost agent episodes, and sends again queued runs whose message the broker lost.
 
@@ -24,7 +24,6 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -34,7 +33,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from apps.runs import queue
+from apps.runs import hooks, queue
 from apps.runs.events import status_publish
 from apps.runs.models import Run
 
@@ -86,28 +85,6 @@ def run_claim(*, run_id: int, worker: str) -> Run | None:
     return Run.objects.select_related("task", "created_by").get(pk=run_id) if claimed else None
 
 
-#: Called with a run that just became final (``run_finish``), in the finishing process.
-RunSettled = Callable[[Run], None]
-_settled_hooks: list[tuple[str, RunSettled]] = []
-
-
-def on_run_settled(name: str, hook: RunSettled) -> None:
-    """Have ``hook(run)`` called each time a run becomes final (once per run).
-
-    For the apps above runs (``AppConfig.ready``): the evaluations app lets an
-    evaluation go on this way. Registering the same ``name`` again replaces its hook.
-    A hook that raises is logged: the run's end is stored already, and its failure
-    must not pass for the run's own.
-    """
-    _settled_hooks[:] = [(n, h) for n, h in _settled_hooks if n != name]
-    _settled_hooks.append((name, hook))
-
-
-def settled_hooks() -> list[str]:
-    """The names of the hooks :func:`run_finish` calls, in order."""
-    return [name for name, _ in _settled_hooks]
-
-
 def run_finish(
     *,
     run: Run,
@@ -121,7 +98,7 @@ def run_finish(
 ) -> bool:
     """Move a run to a final status (once), with ``fields`` of its driver's own (a play
     session's phase). Returns False if it was already final or ``worker`` no longer
-    holds it. Then each hook of :func:`on_run_settled` hears of it."""
+    holds it. Then each settled hook (``apps.runs.hooks``) hears of it."""
     rows = Run.objects.filter(pk=run.pk).exclude(status__in=Run.FINAL)
     if worker is not None:
         rows = rows.filter(worker=worker)
@@ -138,13 +115,7 @@ def run_finish(
     )
     if done:
         status_publish(run_id=run.pk)
-        for name, hook in list(_settled_hooks):
-            try:
-                hook(run)
-            except Exception:
-                # The run's end is stored; what a hook does next (an evaluation starting
-                # its next runs) is done again by the next run's end and by beat.
-                logger.exception("Run %s ended, but its %s hook failed", run.pk, name)
+        hooks.run_settled(run)
     return bool(done)
 
 

@@ -10,7 +10,7 @@ from django.db import models
 from django.db.models import Q
 from django.urls import reverse
 
-from tau2_env.engine import DEFAULT_MAX_ERRORS
+from tau2_env.config import DEFAULT_MAX_ERRORS
 
 # Trials of one task in an evaluation (``Run.trial`` is 0 … MAX_TRIALS - 1).
 MAX_TRIALS = 8

@@ -1,6 +1,6 @@
 from django.apps import AppConfig
 
-from tau2_env import compat
+from tau2_env import versions
 
 
 class TasksConfig(AppConfig):
@@ -9,6 +9,9 @@ class TasksConfig(AppConfig):
     verbose_name = "τ²-bench tasks"
 
     def ready(self) -> None:
-        # The lowest app, always installed: web, Celery workers and manage.py all start
-        # with τ²'s and litellm's hooks in place (or refuse an untested version).
-        compat.install()
+        # The lowest app, always installed: web, Celery workers and manage.py all refuse
+        # to start on an untested τ², litellm, openenv or MCP SDK. The overrides themselves
+        # (tau2_env.compat.install) are applied by the engine's entry points before τ² runs
+        # (an Episode, the OpenEnv and MCP faces, a scope building τ²'s environments), so
+        # a manage.py command that never runs τ² does not import it.
+        versions.require_all()

