@@ -145,9 +145,15 @@ if REDIS_URL:
         "default": {
             "BACKEND": "channels_redis.core.RedisChannelLayer",
             "CONFIG": {
-                # channels_redis blocks up to 5 s reading a channel; redis-py's own default
-                # socket timeout is also 5 s, which drops idle consumers. Give it room.
-                "hosts": [{"address": REDIS_URL, "socket_timeout": 30}],
+                # No client-side socket timeout. channels_redis's reads block at most 5 s
+                # on the server (BZPOPMIN), so none is needed, and with one redis-py sends
+                # every command through asyncio.wait_for, which on Python 3.11 can swallow
+                # a cancellation (CPython gh-86296, fixed in 3.12): a consumer whose socket
+                # closed was left polling Redis every 5 s for ever (seen as a test hanging
+                # in teardown, 3 runs in 10). A dead Redis peer is still noticed: TCP
+                # keepalive (redis-py's default: idle 30 s, 3 probes 5 s apart) breaks the
+                # connection in about 45 s.
+                "hosts": [{"address": REDIS_URL, "socket_timeout": None, "socket_keepalive": True}],
                 "prefix": envstr("CHANNELS_PREFIX", "tau2"),
                 # Every consumer of a web process shares one Redis key, and group_send
                 # drops (logging at INFO only) what exceeds its capacity: the default of
