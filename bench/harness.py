@@ -31,7 +31,6 @@ import logging
 import math
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -51,7 +50,13 @@ if str(ROOT) not in sys.path:  # run as ``python bench/<name>.py``: tests.suppor
     sys.path.insert(0, str(ROOT))
 
 from tests.support.llm_server import ScriptedLLM  # noqa: E402 - after the path
-from tests.support.processes import Process, start_worker, stop, wait_until_up  # noqa: E402
+from tests.support.processes import (  # noqa: E402
+    Process,
+    free_port,
+    start_worker,
+    stop,
+    wait_until_up,
+)
 
 ASGI_APP = "tau2site.asgi:application"
 # Models the scripted router's catalogue offers (tests.support.llm_server.DEFAULT_CATALOGUE).
@@ -65,12 +70,6 @@ _CREDENTIALS = ("HF_TOKEN", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "TAU2_USER_PR
 
 
 # ------------------------------------------------------------------ processes
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _wait_or_kill(proc: subprocess.Popen, timeout: float = 20) -> None:

@@ -32,7 +32,7 @@ The LLM's delay is chosen per session by its token (``hf_bench_<ms>_<n>``), so o
 stateless LLM process serves every phase. Per phase it prints p50/p95 of each step, the
 platform's overhead (latency minus the LLM's delay), errors and RSS per open session,
 then each target of issue 3 item 8 with the measured value, the ratio to the target and
-the seed server's number.
+the original OpenEnv Space's number.
 """
 
 from __future__ import annotations
@@ -407,8 +407,8 @@ def print_targets(phases: list[Phase], rss_start: float) -> None:
             )
         )
     print()
-    print(f"{'target':<58} {'measured':>10} {'target':>8} {'ratio':>6}  seed")
-    for name, value, target, seed in rows:
+    print(f"{'target':<58} {'measured':>10} {'target':>8} {'ratio':>6}  original Space")
+    for name, value, target, original in rows:
         is_mib = "MiB" in name
         is_count = name.startswith("errors")
         shown = (
@@ -424,7 +424,7 @@ def print_targets(phases: list[Phase], rss_start: float) -> None:
         ratio = (
             "ok" if is_count and value == 0 else ("FAIL" if is_count else f"{value / target:.2f}")
         )
-        print(f"{name:<58} {shown:>10} {goal:>8} {ratio:>6}  {seed}")
+        print(f"{name:<58} {shown:>10} {goal:>8} {ratio:>6}  {original}")
 
 
 # ------------------------------------------------------------------ main
