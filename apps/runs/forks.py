@@ -39,11 +39,6 @@ from tau2_env.evaluation import trial_seeds
 FORKABLE = (RunEvent.Kind.AGENT, RunEvent.Kind.CUSTOMER)
 
 
-def fork_takeover_available() -> bool:
-    """Whether a fork may be taken over by a person here (the play app is installed)."""
-    return hooks.fork_takeover() is not None
-
-
 @dataclass(frozen=True)
 class Lineage:
     """Where ``run`` comes from and what came of it: its parent and fork point (if it
@@ -178,7 +173,6 @@ def fork_context(user, run: Run) -> dict:
     return {
         "lineage": fork_lineage(run),
         "can_fork": can_start(user) and run.is_final,
-        "can_take_over": fork_takeover_available(),
         "kinds": [kind.value for kind in FORKABLE],
     }
 

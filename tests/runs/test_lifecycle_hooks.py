@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from apps.runs import forks, hooks, lifecycle, queue
+from apps.runs import hooks, lifecycle, queue
 from apps.runs.models import Run
 from tau2site.celery import app as celery_app
 from tests.support.scripts import queued_run
@@ -18,7 +18,7 @@ from tests.support.scripts import queued_run
 
 def test_the_feature_apps_register_their_hooks_at_start():
     assert "evaluations" in hooks.settled_hooks()
-    assert forks.fork_takeover_available()
+    assert hooks.fork_takeover() is not None
 
 
 def test_every_name_the_queue_sends_and_beat_schedules_is_a_registered_task(settings):
