@@ -251,10 +251,16 @@ def _complete_if_done(evaluation_id: int) -> None:
     open_runs = Run.objects.filter(evaluation_id=evaluation_id).exclude(status__in=Run.FINAL)
     if open_runs.exists():
         return
+    # Completed and summarised in one write: a reader that sees "completed" sees its numbers.
+    evaluation = Evaluation.objects.get(pk=evaluation_id)
+    if evaluation.status != Evaluation.Status.RUNNING:
+        _summarise(evaluation_id)
+        return
     Evaluation.objects.filter(pk=evaluation_id, status=Evaluation.Status.RUNNING).update(
-        status=Evaluation.Status.COMPLETED, finished_at=timezone.now()
+        status=Evaluation.Status.COMPLETED,
+        finished_at=timezone.now(),
+        summary=evaluation_metrics(evaluation),
     )
-    _summarise(evaluation_id)
 
 
 def _summarise(evaluation_id: int) -> None:

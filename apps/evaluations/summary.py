@@ -221,6 +221,8 @@ class EvaluationSummary:
 def _unversioned_shape(data: Mapping[str, Any]) -> int:
     """Which shape a summary without ``version`` has: 1 with the customer's keys (read
     as this version: the keys are the same), 0 without any of them (refused)."""
+    if not data:
+        raise SummaryUnreadable("no summary yet: the evaluation has not ended")
     present = [key in data for key in _CUSTOMER_KEYS]
     if all(present):
         return EvaluationSummary.VERSION

@@ -212,3 +212,28 @@ async def test_a_retry_that_lowers_the_version_is_still_sent(evaluation, alice_c
         retried = await socket.receive_json_from(timeout=TIMEOUT)
     assert (retried["version"], retried["status"], retried["final"]) == (3, "running", False)
     assert [cell[1] for _, cell in retried["patch"]] == ["q"]
+
+
+async def test_an_evaluation_is_never_seen_completed_without_its_summary(evaluation):
+    """The last run settling writes "completed" and the numbers in one statement: a
+    reader between two writes (a page, a download) once saw a completed evaluation
+    with no summary."""
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    for task_id, trial in (("27", 0), ("27", 1), ("2", 0)):
+        await finish(evaluation, task_id, trial)
+    last = await finish(evaluation, "2", 1, reward=0.0)
+
+    @database_sync_to_async
+    def settle():
+        with CaptureQueriesContext(connection) as queries:
+            services.evaluation_run_settled(run_id=last)
+        return [q["sql"] for q in queries.captured_queries]
+
+    statements = await settle()
+    completing = [s for s in statements if "evaluations_evaluation" in s and "'completed'" in s]
+    completing = [s for s in completing if s.lstrip().upper().startswith("UPDATE")]
+    assert completing and all('"summary"' in s for s in completing), completing
+    stored = await database_sync_to_async(Evaluation.objects.get)(pk=evaluation.pk)
+    assert stored.status == Evaluation.Status.COMPLETED and stored.summary["successes"] == 3
