@@ -22,4 +22,18 @@
   // about a split of the new domain.
   domain.addEventListener("change", follow);
   follow();
+
+  // A change made before htmx listened (a slow load) would leave the preview the
+  // server rendered: once everything has loaded, ask again if the form moved since.
+  function moved(form) {
+    return Array.from(form.elements).some((field) => {
+      if (field.options) return Array.from(field.options).some((o) => o.selected !== o.defaultSelected);
+      if (field.type === "checkbox" || field.type === "radio") return field.checked !== field.defaultChecked;
+      return "defaultValue" in field && field.value !== field.defaultValue;
+    });
+  }
+  window.addEventListener("load", () => {
+    const form = document.getElementById("evaluation-form");
+    if (form && window.htmx && moved(form)) window.htmx.trigger(form, "change");
+  });
 })();

@@ -72,3 +72,25 @@ def test_alice_evaluates_a_model_from_the_explorer_and_watches_pass_k_drawn(
     assert bars == ["27", "38"]
     evaluation.refresh_from_db()
     assert evaluation.status == Evaluation.Status.COMPLETED
+
+
+def test_a_form_changed_before_its_scripts_loaded_still_gets_its_preview(signed_in_page):
+    """On a slow load alice can pick a model and a k before htmx listens; the preview
+    must still say what she chose, not what the server first rendered."""
+    page = signed_in_page
+    held = []
+    page.route("**/htmx-*.js", lambda route: held.append(route))  # held until the form changed
+    page.goto(
+        "/evaluations/new/?domain=airline&split=train&q=send_certificate", wait_until="commit"
+    )
+    page.get_by_test_id("model-picker").select_option(AGENT_MODEL)
+    page.locator("#id_num_trials").fill("2")
+    for _ in range(200):
+        if held:
+            break
+        page.wait_for_timeout(50)
+    assert held, "the page never asked for htmx"
+    expect(page.get_by_test_id("preview-runs")).to_have_text("8")  # as rendered: k = 4
+    held[0].continue_()
+    expect(page.get_by_test_id("preview-runs")).to_have_text("4")
+    expect(page.get_by_test_id("preview-cost")).to_contain_text("Estimated cost: $")
