@@ -133,9 +133,12 @@ _opening: ContextVar[_Opening | None] = ContextVar("tau2_mcp_opening", default=N
 class McpApp:
     """The MCP face's ASGI app (see the module docstring)."""
 
-    def __init__(self, slots: SessionSlots) -> None:
+    def __init__(self, slots: SessionSlots, *, transport_security: Any = None) -> None:
+        """``transport_security``: the SDK's ``TransportSecuritySettings`` (its
+        DNS-rebinding protection: the Host and Origin it accepts), or ``None``."""
         compat.install()
         self.slots = slots
+        self.transport_security = transport_security
         self.sessions: dict[str, _Session] = {}
         self.server: Server = Server(
             "tau2", version=catalog.tau2_version(), instructions=INSTRUCTIONS
@@ -165,6 +168,7 @@ class McpApp:
             on_discard=self.end,
             session_idle_timeout=float(self.slots.idle_seconds),
             max_sessions=None,  # the slots decide
+            security_settings=self.transport_security,
         )
         self._managers[loop] = manager
         try:
