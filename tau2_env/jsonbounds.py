@@ -53,12 +53,16 @@ _LONE_SURROGATE = re.compile(
 
 
 class JsonRefused(ValueError):
-    """Input the reader will not return; ``reason`` says why for a person, ``status`` is
-    the HTTP status to answer with (413 too large, 400 anything else)."""
+    """Input the reader will not return. ``reason`` says why for a person ("The JSON is
+    nested deeper than 64 levels."); ``detail`` is the same without its subject ("is
+    nested deeper than 64 levels."), for a caller that names the input itself ("The file
+    …"); ``status`` is the HTTP status to answer with (413 too large, 400 anything else)."""
 
-    def __init__(self, reason: str, *, status: int = 400) -> None:
-        super().__init__(reason)
-        self.reason = reason
+    def __init__(self, detail: str, *, status: int = 400) -> None:
+        subject = "This" if detail.startswith("is not JSON") else "The JSON"
+        super().__init__(f"{subject} {detail}")
+        self.reason = f"{subject} {detail}"
+        self.detail = detail
         self.status = status
 
 
@@ -72,17 +76,15 @@ def loads(
     """The JSON value in ``data``, within the bounds above; raises :class:`JsonRefused`."""
     raw = _as_utf8(data, max_bytes=max_bytes)
     if b"\x00" in raw:
-        raise JsonRefused("The JSON holds a NUL character, which cannot be stored.")
+        raise JsonRefused("holds a NUL character, which cannot be stored.")
     # Pair escaped backslashes off first (a run of them pairs from its left, as the
     # parser reads it), so that what is left of each backslash begins a real escape;
     # the placeholder keeps neighbours apart.
     unescaped = raw.replace(b"\\\\", b"__")
     if b"\\u0000" in unescaped:
-        raise JsonRefused("The JSON holds a NUL character (\\u0000), which cannot be stored.")
+        raise JsonRefused("holds a NUL character (\\u0000), which cannot be stored.")
     if _LONE_SURROGATE.search(unescaped):
-        raise JsonRefused(
-            "The JSON holds an unpaired surrogate escape (like \\ud800), which is not text."
-        )
+        raise JsonRefused("holds an unpaired surrogate escape (like \\ud800), which is not text.")
     _check_depth(unescaped.replace(b'\\"', b"__"), max_depth=max_depth)
     text = raw.decode("utf-8")
     try:
@@ -95,11 +97,11 @@ def loads(
     except JsonRefused:
         raise
     except json.JSONDecodeError as exc:
-        raise JsonRefused(f"This is not JSON: {exc}.") from None
+        raise JsonRefused(f"is not JSON: {exc}.") from None
     except ValueError as exc:  # Python's own int limit, when max_int_digits is above it.
-        raise JsonRefused(f"The JSON holds a number Python refuses: {exc}.") from None
+        raise JsonRefused(f"holds a number Python refuses: {exc}.") from None
     except RecursionError:  # Unreachable after the depth check; kept as its guarantee.
-        raise JsonRefused(f"The JSON is nested deeper than {max_depth} levels.") from None
+        raise JsonRefused(f"is nested deeper than {max_depth} levels.") from None
 
 
 def _as_utf8(data: bytes | str, *, max_bytes: int) -> bytes:
@@ -110,7 +112,7 @@ def _as_utf8(data: bytes | str, *, max_bytes: int) -> bytes:
         try:
             data = data.encode("utf-8")
         except UnicodeEncodeError:
-            raise JsonRefused("The JSON holds an unpaired surrogate, which is not text.") from None
+            raise JsonRefused("holds an unpaired surrogate, which is not text.") from None
     if len(data) > max_bytes:
         raise _too_large(max_bytes)
     if data.startswith(b"\xef\xbb\xbf"):
@@ -118,12 +120,12 @@ def _as_utf8(data: bytes | str, *, max_bytes: int) -> bytes:
     try:
         data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise JsonRefused(f"This is not JSON: it is not UTF-8 text (byte {exc.start}).") from None
+        raise JsonRefused(f"is not JSON: it is not UTF-8 text (byte {exc.start}).") from None
     return data
 
 
 def _too_large(max_bytes: int) -> JsonRefused:
-    return JsonRefused(f"The JSON is larger than {max_bytes:,} bytes.", status=413)
+    return JsonRefused(f"is larger than {max_bytes:,} bytes.", status=413)
 
 
 def _check_depth(unescaped: bytes, *, max_depth: int) -> None:
@@ -149,7 +151,7 @@ def _check_depth(unescaped: bytes, *, max_depth: int) -> None:
     # The match stops at a bracket that goes deeper than allowed, or at a closing one
     # that closes nothing (not JSON, which the parser says), or at the end.
     if skeleton[end : end + 1] == b"[":
-        raise JsonRefused(f"The JSON is nested deeper than {max_depth} levels.")
+        raise JsonRefused(f"is nested deeper than {max_depth} levels.")
 
 
 @functools.lru_cache(maxsize=8)
@@ -168,7 +170,7 @@ def _int_parser(max_digits: int):
     def parse_int(digits: str) -> int:
         if len(digits.lstrip("-")) > max_digits:
             raise JsonRefused(
-                f"The JSON holds an integer of {len(digits.lstrip('-')):,} digits; "
+                f"holds an integer of {len(digits.lstrip('-')):,} digits; "
                 f"at most {max_digits} are accepted."
             )
         return int(digits)
@@ -179,9 +181,9 @@ def _int_parser(max_digits: int):
 def _finite_float(text: str) -> float:
     value = float(text)
     if not math.isfinite(value):
-        raise JsonRefused(f"The JSON holds the number {text[:40]}, beyond the range of a float.")
+        raise JsonRefused(f"holds the number {text[:40]}, beyond the range of a float.")
     return value
 
 
 def _no_constant(name: str) -> float:
-    raise JsonRefused(f"The JSON holds {name}, which is not a number JSON allows.")
+    raise JsonRefused(f"holds {name}, which is not a number JSON allows.")

@@ -188,3 +188,11 @@ def test_pythons_own_integer_limit_is_a_refusal_too():
 def test_a_depth_beyond_what_the_reader_can_check_is_a_programming_error():
     with pytest.raises(ValueError, match="max_depth must be 0 to 256"):
         loads("[]", max_bytes=10, max_depth=1000)
+
+
+def test_a_refusal_names_its_input_the_json_unless_the_caller_names_it():
+    nested = refusal("[" * 100)
+    assert nested.reason == "The JSON is nested deeper than 64 levels."
+    assert f"The file {nested.detail}" == "The file is nested deeper than 64 levels."
+    assert refusal("[1,]").reason.startswith("This is not JSON: Expecting value")
+    assert refusal("[1,]").detail.startswith("is not JSON: Expecting value")
