@@ -7,7 +7,6 @@ NL-assertion judge is reported as not re-scored instead.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,7 +18,7 @@ from tau2.data_model.tasks import Task
 from tau2.evaluator.evaluator import EvaluationType
 
 # isort: on
-from tau2_env import catalog, engine, llm
+from tau2_env import catalog, engine, jsonbounds, llm
 
 __all__ = ["Rescore", "Results", "ResultsFileError", "read_results", "rescore", "same_task"]
 
@@ -37,11 +36,20 @@ class ResultsFileError(ValueError):
     """The bytes are not a τ² results file; the message says why, for a person."""
 
 
-def read_results(data: bytes | str) -> Results:
+# The deepest a results file nests (τ²'s own are about a dozen levels: a task's
+# initial state, a tool call's arguments) and the longest integer it may hold: enough
+# for the importer to name a field whose number is out of range, far from what costs.
+MAX_DEPTH = 64
+MAX_INT_DIGITS = 100
+
+
+def read_results(data: bytes | str, *, max_bytes: int) -> Results:
     """τ²'s ``Results`` from a file's bytes, as ``Results.load`` reads it.
 
-    Raises :class:`ResultsFileError` for an empty file, one that is not JSON, or JSON
-    that τ²'s model rejects (the first few problems named).
+    Read with :func:`tau2_env.jsonbounds.loads`. Raises :class:`ResultsFileError` for an
+    empty file, one larger than ``max_bytes``, one that is not JSON or that the bounded
+    reader refuses (too deep, a NUL, an integer too long, NaN), or JSON that τ²'s model
+    rejects (the first few problems named).
     """
     if isinstance(data, bytes):
         try:
@@ -51,9 +59,11 @@ def read_results(data: bytes | str) -> Results:
     if not data.strip():
         raise ResultsFileError("The file is empty.")
     try:
-        parsed = json.loads(data)
-    except ValueError as exc:
-        raise ResultsFileError(f"The file is not JSON: {exc}.") from None
+        parsed = jsonbounds.loads(
+            data, max_bytes=max_bytes, max_depth=MAX_DEPTH, max_int_digits=MAX_INT_DIGITS
+        )
+    except jsonbounds.JsonRefused as exc:
+        raise ResultsFileError(f"The file {exc.detail}") from None
     if not isinstance(parsed, dict):
         raise ResultsFileError(
             "This is not a τ² results file: expected an object with info, tasks and simulations."

@@ -4,7 +4,8 @@ The file is read with τ²'s own ``Results`` model, its domain and every task mu
 our catalogue, and every conversation is scored again with τ²'s evaluator through the
 engine: the runs keep the re-scored reward, and a stored reward that differs is flagged
 on the run (``provenance["rescore"]``) and on the evaluation (``provenance["import"]``).
-A bad file stores nothing.
+A bad file stores nothing: one the bounded reader refuses (too deep, a NUL, an integer
+too long, NaN) or holding a number its column, or a date, cannot hold (the field named).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
+from apps.bounds import column_range
 from apps.evaluations import selectors
 from apps.evaluations.exports import scrub
 from apps.evaluations.models import Evaluation
@@ -30,6 +32,11 @@ from tau2_env.evaluation import DEFAULT_SEED, trial_seeds
 from tau2_env.results import Rescore, ResultsFileError, read_results, rescore, same_task
 
 _CENT = Decimal("0.000001")
+# The largest cost Run.cost_usd and RunEvent.cost_usd hold (12 digits, 6 decimals).
+_MAX_COST = Decimal("999999.999999")
+# Dates every time zone can show: a day inside what a datetime holds.
+_EARLIEST = datetime.min.replace(tzinfo=UTC) + timedelta(days=1)
+_LATEST = datetime.max.replace(tzinfo=UTC) - timedelta(days=1)
 # Which split an exact task set is called, when several splits hold the same tasks.
 _SPLIT_PREFERENCE = ("test", "base", "train")
 
@@ -45,9 +52,10 @@ def evaluation_import(*, user, data: bytes, name: str = "") -> Evaluation:
     if len(data) > max_upload_bytes():
         raise ValidationError(too_large(len(data)))
     try:
-        results = read_results(data)
+        results = read_results(data, max_bytes=max_upload_bytes())
     except ResultsFileError as exc:
         raise ValidationError(str(exc)) from None
+    _check_numbers(results)
     info = results.info
     domain = info.environment_info.domain_name
     if not Domain.objects.filter(name=domain).exists():
@@ -239,6 +247,72 @@ def _digest(results) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def _check_numbers(results) -> None:
+    """Raise ``ValidationError`` naming the field of any number the import stores that
+    its column cannot hold: the step and error limits, the seeds, every message's token
+    counts and cost, the agent's cost, and a simulation's end (start plus duration)."""
+    info = results.info
+    for name in ("max_steps", "max_errors"):
+        _in_range(getattr(info, name), f"info.{name}", (1, column_range(Evaluation, name)[1]))
+    if info.seed is not None:
+        _in_range(info.seed, "info.seed", column_range(Evaluation, "seed"))
+    # A run's token sums stay far inside their bigint columns: at most 2**31 a message,
+    # and fewer than 2**31 messages fit in an upload.
+    tokens = column_range(RunEvent, "prompt_tokens")
+    for i, sim in enumerate(results.simulations):
+        where = f"simulations[{i}]"
+        if sim.seed is not None:
+            _in_range(sim.seed, f"{where}.seed", column_range(Run, "seed"))
+        _times(sim, where)
+        _money(sim.agent_cost, f"{where}.agent_cost")
+        for j, message in enumerate(sim.messages):
+            usage = getattr(message, "usage", None) or {}
+            for name in ("prompt_tokens", "completion_tokens"):
+                _tokens(usage.get(name), f"{where}.messages[{j}].usage.{name}", tokens)
+            _money(getattr(message, "cost", None), f"{where}.messages[{j}].cost")
+
+
+def _in_range(value: int, field: str, bounds: tuple[int, int]) -> None:
+    low, high = bounds
+    if not low <= value <= high:
+        raise ValidationError(f"{field} is {value!r}; it must be {low} to {high}.")
+
+
+def _tokens(value, field: str, bounds: tuple[int, int]) -> None:
+    """A token count as the import has always read it (``int(value or 0)``: a float is
+    truncated, "12" is 12), within ``bounds``."""
+    try:
+        count = int(value or 0)
+    except (TypeError, ValueError, OverflowError):
+        raise ValidationError(
+            f"{field} is {value!r}; it must be a whole number from {bounds[0]} to {bounds[1]}."
+        ) from None
+    _in_range(count, field, bounds)
+
+
+def _times(sim, where: str) -> tuple[datetime | None, datetime | None]:
+    """When ``sim`` started and finished; ``ValidationError`` if either is not a date
+    every time zone can show (a day's margin on the years 1 to 9999)."""
+    started = _when(sim.start_time)
+    if started is None:
+        return None, None
+    if not _EARLIEST <= started <= _LATEST:
+        raise ValidationError(
+            f"{where}.start_time is {sim.start_time!r}; it must be a date from "
+            f"{_EARLIEST.date().isoformat()} to {_LATEST.date().isoformat()}."
+        )
+    try:
+        finished = started + timedelta(seconds=max(sim.duration, 0.0))
+    except OverflowError:
+        finished = None
+    if finished is None or finished > _LATEST:
+        raise ValidationError(
+            f"{where}.duration is {sim.duration!r} s: it would end after "
+            f"{_LATEST.date().isoformat()}."
+        )
+    return started, finished
+
+
 def _when(value: str | None) -> datetime | None:
     """τ²'s timestamps are naive ISO local times of the machine that ran it: read as UTC."""
     if not value:
@@ -250,14 +324,18 @@ def _when(value: str | None) -> datetime | None:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
-def _money(value: float | None) -> Decimal | None:
-    if value is None or value < 0:
+def _money(value: float | None, field: str) -> Decimal | None:
+    """A cost in the columns' dollars (6 decimals); ``ValidationError`` naming ``field``
+    when they cannot hold it."""
+    if value is None:
         return None
     try:
         amount = Decimal(str(value)).quantize(_CENT)
     except InvalidOperation:
-        return None
-    return amount if amount < Decimal("1000000") else None
+        amount = None
+    if amount is None or not 0 <= amount <= _MAX_COST:
+        raise ValidationError(f"{field} is {value!r}; it must be 0 to {_MAX_COST} USD.")
+    return amount
 
 
 def _usage(message) -> tuple[int, int]:
@@ -266,8 +344,7 @@ def _usage(message) -> tuple[int, int]:
 
 
 def _run(evaluation: Evaluation, task: Task, sim, trial: int, score: Rescore, info) -> Run:
-    started = _when(sim.start_time)
-    finished = started + timedelta(seconds=max(sim.duration, 0.0)) if started else None
+    started, finished = _times(sim, "")
     agent = [m for m in sim.messages if m.role == "assistant"]
     rescore = {"status": score.status, "stored_reward": score.stored}
     if score.reward_info is not None:
@@ -305,7 +382,7 @@ def _run(evaluation: Evaluation, task: Task, sim, trial: int, score: Rescore, in
         n_tool_calls=sum(len(m.tool_calls or []) for m in sim.messages if m.role != "tool"),
         prompt_tokens=sum(_usage(m)[0] for m in agent),
         completion_tokens=sum(_usage(m)[1] for m in agent),
-        cost_usd=_money(sim.agent_cost),
+        cost_usd=_money(sim.agent_cost, "agent_cost"),
         provenance={
             "tau2_version": evaluation.provenance["tau2_version"],
             "task_set_hash": evaluation.provenance["task_set_hash"],
@@ -342,7 +419,7 @@ def _events(run: Run, sim) -> list[RunEvent]:
                 message=data,
                 prompt_tokens=prompt,
                 completion_tokens=completion,
-                cost_usd=_money(message.cost) if kind == RunEvent.Kind.AGENT else None,
+                cost_usd=_money(message.cost, "cost") if kind == RunEvent.Kind.AGENT else None,
             )
         )
     return events

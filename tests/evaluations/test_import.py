@@ -168,7 +168,8 @@ def test_a_task_whose_reward_needs_the_nl_judge_is_not_rescored_and_no_llm_is_ca
         update={"reward_basis": [RewardType.DB, RewardType.NL_ASSERTION]}
     )
     judged = task.model_copy(update={"evaluation_criteria": criteria})
-    simulation = read_results(json.dumps(results_file()).encode()).simulations[0]
+    data = json.dumps(results_file()).encode()
+    simulation = read_results(data, max_bytes=len(data)).simulations[0]
 
     verdict = rescore(
         domain="airline", task=judged, simulation=simulation, max_steps=20, max_errors=10

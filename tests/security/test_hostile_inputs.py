@@ -229,3 +229,142 @@ def test_the_api_takes_no_http_basic_credentials(client, catalogue):
     credentials = base64.b64encode(b"ali\x00ce:password").decode()
     response = client.get("/api/evaluations/", HTTP_AUTHORIZATION=f"Basic {credentials}")
     assert response.status_code == 403
+
+
+# --- The probes of issue 18: a results file and the forms' numbers --------------------------
+
+
+def _results(**change) -> dict:
+    """A good one-simulation results file with ``change`` applied: ``info.<key>`` or
+    ``sim.<key>`` (its simulation) set to the value."""
+    from tests.support.evaluations import results_file
+
+    data = results_file()
+    for where, value in change.items():
+        part, key = where.split("__", 1)
+        (data["info"] if part == "info" else data["simulations"][0])[key] = value
+    return data
+
+
+def _deep(levels: int) -> bytes:
+    data = json.dumps(_results(sim__messages="HOLE")).encode()
+    return data.replace(b'"HOLE"', b"[" * levels + b"]" * levels)
+
+
+def _upload(client: Client, data: bytes):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    upload = SimpleUploadedFile("results.json", data, content_type="application/json")
+    return client.post("/evaluations/import/", {"file": upload})
+
+
+def _with_usage(usage: dict) -> dict:
+    message = {"role": "assistant", "content": "Hello.", "usage": usage, "cost": 0.001}
+    return _results(sim__messages=[message])
+
+
+IMPORT_PROBES = {
+    "nested 50,000 deep": (_deep(50_000), "The file is nested deeper than 64 levels."),
+    "nested 100,000 deep": (_deep(100_000), "The file is nested deeper than 64 levels."),
+    "max_steps 10**30": (
+        _results(info__max_steps=10**30),
+        "info.max_steps is 1000000000000000000000000000000; it must be 1 to 2147483647.",
+    ),
+    "max_errors -1": (_results(info__max_errors=0), "info.max_errors is 0; it must be 1 to"),
+    "seed 10**40": (
+        _results(info__seed=10**40),
+        "info.seed is 10000000000000000000000000000000000000000; it must be "
+        "-9223372036854775808 to 9223372036854775807.",
+    ),
+    "simulation seed 2**63": (
+        _results(sim__seed=2**63),
+        "simulations[0].seed is 9223372036854775808",
+    ),
+    "an integer of 5,000 digits": (
+        json.dumps(_results()).replace('"seed": 300', '"seed": ' + "9" * 5000),
+        "The file holds an integer of 5,000 digits; at most 100 are accepted.",
+    ),
+    "duration 1e308": (
+        _results(sim__duration=1e308),
+        "simulations[0].duration is 1e+308 s: it would end after 9999-12-30.",
+    ),
+    "an end past 9999": (
+        _results(sim__start_time="9999-12-30T12:00:00", sim__duration=86400.0),
+        "simulations[0].duration is 86400.0 s: it would end after 9999-12-30.",
+    ),
+    "a start past 9999": (
+        _results(sim__start_time="9999-12-31T23:00:00"),
+        "simulations[0].start_time is &#x27;9999-12-31T23:00:00&#x27;; it must be a date from "
+        "0001-01-02 to 9999-12-30.",
+    ),
+    "a token count that is no number": (
+        _with_usage({"prompt_tokens": "many", "completion_tokens": 3}),
+        "simulations[0].messages[0].usage.prompt_tokens is &#x27;many&#x27;; it must be a "
+        "whole number from 0 to 2147483647.",
+    ),
+    "a token count beyond the column": (
+        _with_usage({"prompt_tokens": 1, "completion_tokens": 2**40}),
+        "simulations[0].messages[0].usage.completion_tokens is 1099511627776",
+    ),
+    "a negative token count": (
+        _with_usage({"prompt_tokens": -1, "completion_tokens": 0}),
+        "usage.prompt_tokens is -1",
+    ),
+    "a cost beyond the column": (
+        _results(sim__agent_cost=1e12),
+        "simulations[0].agent_cost is 1000000000000.0; it must be 0 to 999999.999999 USD.",
+    ),
+    "a raw NUL": (
+        json.dumps(_results()).replace('"openai/agent"', '"openai/\x00agent"'),
+        "The file holds a NUL character, which cannot be stored.",
+    ),
+    "an escaped NUL in a message": (
+        _results(sim__messages=[{"role": "assistant", "content": "a\x00b"}]),
+        "The file holds a NUL character (\\u0000), which cannot be stored.",
+    ),
+    "an escaped NUL in a key": (
+        _results(info__agent_info={"implementation": "x", "llm": "a", "llm_args": {"\x00": 1}}),
+        "The file holds a NUL character (\\u0000)",
+    ),
+    "an unpaired surrogate": (
+        json.dumps(_results()).replace('"openai/agent"', '"openai/\\udc00"'),
+        "The file holds an unpaired surrogate escape",
+    ),
+    "NaN": (json.dumps(_results(sim__agent_cost=float("nan"))), "The file holds NaN"),
+}
+
+
+@pytest.mark.parametrize("probe", list(IMPORT_PROBES))
+def test_a_hostile_results_file_gets_400_with_its_reason_and_nothing_is_stored(alice, probe):
+    from apps.evaluations.models import Evaluation
+    from apps.runs.models import Run, RunEvent
+
+    data, reason = IMPORT_PROBES[probe]
+    if isinstance(data, dict):
+        data = json.dumps(data)
+    client = signed_in(alice)
+    client.raise_request_exception = True  # a 500 fails with its traceback
+
+    response = _upload(client, data.encode() if isinstance(data, str) else data)
+
+    assert response.status_code == 400
+    body = response.content.decode()
+    assert 'data-testid="import-error"' in body and reason in body, body[-2000:]
+    assert not (Evaluation.objects.exists() or Run.objects.exists() or RunEvent.objects.exists())
+
+
+def test_the_largest_numbers_the_columns_hold_import(alice):
+    from apps.evaluations.imports import evaluation_import
+
+    data = _with_usage({"prompt_tokens": 2**31 - 1, "completion_tokens": 0})
+    data["info"].update(max_steps=2**31 - 1, max_errors=2**31 - 1, seed=-(2**63))
+    data["simulations"][0].update(
+        seed=2**63 - 1, start_time="9999-12-30T12:00:00", duration=3600.0, agent_cost=999999.99
+    )
+
+    evaluation = evaluation_import(user=alice, data=json.dumps(data).encode())
+
+    run = evaluation.runs.get()
+    assert (evaluation.max_steps, evaluation.seed, run.seed) == (2**31 - 1, -(2**63), 2**63 - 1)
+    assert run.finished_at.year == 9999 and run.prompt_tokens == 2**31 - 1
+    assert str(run.cost_usd) == "999999.990000"
