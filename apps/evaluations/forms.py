@@ -9,7 +9,9 @@ from django import forms
 from django.conf import settings
 from django.utils.http import urlencode
 
+from apps.bounds import integer_field
 from apps.evaluations.estimates import CostEstimate, evaluation_cost_estimate
+from apps.evaluations.models import Evaluation
 from apps.inference.forms import AgentModelField
 from apps.runs.models import MAX_TRIALS
 from apps.tasks import selectors as task_selectors
@@ -76,22 +78,30 @@ class EvaluationForm(forms.Form):
         "router pick the fastest or the cheapest.",
     )
     user_model = forms.CharField(label="Customer model", max_length=255, required=False)
-    num_trials = forms.IntegerField(
+    num_trials = integer_field(
+        Evaluation,
+        "num_trials",
         label="Trials (k)",
         min_value=1,
         max_value=MAX_TRIALS,
         initial=4,
         help_text=f"Each task runs k times (1–{MAX_TRIALS}); pass^k needs k trials.",
     )
-    seed = forms.IntegerField(
+    seed = integer_field(
+        Evaluation,
+        "seed",
         label="Seed",
         required=False,
         initial=DEFAULT_SEED,
         help_text="Each trial's seed derives from it as tau2 run --seed derives them.",
     )
-    max_steps = forms.IntegerField(label="Step limit", min_value=1, initial=200)
-    max_errors = forms.IntegerField(label="Error limit", min_value=1, max_value=1000, initial=10)
-    concurrency = forms.IntegerField(
+    max_steps = integer_field(Evaluation, "max_steps", label="Step limit", min_value=1, initial=200)
+    max_errors = integer_field(
+        Evaluation, "max_errors", label="Error limit", min_value=1, max_value=1000, initial=10
+    )
+    concurrency = integer_field(
+        Evaluation,
+        "concurrency",
         label="Concurrency",
         min_value=1,
         max_value=MAX_CONCURRENCY,

@@ -1,5 +1,7 @@
 from django import forms
 
+from apps.bounds import integer_field
+from apps.runs.models import Run
 from apps.tasks.models import Domain, Split, Task
 from tau2_env.arguments import parse_arguments
 
@@ -12,7 +14,9 @@ class PlayStartForm(forms.Form):
     task_id = forms.CharField(
         label="Task", max_length=255, required=False, help_text="Empty: a random task of the split."
     )
-    seed = forms.IntegerField(label="Seed", required=False, help_text="Picks the same task again.")
+    seed = integer_field(
+        Run, "given_seed", label="Seed", required=False, help_text="Picks the same task again."
+    )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -1,8 +1,9 @@
 from django import forms
 from django.conf import settings
 
+from apps.bounds import integer_field
 from apps.inference.forms import AgentModelField
-from apps.runs.models import MAX_TRIALS, ReviewLabel
+from apps.runs.models import MAX_TRIALS, ReviewLabel, Run, RunEvent
 from apps.tasks import selectors as task_selectors
 from apps.tasks.models import Task
 
@@ -24,12 +25,17 @@ class RunForm(forms.Form):
         "router pick the fastest or the cheapest.",
     )
     user_model = forms.CharField(label="Customer model", max_length=255, required=False)
-    max_steps = forms.IntegerField(label="Step limit", min_value=1, initial=100)
-    seed = forms.IntegerField(label="Seed", required=False)
+    max_steps = integer_field(Run, "max_steps", label="Step limit", min_value=1, initial=100)
+    seed = integer_field(Run, "given_seed", label="Seed", required=False)
     # Set only when the form repeats an evaluation's trial ("run with another model"), so
     # the new run gets that trial's seed; a run started from scratch is trial 0.
-    trial = forms.IntegerField(
-        widget=forms.HiddenInput, required=False, min_value=0, max_value=MAX_TRIALS - 1
+    trial = integer_field(
+        Run,
+        "seed_trial",
+        widget=forms.HiddenInput,
+        required=False,
+        min_value=0,
+        max_value=MAX_TRIALS - 1,
     )
 
     def __init__(self, *args, **kwargs):
@@ -67,9 +73,7 @@ class RunForm(forms.Form):
 class LabelForm(forms.Form):
     """A review label from the run page: on the run, or on its message ``seq``."""
 
-    seq = forms.IntegerField(
-        widget=forms.HiddenInput, required=False, min_value=0, max_value=2**31 - 1
-    )
+    seq = integer_field(RunEvent, "seq", widget=forms.HiddenInput, required=False)
     category = forms.ChoiceField(choices=ReviewLabel.Category.choices)
     severity = forms.ChoiceField(
         choices=ReviewLabel.Severity.choices, initial=ReviewLabel.Severity.BENIGN
@@ -91,7 +95,7 @@ class ForkForm(forms.Form):
 
     MODEL, SEED, PLAY = "model", "seed", "play"
 
-    at = forms.IntegerField(widget=forms.HiddenInput, min_value=0, max_value=2**31 - 1)
+    at = integer_field(RunEvent, "seq", widget=forms.HiddenInput)
     continue_with = forms.ChoiceField(
         label="Continue with",
         widget=forms.RadioSelect,
@@ -103,7 +107,7 @@ class ForkForm(forms.Form):
         ],
     )
     agent_model = AgentModelField(label="Agent model", required=False)
-    seed = forms.IntegerField(label="Seed", required=False, min_value=0, max_value=2**63 - 1)
+    seed = integer_field(Run, "given_seed", label="Seed", required=False, min_value=0)
     user_model = forms.CharField(
         label="Customer model",
         max_length=255,

@@ -368,3 +368,81 @@ def test_the_largest_numbers_the_columns_hold_import(alice):
     assert (evaluation.max_steps, evaluation.seed, run.seed) == (2**31 - 1, -(2**63), 2**63 - 1)
     assert run.finished_at.year == 9999 and run.prompt_tokens == 2**31 - 1
     assert str(run.cost_usd) == "999999.990000"
+
+
+@pytest.fixture
+def agent_models(committed_db, llm_server):
+    from tests.support.scripts import refresh_agent_models
+
+    return refresh_agent_models()
+
+
+def _start_forms() -> dict[str, dict]:
+    """What each start page is posted, valid but for the seed (added by the test)."""
+    from tests.support.scripts import AGENT_MODEL
+
+    run = {
+        "domain": "airline",
+        "task_id": "27",
+        "agent_model": AGENT_MODEL,
+        "user_model": "org/customer",
+        "max_steps": 30,
+    }
+    return {
+        "/evaluations/new/": {
+            "domain": "airline",
+            "split": "test",
+            "agent_model": AGENT_MODEL,
+            "user_model": "org/customer",
+            "num_trials": 1,
+            "max_steps": 30,
+            "max_errors": 10,
+            "concurrency": 1,
+        },
+        "/runs/new/": run,
+        "/races/new/": {**run, "agent_model": [AGENT_MODEL, "Qwen/Qwen3-32B:cerebras"]},
+        "/play/new/": {"domain": "airline", "split": "test"},
+    }
+
+
+@pytest.mark.parametrize(
+    ("seed", "reason"),
+    [
+        (2**63, "Ensure this value is less than or equal to 9223372036854775807."),
+        (10**23, "Ensure this value is less than or equal to 9223372036854775807."),
+        (-(2**63) - 1, "Ensure this value is greater than or equal to -9223372036854775808."),
+        ("9" * 5000, "Enter a whole number."),
+    ],
+)
+@pytest.mark.parametrize("path", ["/evaluations/new/", "/runs/new/", "/races/new/", "/play/new/"])
+def test_a_seed_beyond_its_column_is_refused_by_the_form_and_nothing_is_stored(
+    path, seed, reason, alice, agent_models, settings
+):
+    from apps.evaluations.models import Evaluation
+    from apps.races.models import Race
+    from apps.runs.models import Run
+
+    settings.TAU2_EVAL_MAX_IN_FLIGHT = 0  # whatever started stays queued
+    client = signed_in(alice)
+    client.raise_request_exception = True  # a 500 fails with its traceback
+
+    response = client.post(path, {**_start_forms()[path], "seed": seed})
+
+    # The form comes back with the reason under the seed, as for any other mistake.
+    assert response.status_code in (200, 400), response.status_code
+    assert reason in response.content.decode()
+    assert not (Evaluation.objects.exists() or Race.objects.exists() or Run.objects.exists())
+
+
+@pytest.mark.parametrize("path", ["/evaluations/new/", "/runs/new/", "/races/new/", "/play/new/"])
+def test_the_largest_seed_the_columns_hold_starts(path, alice, agent_models, settings):
+    from apps.runs.models import Run
+
+    settings.TAU2_EVAL_MAX_IN_FLIGHT = 0
+    client = signed_in(alice)
+    client.raise_request_exception = True
+
+    response = client.post(path, {**_start_forms()[path], "seed": 2**63 - 1})
+
+    assert response.status_code == 302, response.content.decode()[-3000:]
+    assert Run.objects.filter(given_seed=2**63 - 1).exists()
