@@ -142,7 +142,7 @@ def _units(stored: list, events: list[dict[str, Any]]) -> list[Unit]:
 def _arguments(value: Any) -> dict[str, Any]:
     if isinstance(value, str):
         try:
-            value = json.loads(value)
+            value = presenters.shown_json(value)
         except ValueError:
             return {"(arguments)": value}
     return dict(value) if isinstance(value, dict) else {}

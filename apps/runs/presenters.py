@@ -12,6 +12,7 @@ from django.template.loader import render_to_string
 from apps.accounts.access import can_control
 from apps.inference.pricing import money_label
 from apps.runs.models import Run, RunEvent
+from tau2_env import jsonbounds
 
 # τ²'s markers that end a conversation (``tau2.user.base`` STOP, TRANSFER, OUT_OF_SCOPE;
 # an agent's stop, ``tau2_env.engine.AGENT_STOP``, is STOP too), and how the page says
@@ -33,10 +34,22 @@ def split_stop_marker(content: str) -> tuple[str, str]:
     return _MARKER_RE.sub("", content).strip(), STOP_MARKERS[found.group(0)]
 
 
+def shown_json(text: str) -> Any:
+    """``text`` read as JSON to be shown (a tool's result, a call's arguments: what a
+    model, a tool or an imported file wrote), by the bounded reader; raises
+    ``ValueError`` for text to show as it is — not JSON, or nested too deep to parse
+    without a ``RecursionError``."""
+    return jsonbounds.loads(text, max_bytes=_SHOWN_MAX_BYTES, max_int_digits=1000)
+
+
+# Larger text is shown as it is, not parsed and indented.
+_SHOWN_MAX_BYTES = 1024 * 1024
+
+
 def _pretty(value: Any) -> str:
     if isinstance(value, str):
         try:
-            value = json.loads(value)
+            value = shown_json(value)
         except ValueError:
             return value
     return json.dumps(value, indent=2, ensure_ascii=False)

@@ -446,3 +446,26 @@ def test_the_largest_seed_the_columns_hold_starts(path, alice, agent_models, set
 
     assert response.status_code == 302, response.content.decode()[-3000:]
     assert Run.objects.filter(given_seed=2**63 - 1).exists()
+
+
+def test_a_stored_tool_result_nested_too_deep_to_parse_is_shown_as_it_is(alice):
+    """A tool's result is text, which the file (or a model, or a tool) may make JSON
+    100,000 levels deep: the run page and compare show it, unparsed."""
+    from apps.evaluations.imports import evaluation_import
+    from tests.support.evaluations import results_file
+
+    call = {"id": "c1", "name": "get_user_details", "arguments": {"user_id": "mia_li_3668"}}
+    messages = [
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "id": "c1", "content": "[" * 100_000 + "]" * 100_000},
+    ]
+    data = results_file(num_trials=2, simulations=2)
+    for sim in data["simulations"]:
+        sim["messages"] = messages
+    first, second = evaluation_import(user=alice, data=json.dumps(data).encode()).runs.all()
+    client = signed_in(alice)
+    client.raise_request_exception = True
+
+    page = client.get(f"/runs/{first.pk}/")
+    assert page.status_code == 200 and "[" * 100_000 in page.content.decode()
+    assert client.get(f"/runs/compare/?ids={first.pk},{second.pk}").status_code == 200
