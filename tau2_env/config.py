@@ -16,11 +16,14 @@ import os
 from dataclasses import dataclass, field
 
 __all__ = [
+    "DEFAULT_AGENT_API_MAX_BODY_BYTES",
     "DEFAULT_HF_ROUTER_URL",
     "DEFAULT_MODELS",
     "PROVIDERS",
     "ConfigError",
     "ProviderSettings",
+    "agent_api_max_body_bytes",
+    "allowed_hosts",
     "default_domain",
     "default_split",
     "env_value",
@@ -32,6 +35,7 @@ __all__ = [
     "scoring_concurrency",
     "session_idle_seconds",
     "sessions_per_client",
+    "trusted_origins",
 ]
 
 PROVIDERS = ("hf", "openai", "anthropic")
@@ -45,6 +49,9 @@ DEFAULT_HF_ROUTER_URL = "https://router.huggingface.co/v1"
 # which ``tau2 run --max-errors`` defaults to), here without importing τ²: Django's
 # models default to it. tests/runs/test_run_settings.py checks the two agree.
 DEFAULT_MAX_ERRORS = 10
+# The largest body or WebSocket frame the agent faces read: far above any reset, step or
+# JSON-RPC call (tool arguments stop at 64 KB, tau2_env.arguments), far below memory.
+DEFAULT_AGENT_API_MAX_BODY_BYTES = 1024 * 1024
 # The variable holding each provider's server-side credential.
 CREDENTIAL_VARS = {"hf": "HF_TOKEN", "openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 
@@ -203,3 +210,30 @@ def nl_judge_mode() -> str:
     if mode not in ("basis", "always"):
         raise ConfigError(f"TAU2_NL_JUDGE must be 'basis' or 'always', got {mode!r}")
     return mode
+
+
+def _env_list(name: str) -> list[str] | None:
+    """A comma-separated list (blanks dropped), or ``None`` when unset."""
+    raw = _env(name)
+    if raw is None:
+        return None
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def allowed_hosts() -> list[str]:
+    """``ALLOWED_HOSTS`` (as Django reads it: ``example.org``, ``.example.org`` for its
+    subdomains too, ``*``), default the loopback names: the hosts the standalone agent
+    faces answer (``tau2_env.guard``)."""
+    return _env_list("ALLOWED_HOSTS") or ["localhost", "127.0.0.1", "[::1]"]
+
+
+def trusted_origins() -> list[str]:
+    """``CSRF_TRUSTED_ORIGINS``: the browser origins besides the site's own that the
+    standalone agent faces accept (``https://tau2.example.org``, ``https://*.hf.space``)."""
+    return _env_list("CSRF_TRUSTED_ORIGINS") or []
+
+
+def agent_api_max_body_bytes() -> int:
+    """``TAU2_AGENT_API_MAX_BODY_BYTES``, default 1 MiB: the largest HTTP body or
+    WebSocket frame the agent faces read (larger: 413, or an error frame)."""
+    return _env_int("TAU2_AGENT_API_MAX_BODY_BYTES", DEFAULT_AGENT_API_MAX_BODY_BYTES, minimum=1024)
