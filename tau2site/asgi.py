@@ -8,6 +8,11 @@
 * Channels WebSockets under ``/ws/…`` (live runs, play sessions);
 * Django for every other page.
 
+Both agent faces sit behind :class:`tau2_env.guard.AgentFaceGuard`, which the pages'
+Host check and CSRF do not reach: ``ALLOWED_HOSTS`` only, no browser Origin but the
+site's own (or ``CSRF_TRUSTED_ORIGINS``), JSON bodies only and bounded; the MCP SDK's own
+DNS-rebinding protection is on with the same hosts.
+
 Lifespan events go to the OpenEnv app (its idle-session reaper starts there), run the MCP
 server's session manager, and start the embedded Celery worker when there is no broker.
 
@@ -29,6 +34,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 
+from tau2_env import guard  # noqa: E402
 from tau2_env.capacity import SessionSlots  # noqa: E402
 from tau2_env.mcp_server import McpApp  # noqa: E402
 from tau2_env.server import create_openenv_app  # noqa: E402
@@ -37,6 +43,7 @@ from tau2site.middleware import (  # noqa: E402
     ApiSecurityHeaders,
     BrowserSessions,
     SameOriginWebsockets,
+    agent_face_settings,
 )
 from tau2site.routing import websocket_urlpatterns  # noqa: E402
 
@@ -60,9 +67,15 @@ class Application:
         # Its lifespan goes to the app itself (the wrapper adds headers to HTTP only).
         # A signed-in person's page may open /ws on their session (the agents playground).
         openenv = BrowserSessions(create_openenv_app(slots, swagger_assets=swagger))
-        self.openenv = ApiSecurityHeaders(openenv)
-        self.mcp_app = McpApp(slots)
-        self.mcp = ApiSecurityHeaders(self.mcp_app)
+        self.openenv = ApiSecurityHeaders(
+            guard.AgentFaceGuard(openenv, face=guard.OPENENV_FACE, settings=agent_face_settings)
+        )
+        self.mcp_app = McpApp(
+            slots, transport_security=guard.transport_security(agent_face_settings())
+        )
+        self.mcp = ApiSecurityHeaders(
+            guard.AgentFaceGuard(self.mcp_app, face=guard.MCP_FACE, settings=agent_face_settings)
+        )
         self.channels_ws = SameOriginWebsockets(
             AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
         )

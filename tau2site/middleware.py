@@ -34,6 +34,7 @@ from django.core.exceptions import DisallowedHost
 from django.http import HttpResponseBadRequest
 
 from apps.agents.playground import browser_session
+from tau2_env.guard import GuardSettings
 
 NUL = "\x00"
 NUL_REFUSED = "Bad request: a NUL character (%00) is not accepted in a URL or a form."
@@ -131,46 +132,28 @@ def _allowed_hosts() -> list[str]:
     return [".localhost", "127.0.0.1", "[::1]"] if settings.DEBUG else []
 
 
-def _is_secure(scope) -> bool:
-    if scope.get("scheme") in ("wss", "https"):
-        return True
+def agent_face_settings() -> GuardSettings:
+    """The site's hosts, trusted origins and TLS proxy header for the agent faces' guard
+    (``tau2_env.guard``) and the site's own sockets, from Django's settings."""
     proxy = getattr(settings, "SECURE_PROXY_SSL_HEADER", None)
     if proxy:  # ("HTTP_X_FORWARDED_PROTO", "https"), as HttpRequest.is_secure() reads it
         name, expected = proxy
-        header = name.removeprefix("HTTP_").replace("_", "-").lower().encode()
-        value = _header(scope, header)
-        return value is not None and value.split(",")[0].strip() == expected
-    return False
+        proxy = (name.removeprefix("HTTP_").replace("_", "-").lower(), expected)
+    return GuardSettings(
+        allowed_hosts=tuple(_allowed_hosts()),
+        trusted_origins=tuple(settings.CSRF_TRUSTED_ORIGINS),
+        max_body_bytes=settings.TAU2_AGENT_API_MAX_BODY_BYTES,
+        proxy_ssl_header=proxy,
+    )
 
 
 def websocket_origin_allowed(scope) -> bool:
     """True when a WebSocket comes from a page of this site, as Django's CSRF check decides
-    for a form: its ``Origin`` is the scheme, host and port the socket was opened to
-    (``http``/``https`` for ``ws``/``wss``, behind a TLS proxy as ``SECURE_PROXY_SSL_HEADER``
-    says), on an allowed host, or one of ``CSRF_TRUSTED_ORIGINS``."""
-    from django.http.request import is_same_domain, split_domain_port, validate_host
-
-    origin, host = _header(scope, b"origin"), _header(scope, b"host")
-    if not origin or not host:
-        return False
-    domain, _port = split_domain_port(host)
-    if not domain or not validate_host(domain, _allowed_hosts()):
-        return False
-    origin = origin.lower()
-    if origin == f"{'https' if _is_secure(scope) else 'http'}://{host.lower()}":
-        return True
-    parsed = urlsplit(origin)
-    for trusted in settings.CSRF_TRUSTED_ORIGINS:
-        if origin == trusted.lower():
-            return True
-        pattern = urlsplit(trusted.lower())
-        if (
-            "*" in pattern.netloc
-            and parsed.scheme == pattern.scheme
-            and is_same_domain(parsed.netloc, pattern.netloc.replace("*", "", 1))
-        ):
-            return True
-    return False
+    for a form: it has an ``Origin``, and that is the scheme, host and port the socket was
+    opened to (``http``/``https`` for ``ws``/``wss``, behind a TLS proxy as
+    ``SECURE_PROXY_SSL_HEADER`` says), on an allowed host, or one of
+    ``CSRF_TRUSTED_ORIGINS`` (:meth:`tau2_env.guard.GuardSettings.refusal`)."""
+    return _header(scope, b"origin") is not None and agent_face_settings().refusal(scope) is None
 
 
 class SameOriginWebsockets:

@@ -365,8 +365,16 @@ TAU2_REVIEW_BY_MEMBERS = envbool("TAU2_REVIEW_BY_MEMBERS", False)
 TAU2_ALLOWED_ORGS = envlist("TAU2_ALLOWED_ORGS")
 # A sign-in without Hugging Face for laptops; refused (404) unless DEBUG is on too.
 TAU2_DEV_LOGIN = envbool("TAU2_DEV_LOGIN", False)
-# The OpenEnv and MCP faces serve only clients with a studio API key (tau2s_…): anonymous
-# clients are refused and the server's HF_TOKEN is never spent for them.
+
+# --- The agent faces (OpenEnv's API, /agent/mcp): tau2_env.guard ---------------------------
+# They answer ALLOWED_HOSTS only, refuse browser Origins other than the site's own and
+# CSRF_TRUSTED_ORIGINS, read JSON bodies only, at most this large (and frames too).
+try:
+    TAU2_AGENT_API_MAX_BODY_BYTES = tau2_config.agent_api_max_body_bytes()
+except tau2_config.ConfigError as exc:
+    raise ImproperlyConfigured(str(exc)) from exc
+# The faces serve only clients with a studio API key (tau2s_…): anonymous clients are
+# refused and the server's HF_TOKEN is never spent for them.
 TAU2_AGENT_API_REQUIRE_KEY = envbool("TAU2_AGENT_API_REQUIRE_KEY", False)
 
 # --- Inference Providers catalogue (apps.inference) ---------------------------------------
