@@ -369,13 +369,16 @@ TAU2_DEV_LOGIN = envbool("TAU2_DEV_LOGIN", False)
 # --- The agent faces (OpenEnv's API, /agent/mcp): tau2_env.guard ---------------------------
 # They answer ALLOWED_HOSTS only, refuse browser Origins other than the site's own and
 # CSRF_TRUSTED_ORIGINS, read JSON bodies only, at most this large (and frames too).
+# The faces serve only clients with a studio API key (tau2s_…): anonymous clients are
+# refused and the server's own credential (HF_TOKEN) is never spent for them. On by
+# default where a server credential is set and DEBUG is off: a server others can reach
+# would otherwise spend it for anyone who asks.
 try:
     TAU2_AGENT_API_MAX_BODY_BYTES = tau2_config.agent_api_max_body_bytes()
+    _SERVER_CREDENTIAL = tau2_config.provider_settings().server_credential is not None
 except tau2_config.ConfigError as exc:
     raise ImproperlyConfigured(str(exc)) from exc
-# The faces serve only clients with a studio API key (tau2s_…): anonymous clients are
-# refused and the server's HF_TOKEN is never spent for them.
-TAU2_AGENT_API_REQUIRE_KEY = envbool("TAU2_AGENT_API_REQUIRE_KEY", False)
+TAU2_AGENT_API_REQUIRE_KEY = envbool("TAU2_AGENT_API_REQUIRE_KEY", _SERVER_CREDENTIAL and not DEBUG)
 
 # --- Inference Providers catalogue (apps.inference) ---------------------------------------
 # The agent models: copied from {TAU2_HF_ROUTER_URL}/models by Celery beat every

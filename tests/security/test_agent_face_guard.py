@@ -10,6 +10,8 @@ charlie is anonymous throughout: the probes need no account, which is what made 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from itertools import product
 from urllib.parse import urlsplit
 
@@ -293,3 +295,35 @@ def test_the_guard_trusts_the_origins_djangos_csrf_check_trusts(settings, origin
     guard = origin_allowed(origin, host="tau2.example.org", secure=secure, trusted_origins=TRUSTED)
 
     assert guard is django
+
+
+# --- Keys where the server has a token ------------------------------------------------------
+
+
+def _settings_in_a_fresh_process(**env: str) -> str:
+    script = (
+        "import django; django.setup(); from django.conf import settings; "
+        "print(settings.TAU2_AGENT_API_REQUIRE_KEY)"
+    )
+    base = {
+        "PATH": "/usr/bin:/bin",
+        "DJANGO_SETTINGS_MODULE": "tau2site.settings",
+        "TAU2_ENV_FILE": "",
+        "DJANGO_SECRET_KEY": "tests-only-secret-key-0123456789-abcdefghijklmnopqrstuvwxyz",
+        "TAU2_VAULT_KEYS": "N3uZF8m7DxGjISnnXFZbWKgVJn9hg-w_PPTB7gok6yA=",
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", script], env={**base, **env}, capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout.strip()
+
+
+def test_with_a_server_token_and_debug_off_keys_are_required_unless_said_otherwise():
+    token = {"HF_TOKEN": SERVER_TOKEN}
+
+    assert _settings_in_a_fresh_process(**token) == "True"
+    assert _settings_in_a_fresh_process(**token, TAU2_AGENT_API_REQUIRE_KEY="false") == "False"
+    assert _settings_in_a_fresh_process(**token, DEBUG="true") == "False"  # a laptop
+    assert _settings_in_a_fresh_process() == "False"  # no token to spend
