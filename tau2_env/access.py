@@ -7,11 +7,19 @@ token, the key that counts its sessions against the per-client cap, and the
 Hugging Face tokens only; the web project plugs its own in with
 :func:`set_credentials_resolver` (e.g. to accept its own API keys, or to require one).
 
+Who may use a session: the credential that opened it (:attr:`Credentials.owner`: a key,
+a token, a browser session; an anonymous client is its address) — another, or none,
+finds no such session. Whose cap it counts against: :attr:`Credentials.client` (a
+person with all their keys, a Hugging Face account, an address). A raw Hugging Face
+token is asked of the Hub first (:mod:`tau2_env.hf_identity`): a token the Hub does not
+know is refused before it holds anything.
+
 Nothing here imports Django, and no secret is ever put in a ``repr`` or a log line.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 from collections.abc import Callable, Iterator, Mapping
@@ -21,11 +29,16 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 from urllib.parse import parse_qs
 
+from tau2_env import config, hf_identity
+
 if TYPE_CHECKING:
     from tau2_env.engine import Episode
 
 __all__ = [
     "ClientRequest",
+    "credentials_used",
+    "hearing_credentials",
+    "resolve_credentials_async",
     "Credentials",
     "CredentialsRefused",
     "EpisodeHooks",
@@ -91,16 +104,29 @@ class EpisodeHooks(Protocol):
 
 @dataclass(frozen=True)
 class Credentials:
-    """What a client's episodes run on.
+    """What a client's episodes run on, and whose they are.
 
     ``hf_token``: the customer's Hugging Face token (``None``: the server's configured
-    provider and key). ``client``: the key its sessions are counted under (never the
-    token itself). ``hooks``: told about its episodes, or ``None``.
+    provider and key). ``client``: the cap its sessions count against (never the token
+    itself), at most ``limit`` sessions (``None``: the server's per-client cap).
+    ``owner``: the credential its sessions belong to (default ``client``): only the
+    same owner may use them. ``hooks``: told about its episodes, or ``None``.
+    ``check``: asks again whether these credentials still stand (raises
+    :class:`CredentialsRefused`: a revoked key, a signed-out session), called every few
+    seconds while a session is open; ``None``: nothing can revoke them.
     """
 
     client: str
     hf_token: str | None = field(repr=False, default=None)
     hooks: EpisodeHooks | None = field(repr=False, default=None)
+    owner: str = ""
+    limit: int | None = None
+    check: Callable[[], None] | None = field(repr=False, default=None, compare=False)
+
+    @property
+    def holder(self) -> str:
+        """Who the sessions belong to: ``owner``, else ``client``."""
+        return self.owner or self.client
 
 
 def bearer_token(headers: Mapping[str, str]) -> str | None:
@@ -114,16 +140,34 @@ def _fingerprint(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()[:16]
 
 
+def sessions_per_address() -> int:
+    """``TAU2_SESSIONS_PER_ADDRESS``, default 4: sessions a client without a key or a
+    known token may hold from one address."""
+    return config._env_int("TAU2_SESSIONS_PER_ADDRESS", 4)
+
+
 def default_resolver(request: ClientRequest) -> Credentials:
     """Hugging Face tokens only: the reset's ``hf_token`` wins over an ``Authorization:
-    Bearer`` token; with neither, the server's own provider settings apply. Sessions
-    are counted per token (by its hash) or, without one, per address."""
-    header_token = bearer_token(request.headers)
-    if header_token:
-        client = f"token:{_fingerprint(header_token)}"
-    else:
-        client = f"address:{request.address or 'unknown'}"
-    return Credentials(client=client, hf_token=request.hf_token or header_token)
+    Bearer`` token; with neither, the server's own provider settings apply.
+
+    A token is asked of the Hub (:func:`tau2_env.hf_identity.hf_account`; refused if the
+    Hub does not know it) and counts against its account's cap; without a token, or
+    with the check off, sessions count against the address (``TAU2_SESSIONS_PER_ADDRESS``).
+    Blocks for a Hub request on a new token: the faces call it off the event loop."""
+    token = request.hf_token or bearer_token(request.headers)
+    address = f"address:{request.address or 'unknown'}"
+    if token is None:
+        return Credentials(client=address, limit=sessions_per_address())
+    owner = f"token:{_fingerprint(token)}"
+    if not hf_identity.checking():
+        return Credentials(
+            client=address, owner=owner, hf_token=token, limit=sessions_per_address()
+        )
+    try:
+        account = hf_identity.hf_account(token)
+    except hf_identity.TokenUnknown as exc:
+        raise CredentialsRefused(str(exc)) from None
+    return Credentials(client=f"hf:{account}", owner=owner, hf_token=token)
 
 
 _resolver: Callable[[ClientRequest], Credentials] = default_resolver
@@ -145,6 +189,35 @@ def resolve_credentials(request: ClientRequest) -> Credentials:
     Raises :class:`CredentialsRefused` when the resolver refuses them.
     """
     return _resolver(request)
+
+
+async def resolve_credentials_async(request: ClientRequest) -> Credentials:
+    """:func:`resolve_credentials` in a worker thread (it may read a database or ask the
+    Hub), with this task's context (the browser session a face bound, say)."""
+    return await asyncio.to_thread(resolve_credentials, request)
+
+
+_heard: ContextVar[Callable[[Credentials], None] | None] = ContextVar(
+    "tau2_credentials_heard", default=None
+)
+
+
+@contextmanager
+def hearing_credentials(callback: Callable[[Credentials], None]) -> Iterator[None]:
+    """While inside, :func:`credentials_used` tells ``callback`` (a face learns which
+    credentials a session's reset chose, to check them again while it is open)."""
+    token = _heard.set(callback)
+    try:
+        yield
+    finally:
+        _heard.reset(token)
+
+
+def credentials_used(credentials: Credentials) -> None:
+    """An episode is starting on ``credentials``: tell whoever is hearing."""
+    callback = _heard.get()
+    if callback is not None:
+        callback(credentials)
 
 
 def call_hook(hooks: EpisodeHooks | None, name: str, *args: Any, **kwargs: Any) -> None:

@@ -1,26 +1,43 @@
-"""Session slots shared by the agent faces: a total, a per-client cap, an idle time.
+"""Session slots shared by the agent faces: a total, a cap per client, an idle time, and
+credentials checked again while sessions are open.
 
 Every open OpenEnv session (a ``/ws`` connection, an ``openenv/session/create`` over
 HTTP) and every MCP session holds one :class:`Slot` of one :class:`SessionSlots`. A
-client (see :class:`tau2_env.access.Credentials`: per token or key, else per address)
-holds at most ``per_client`` of them, so one client cannot take every slot; the faces
-close a session idle for ``idle_seconds``, so an abandoned one frees its slot.
-A refusal (:class:`CapacityReached`) says when to retry: when the first slot that
-could free up goes idle, if its client does nothing more.
+client (see :class:`tau2_env.access.Credentials`: a person with all their keys and
+browser sessions, a Hugging Face account, else an address) holds at most its cap of
+them, below the total, so one client cannot take every slot; the faces close a session
+idle for ``idle_seconds``, so an abandoned one frees its slot. A refusal
+(:class:`CapacityReached`) names the cap that was hit and says when to retry: when the
+first slot that could free up goes idle, if its client does nothing more.
+
+A slot may carry its credentials' ``check`` (is the key still live, the person still
+signed in?): :meth:`SessionSlots.watch` asks every open slot's again every few seconds
+and ends the sessions of those refused (:meth:`Slot.end`), with the reason.
 """
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from tau2_env import config
+from tau2_env import access, config
 
 __all__ = ["CapacityReached", "SessionSlots", "Slot"]
+
+logger = logging.getLogger(__name__)
+
+# What a client's cap is, by the kind of client (the prefix of ``Credentials.client``).
+_WHO = {
+    "person": ("you", "per person: all your keys and browser sessions together"),
+    "hf": ("this Hugging Face account", "per Hugging Face account"),
+    "address": ("this address", "per address for clients without a key"),
+}
 
 
 class CapacityReached(Exception):
@@ -45,11 +62,39 @@ class CapacityReached(Exception):
 
 @dataclass(eq=False)
 class Slot:
-    """One open session of ``client``; ``last_active`` is on the slots' clock."""
+    """One open session of ``client`` (its cap group), belonging to ``owner`` (the
+    credential that opened it; only that credential may use the session);
+    ``last_active`` is on the slots' clock.
+
+    ``check`` asks the owner's credentials again (raises to refuse them); ``on_end``,
+    set by the face serving the session, closes it; :meth:`end` does both's work."""
 
     client: str
     last_active: float
     id: int = field(default=0)
+    owner: str = ""
+    check: Callable[[], None] | None = field(default=None, repr=False)
+    on_end: Callable[[str], Awaitable[None]] | None = field(default=None, repr=False)
+    ended: str | None = None  # why the server ended the session, once it did
+    _ended_event: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+
+    async def end(self, reason: str) -> None:
+        """End the session for ``reason`` (said to its client): the face's ``on_end``
+        closes it; :meth:`wait_ended` returns. Idempotent."""
+        if self.ended is not None:
+            return
+        self.ended = reason
+        self._ended_event.set()
+        if self.on_end is not None:
+            try:
+                await self.on_end(reason)
+            except Exception:
+                logger.exception("Ending session slot %s failed", self.id)
+
+    async def wait_ended(self) -> str:
+        """Wait until :meth:`end` is called; returns its reason."""
+        await self._ended_event.wait()
+        return self.ended or ""
 
 
 class SessionSlots:
@@ -85,20 +130,31 @@ class SessionSlots:
     def active(self) -> int:
         return len(self._slots)
 
-    def acquire(self, client: str) -> Slot:
-        """A slot for ``client``; raises :class:`CapacityReached` when the server or the
-        client is full."""
+    def acquire(
+        self,
+        client: str,
+        *,
+        limit: int | None = None,
+        owner: str = "",
+        check: Callable[[], None] | None = None,
+    ) -> Slot:
+        """A slot for ``client`` (at most ``per_client`` of them, or ``limit`` if lower,
+        nor more than the total), belonging to ``owner`` (default: ``client``); raises
+        :class:`CapacityReached` when the server or the client is full."""
+        cap = min(limit or self.per_client, self.per_client, self.total)
         with self._lock:
             now = self._clock()
             mine = [slot for slot in self._slots if slot.client == client]
-            if len(mine) >= self.per_client:
+            if len(mine) >= cap:
+                who, per = _WHO.get(client.partition(":")[0], ("this client", "per client"))
+                wait = self._retry_after(mine, now)
                 raise CapacityReached(
-                    f"CAPACITY_REACHED: this client already has {len(mine)} open sessions "
-                    f"(at most {self.per_client}); close one or retry in "
-                    f"{self._retry_after(mine, now)} s.",
-                    retry_after=self._retry_after(mine, now),
+                    f"CAPACITY_REACHED: {who} already {'have' if who == 'you' else 'has'} "
+                    f"{len(mine)} open sessions (at most {cap} {per}); close one or retry "
+                    f"in {wait} s.",
+                    retry_after=wait,
                     active=len(mine),
-                    limit=self.per_client,
+                    limit=cap,
                 )
             if len(self._slots) >= self.total:
                 wait = self._retry_after(self._slots, now)
@@ -108,9 +164,43 @@ class SessionSlots:
                     active=len(self._slots),
                     limit=self.total,
                 )
-            slot = Slot(client=client, last_active=now, id=next(self._ids))
+            slot = Slot(
+                client=client,
+                last_active=now,
+                id=next(self._ids),
+                owner=owner or client,
+                check=check,
+            )
             self._slots.add(slot)
             return slot
+
+    async def end_refused(self) -> int:
+        """Ask every open slot's credentials again (off the event loop, once per owner)
+        and end the sessions of those refused; returns how many were ended."""
+        with self._lock:
+            slots = [s for s in self._slots if s.check is not None and s.ended is None]
+        checks: dict[str, Callable[[], None]] = {}
+        for slot in slots:
+            checks.setdefault(slot.owner, slot.check)  # type: ignore[arg-type]
+        if not checks:
+            return 0
+        refused = await asyncio.to_thread(_refusals, checks)
+        ended = 0
+        for slot in slots:
+            if slot.owner in refused:
+                await slot.end(refused[slot.owner])
+                ended += 1
+        return ended
+
+    async def watch(self, *, interval: float) -> None:
+        """:meth:`end_refused` every ``interval`` seconds, for ever (a task of the
+        serving loop: cancel it to stop)."""
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.end_refused()
+            except Exception:
+                logger.exception("Checking the open sessions' credentials failed")
 
     def now(self) -> float:
         """The slots' clock (``last_active`` is on it)."""
@@ -130,3 +220,17 @@ class SessionSlots:
     def _retry_after(self, slots, now: float) -> int:
         soonest = min((slot.last_active + self.idle_seconds for slot in slots), default=now + 1)
         return max(1, math.ceil(soonest - now))
+
+
+def _refusals(checks: dict[str, Callable[[], None]]) -> dict[str, str]:
+    """The owners whose ``check`` refuses them (raises ``CredentialsRefused``), with the
+    reason. A check that fails otherwise (the database away, say) refuses nobody."""
+    refused = {}
+    for owner, check in checks.items():
+        try:
+            check()
+        except access.CredentialsRefused as exc:
+            refused[owner] = str(exc) or "These credentials are no longer accepted."
+        except Exception:
+            logger.exception("A credentials check failed")
+    return refused

@@ -224,10 +224,14 @@ def _litellm_cache_off() -> None:
 class OpenEnvSessionHooks(Protocol):
     """What the OpenEnv face is told of openenv's sessions (see :func:`openenv_server_class`)."""
 
-    def admit(self) -> tuple[Any, bool]:
+    async def admit(self) -> tuple[Any, bool]:
         """A session is opening: what it holds (a slot, say) and whether its connection
         closes it itself, so openenv's idle reaper must leave it alone. Raises openenv's
         ``SessionCapacityError`` or ``EnvironmentFactoryError`` to refuse it."""
+        ...
+
+    def opened(self, held: Any, session_id: str) -> None:
+        """The session holding ``held`` is open as ``session_id``."""
         ...
 
     def touch(self, held: Any) -> None:
@@ -263,7 +267,7 @@ def _openenv_server_class() -> type[HTTPEnvServer]:
             self._held_by_session: dict[str, object] = {}
 
         async def _create_session(self) -> tuple[str, Any]:
-            held, spare = self._hooks.admit()
+            held, spare = await self._hooks.admit()
             try:
                 session_id, env = await super()._create_session()
             except BaseException:
@@ -274,7 +278,25 @@ def _openenv_server_class() -> type[HTTPEnvServer]:
             if spare:
                 async with self._session_lock:
                     self._session_websocket_attachments.add(session_id)
+            self._hooks.opened(held, session_id)
             return session_id, env
+
+        def held_by(self, session_id: str) -> Any:
+            """What the open session ``session_id`` holds, or ``None`` (no such session)."""
+            return self._held_by_session.get(session_id)
+
+        async def close_session(self, session_id: str, *, reason: str | None = None) -> None:
+            """Close ``session_id`` as ``openenv/session/close`` does: at once, or (with
+            a WebSocket attached) when that WebSocket ends; its environment's
+            ``close_reason`` (if it has one) becomes ``reason``."""
+            async with self._session_lock:
+                env = self._sessions.get(session_id)
+                if reason and env is not None and hasattr(env, "close_reason"):
+                    env.close_reason = reason
+                if session_id in self._session_websocket_attachments:
+                    self._session_pending_closes.add(session_id)
+                    return
+            await self._destroy_session(session_id)
 
         async def _cleanup_session_resources(
             self, env: Any, executor: Any, stack: Any = None

@@ -19,10 +19,15 @@ the SDK's, a desktop assistant, an evaluation harness — can be the agent:
   the episode goes on; protocol problems (an unknown domain in the URL) are JSON-RPC
   errors.
 
-Sessions hold a slot of the shared :class:`~tau2_env.capacity.SessionSlots`: a refusal
-is HTTP 503 with ``Retry-After`` and a JSON-RPC error whose ``data`` says
-``CAPACITY_REACHED`` and ``retry_after``; a session idle for the slots' idle time is
-closed (its episode ends unscored) and its id then answers 404. The SDK says when it
+A session answers only the credential that opened it (another, or none, gets 404 as
+for an unknown session); every request's credentials are resolved again (a revoked key
+gets 401), and a session whose credentials are refused while it is open is closed
+within seconds (:meth:`SessionSlots.watch`), its episode ended with the reason.
+Sessions hold a slot of the shared :class:`~tau2_env.capacity.SessionSlots`, granted
+once the credentials are resolved: a refusal is HTTP 503 with ``Retry-After`` and a
+JSON-RPC error whose ``data`` says ``CAPACITY_REACHED`` and ``retry_after``; a session
+idle for the slots' idle time is closed (its episode ends unscored) and its id then
+answers 404. A WebSocket (this transport is HTTP only) is refused. The SDK says when it
 opens and discards a session only through private methods:
 :func:`tau2_env.compat.mcp_session_manager_class` holds them.
 
@@ -112,6 +117,7 @@ class _Session:
     agent: AgentSession = field(default_factory=lambda: AgentSession(face="mcp"))
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     busy: int = 0  # POSTs being served: a session answering a call is not idle
+    end_reason: str = "The MCP session was closed."
 
     def domain(self) -> str:
         if self.agent.episode is not None:
@@ -198,25 +204,37 @@ class McpApp:
         """The SDK admitted a session: the one the request being served opens, if any."""
         opening = _opening.get()
         if opening is not None and not opening.bound:
-            self.sessions[session_id] = opening.session
+            session = opening.session
+            self.sessions[session_id] = session
             opening.bound = True
+            manager = self.manager
+
+            async def close(reason: str) -> None:
+                session.end_reason = f"The MCP session was closed: {reason}"
+                await manager.discard(session_id)
+
+            session.slot.on_end = close
 
     # ------------------------------------------------------------------ ASGI
 
     async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "websocket":
+            # Streamable HTTP has no WebSocket: refused before it is accepted.
+            await receive()  # websocket.connect
+            return await send({"type": "websocket.close", "code": 1008})
         if scope["type"] != "http":
             return await self.manager.handle_request(scope, receive, send)
         request = access.ClientRequest.from_scope(scope, face="mcp")
         try:
-            credentials = access.resolve_credentials(request)
+            credentials = await access.resolve_credentials_async(request)
         except access.CredentialsRefused as exc:
             return await _json_error(send, 401, str(exc))
         session_id = request.headers.get(MCP_SESSION_ID_HEADER)
         if session_id is not None:
             session = self.sessions.get(session_id)
             if session is not None:
-                if session.credentials.client != credentials.client:
-                    # Only the client that opened a session may use it.
+                if session.slot.owner != credentials.holder:
+                    # Only the credential that opened a session may use it.
                     return await _json_error(send, 404, "Session not found")
                 self.slots.touch(session.slot)
                 if scope.get("method") == "POST":
@@ -228,7 +246,12 @@ class McpApp:
                         self.slots.touch(session.slot)
             return await self.manager.handle_request(scope, receive, send)
         try:
-            slot = self.slots.acquire(credentials.client)
+            slot = self.slots.acquire(
+                credentials.client,
+                limit=credentials.limit,
+                owner=credentials.holder,
+                check=credentials.check,
+            )
         except CapacityReached as exc:
             return await _json_error(send, 503, str(exc), data=exc.details(), retry=exc)
         query = {
@@ -252,7 +275,7 @@ class McpApp:
         if session is None:
             return
         self.slots.release(session.slot)
-        await _in_pool(session.agent.close, "The MCP session was closed.")
+        await _in_pool(session.agent.close, session.end_reason)
 
     # -------------------------------------------------------------- handlers
 

@@ -217,7 +217,7 @@ class Tau2Environment(MCPEnvironment):
         **kwargs: Any,
     ) -> Observation:
         """Blocking reset (in-process use); the servers call :meth:`reset_async`."""
-        credentials = _credentials(hf_token)
+        credentials = _resolved(_reset_request(hf_token))
         return self._reset(
             credentials=credentials, seed=seed, task_id=task_id, domain=domain, split=split
         )
@@ -240,9 +240,9 @@ class Tau2Environment(MCPEnvironment):
         client as an error, 4xx over HTTP) for an unknown domain, split or task, a
         mistyped value, and when there are no credentials for the customer. The
         credentials come from :func:`tau2_env.access.resolve_credentials` (the request's
-        ``Authorization`` header, ``hf_token``), resolved here on the event loop.
+        ``Authorization`` header, ``hf_token``), resolved in a worker thread.
         """
-        credentials = _credentials(hf_token)
+        credentials = await _credentials(hf_token)
         return await _run(
             self._reset,
             credentials=credentials,
@@ -276,8 +276,11 @@ class Tau2Environment(MCPEnvironment):
             metadata={"error": f"Unsupported action {type(action).__name__}; use call_tool."},
         )
 
+    # Why the session ended, said in its episode's record (the server may set it first).
+    close_reason = "The session was closed."
+
     def close(self) -> None:
-        self._session.close("The session was closed.")
+        self._session.close(self.close_reason)
         super().close()
 
     # ------------------------------------------------------------- internals
@@ -344,16 +347,30 @@ def _task_json(task_id: str) -> dict[str, Any]:
     return catalog.get_tau2_task(config.default_domain(), task_id).model_dump(mode="json")
 
 
-def _credentials(hf_token: Any) -> access.Credentials:
-    """The current request's credentials with the reset's ``hf_token`` (see
-    :func:`tau2_env.access.resolve_credentials`); raises ``BadRequest``."""
+def _reset_request(hf_token: Any) -> access.ClientRequest:
+    """The current request with the reset's ``hf_token``; ``BadRequest`` if not text."""
     if hf_token is not None and not isinstance(hf_token, str):
         raise agent_session.BadRequest(f"hf_token must be a string, got {type(hf_token).__name__}")
-    request = dataclasses.replace(access.current_request(), hf_token=hf_token or None)
+    return dataclasses.replace(access.current_request(), hf_token=hf_token or None)
+
+
+def _resolved(request: access.ClientRequest) -> access.Credentials:
+    """:func:`tau2_env.access.resolve_credentials`, a refusal as ``BadRequest`` (401),
+    told to the face serving the session (:func:`tau2_env.access.credentials_used`)."""
     try:
-        return access.resolve_credentials(request)
+        credentials = access.resolve_credentials(request)
     except access.CredentialsRefused as exc:
         raise agent_session.BadRequest(str(exc), status=401) from None
+    access.credentials_used(credentials)
+    return credentials
+
+
+async def _credentials(hf_token: Any) -> access.Credentials:
+    """The reset's credentials (:func:`_resolved`), resolved in a worker thread (they
+    may read a database or ask the Hub)."""
+    request = _reset_request(hf_token)
+    # The thread gets a copy of this context; what it is told is heard here.
+    return await asyncio.to_thread(_resolved, request)
 
 
 def _result_payload(text: str, *, is_error: bool = False) -> dict[str, Any]:

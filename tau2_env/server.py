@@ -8,11 +8,22 @@ small ASGI layer (:class:`OpenEnvApp`) that adds what openenv leaves open:
 * **Credentials** through one function, :func:`tau2_env.access.resolve_credentials`
   (the request's headers and address are made the ``current_request`` of the
   connection; the web project can install its own resolver).
+* **Sessions belong to their opener**: a session answers only the credential that
+  opened it (:attr:`tau2_env.access.Credentials.holder`). A ``/mcp`` request naming
+  another's session (``tools/call``, ``openenv/session/close``…), or none that exists,
+  gets 404 and the JSON-RPC error openenv gives an unknown session; a ``/ws`` asking to
+  attach to one is refused before it is accepted; a WebSocket frame naming one gets
+  that error frame. Nothing runs.
 * **Capacity**: every session (a ``/ws`` connection, an ``openenv/session/create``)
   holds a slot of a shared :class:`~tau2_env.capacity.SessionSlots` — a total, a cap
-  per client — and a refusal carries ``retry_after`` (seconds). A WebSocket that waits
+  per client — granted once its credentials are resolved (a refused one holds
+  nothing), and a refusal carries ``retry_after`` (seconds). A WebSocket that waits
   ``TAU2_SESSION_IDLE_SECONDS`` for its client is closed (code 1001); a session over
   HTTP is reaped by openenv after the same time.
+* **Revocation**: every ``TAU2_CREDENTIALS_CHECK_SECONDS`` (default 2) the open
+  sessions' credentials are checked again (:meth:`SessionSlots.watch`); a session
+  whose key was revoked (or whose person signed out) is closed — a WebSocket with code
+  1008 and the reason.
 * **Inputs**: tool arguments given as a JSON string are read as the object they hold
   (as the original OpenEnv Space's server accepted them); a step's action given as text
   is read as τ²'s gym reads it (:func:`text_action`: a tool call, else
@@ -47,10 +58,10 @@ from fastapi import FastAPI, Request
 from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.responses import HTMLResponse, JSONResponse
 from openenv.core.env_server.exceptions import EnvironmentFactoryError, SessionCapacityError
-from openenv.core.env_server.mcp_types import CallToolAction
+from openenv.core.env_server.mcp_types import CallToolAction, JsonRpcErrorCode, JsonRpcResponse
 from openenv.core.env_server.types import ConcurrencyConfig
 
-from tau2_env import access, compat
+from tau2_env import access, compat, config
 from tau2_env.agent_session import BadRequest
 from tau2_env.capacity import CapacityReached, SessionSlots, Slot
 from tau2_env.openenv_env import Tau2Environment, Tau2State, Tau2ToolObservation
@@ -73,10 +84,14 @@ set_credentials_resolver = access.set_credentials_resolver
 
 @dataclass
 class _Call:
-    """What the ASGI layer knows of the connection being served."""
+    """What the ASGI layer knows of the connection being served: its credentials once
+    resolved (or why they were refused), the slot its session holds."""
 
     kind: str  # "http" or "websocket"
     refusal: CapacityReached | None = None
+    credentials: access.Credentials | None = None
+    refused: access.CredentialsRefused | None = None
+    slot: Slot | None = None
 
 
 _call: ContextVar[_Call | None] = ContextVar("tau2_openenv_call", default=None)
@@ -87,28 +102,63 @@ class _SlotHooks:
 
     def __init__(self, slots: SessionSlots) -> None:
         self.slots = slots
+        self.server: Any = None  # the openenv server these hooks are for (set once built)
 
-    def admit(self) -> tuple[Slot, bool]:
+    async def admit(self) -> tuple[Slot, bool]:
         call = _call.get()
         try:
-            credentials = access.resolve_credentials(access.current_request())
+            credentials = await _credentials_of(call)
         except access.CredentialsRefused as exc:
             raise EnvironmentFactoryError(ENV_NAME, str(exc)) from None
         try:
-            slot = self.slots.acquire(credentials.client)
+            slot = self.slots.acquire(
+                credentials.client,
+                limit=credentials.limit,
+                owner=credentials.holder,
+                check=credentials.check,
+            )
         except CapacityReached as exc:
             if call is not None:
                 call.refusal = exc
             raise SessionCapacityError(exc.active, exc.limit, str(exc)) from None
+        websocket = call is not None and call.kind == "websocket"
+        if websocket:
+            call.slot = slot
         # A WebSocket's own idle timeout closes it (OpenEnvApp); openenv's reaper must not
         # close a session under a live WebSocket (mid-turn, say).
-        return slot, call is not None and call.kind == "websocket"
+        return slot, websocket
+
+    def opened(self, slot: Slot, session_id: str) -> None:
+        server = self.server
+
+        async def close(reason: str) -> None:
+            await server.close_session(session_id, reason=reason)
+
+        slot.on_end = close
 
     def touch(self, slot: Slot) -> None:
         self.slots.touch(slot)
 
     def release(self, slot: Slot) -> None:
         self.slots.release(slot)
+
+
+async def _credentials_of(call: _Call | None) -> access.Credentials:
+    """The credentials of the request being served, resolved once per connection;
+    raises :class:`~tau2_env.access.CredentialsRefused`."""
+    if call is not None and call.refused is not None:
+        raise call.refused
+    if call is not None and call.credentials is not None:
+        return call.credentials
+    try:
+        credentials = await access.resolve_credentials_async(access.current_request())
+    except access.CredentialsRefused as exc:
+        if call is not None:
+            call.refused = exc
+        raise
+    if call is not None:
+        call.credentials = credentials
+    return credentials
 
 
 def _bad_request(request: Request, exc: Exception) -> JSONResponse:
@@ -131,6 +181,7 @@ def create_openenv_app(
     """
     compat.install()
     slots = slots or SessionSlots.from_config()
+    hooks = _SlotHooks(slots)
     api = FastAPI(
         title="τ²-bench OpenEnv API",
         version="1.0.0",
@@ -153,13 +204,37 @@ def create_openenv_app(
         ),
         env_name=ENV_NAME,
         state_cls=Tau2State,
-        hooks=_SlotHooks(slots),
+        hooks=hooks,
     )
+    hooks.server = server
     server.register_routes(api, mode="simulation")
     if swagger_assets:
         api.add_api_route("/docs", _swagger_page(api, swagger_assets), include_in_schema=False)
     api.add_exception_handler(BadRequest, _bad_request)
-    return OpenEnvApp(api, slots=slots)
+    watcher = _CredentialsWatcher(slots)
+    api.router.on_startup.append(watcher.start)
+    api.router.on_shutdown.append(watcher.stop)
+    return OpenEnvApp(api, slots=slots, server=server)
+
+
+class _CredentialsWatcher:
+    """Runs :meth:`SessionSlots.watch` on the serving loop from startup to shutdown."""
+
+    def __init__(self, slots: SessionSlots) -> None:
+        self.slots = slots
+        self.task: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        if self.task is None:
+            interval = float(config._env_int("TAU2_CREDENTIALS_CHECK_SECONDS", 2))
+            self.task = asyncio.create_task(self.slots.watch(interval=interval))
+
+    async def stop(self) -> None:
+        if self.task is not None:
+            self.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self.task
+            self.task = None
 
 
 class OpenEnvApp:
@@ -168,9 +243,10 @@ class OpenEnvApp:
     # The Task API paths that name the environment: ``/<name>/splits`` and the like.
     _NAMED = tuple(f"/{alias}/" for alias in ENV_NAME_ALIASES)
 
-    def __init__(self, api: FastAPI, *, slots: SessionSlots) -> None:
+    def __init__(self, api: FastAPI, *, slots: SessionSlots, server: Any) -> None:
         self.api = api
         self.slots = slots
+        self.server = server
 
     async def __call__(self, scope, receive, send) -> None:
         kind = scope["type"]
@@ -185,38 +261,139 @@ class OpenEnvApp:
         try:
             with access.serving(access.ClientRequest.from_scope(scope, face="openenv")):
                 if kind == "websocket":
-                    receive = self._websocket_receive(receive, send)
-                    send = self._websocket_send(send, call)
-                else:
-                    if scope.get("method") == "POST" and path.rstrip("/") in ("/step", "/mcp"):
-                        receive = _json_body_receive(receive)
-                    send = _http_send(send, call)
-                await self.api(scope, receive, send)
+                    await self._websocket(scope, receive, send, call)
+                    return
+                if scope.get("method") == "POST" and path.rstrip("/") in ("/step", "/mcp"):
+                    body = await _read_body(receive)
+                    if path.rstrip("/") == "/mcp":
+                        refusal = await self._foreign_session(body, call)
+                        if refusal is not None:
+                            return await _json_response(send, *refusal)
+                    receive = _replay(body, receive)
+                await self.api(scope, receive, _http_send(send, call))
         finally:
             _call.reset(token)
 
-    def _websocket_receive(self, receive, send):
-        """Frames with tool arguments as JSON text read as objects; an idle client is
-        disconnected after the slots' idle time."""
+    # ------------------------------------------------------------ ownership
+
+    def _owned_slot(self, session_id: Any, owner: str) -> Slot | None:
+        """The slot of ``session_id`` if it is open and ``owner``'s, else ``None``."""
+        if not isinstance(session_id, str):
+            return None
+        slot = self.server.held_by(session_id)
+        return slot if isinstance(slot, Slot) and slot.owner == owner else None
+
+    async def _foreign_session(self, body: bytes, call: _Call) -> tuple[int, dict] | None:
+        """(status, JSON) refusing a JSON-RPC body that names a session not the
+        caller's (401 for refused credentials, 404 as for an unknown session), or ``None``."""
+        message = _json_object(body)
+        params = message.get("params") if message is not None else None
+        if not isinstance(params, dict) or "session_id" not in params:
+            return None
+        session_id = params["session_id"]
+        try:
+            credentials = await _credentials_of(call)
+        except access.CredentialsRefused as exc:
+            error = JsonRpcResponse.error_response(
+                JsonRpcErrorCode.INVALID_REQUEST, str(exc), request_id=message.get("id")
+            )
+            return 401, error.model_dump()
+        if self._owned_slot(session_id, credentials.holder) is not None:
+            return None
+        return 404, _unknown_session(session_id, message.get("id")).model_dump()
+
+    # ------------------------------------------------------------ WebSockets
+
+    async def _websocket(self, scope, receive, send, call: _Call) -> None:
+        """A ``/ws`` or ``/mcp`` WebSocket: attaching to a session only if it is the
+        caller's; frames naming another's session answered as unknown; closed when idle
+        or when its credentials are refused while it is open."""
+        path = scope.get("path", "").rstrip("/")
+        if path in ("/ws", "/mcp"):
+            try:
+                credentials = await _credentials_of(call)
+            except access.CredentialsRefused:
+                credentials = None  # openenv tells the client, at admission
+            attach = access.current_request().query.get("session_id")
+            if attach:
+                slot = self._owned_slot(attach, credentials.holder) if credentials else None
+                if slot is None:
+                    # As for a session that does not exist: nothing to attach to.
+                    await receive()  # websocket.connect
+                    return await send({"type": "websocket.close", "code": 1008})
+                call.slot = slot
+        with access.hearing_credentials(lambda heard: _heard(call, heard)):
+            await self.api(
+                scope,
+                self._websocket_receive(receive, send, call),
+                self._websocket_send(send, call),
+            )
+
+    def _websocket_receive(self, receive, send, call: _Call):
+        """Frames with tool arguments as JSON text read as objects, frames naming another's
+        session answered as unknown; an idle client is disconnected after the slots' idle
+        time, a session whose credentials were refused at once."""
         idle = self.slots.idle_seconds
 
-        async def wrapped():
+        async def close(code: int, reason: str) -> dict:
+            reason = reason.encode()[:123].decode(errors="ignore")  # a close frame's limit
+            await send({"type": "websocket.close", "code": code, "reason": reason})
+            return {"type": "websocket.disconnect", "code": code}
+
+        async def next_message():
+            slot = call.slot
+            if slot is None:
+                return await asyncio.wait_for(receive(), timeout=idle)
+            if slot.ended is not None:
+                return None
+            receiving = asyncio.ensure_future(receive())
+            ending = asyncio.ensure_future(slot.wait_ended())
             try:
-                message = await asyncio.wait_for(receive(), timeout=idle)
-            except TimeoutError:
-                await send(
-                    {
-                        "type": "websocket.close",
-                        "code": 1001,
-                        "reason": f"Idle for {idle} s: session closed.",
-                    }
+                done, _ = await asyncio.wait(
+                    {receiving, ending}, timeout=idle, return_when=asyncio.FIRST_COMPLETED
                 )
-                return {"type": "websocket.disconnect", "code": 1001}
-            if message.get("type") == "websocket.receive" and message.get("text"):
-                message = {**message, "text": _normalized(message["text"])}
-            return message
+            finally:
+                ending.cancel()
+            if receiving in done:
+                return receiving.result()
+            receiving.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await receiving
+            if slot.ended is not None:
+                return None
+            raise TimeoutError
+
+        async def wrapped():
+            while True:
+                try:
+                    message = await next_message()
+                except TimeoutError:
+                    return await close(1001, f"Idle for {idle} s: session closed.")
+                if message is None:
+                    return await close(1008, f"Session ended: {call.slot.ended}")
+                if message.get("type") != "websocket.receive" or not message.get("text"):
+                    return message
+                answer = self._frame_refusal(message["text"], call)
+                if answer is None:
+                    return {**message, "text": _normalized(message["text"])}
+                await send({"type": "websocket.send", "text": answer})
 
         return wrapped
+
+    def _frame_refusal(self, text: str, call: _Call) -> str | None:
+        """The answer to a frame whose JSON-RPC names a session not this connection's
+        owner's (openenv's answer to an unknown session), or ``None`` to let it through."""
+        frame = _json_object(text)
+        data = frame.get("data") if frame is not None and frame.get("type") == "mcp" else None
+        params = data.get("params") if isinstance(data, dict) else None
+        if not isinstance(params, dict) or "session_id" not in params:
+            return None
+        holder = call.credentials.holder if call.credentials is not None else None
+        session_id = params["session_id"]
+        if holder is not None and self._owned_slot(session_id, holder) is not None:
+            return None
+        error = _unknown_session(session_id, data.get("id")).model_dump()
+        return json.dumps({"type": "mcp", "data": error})
 
     @staticmethod
     def _websocket_send(send, call: _Call):
@@ -229,6 +406,38 @@ class OpenEnvApp:
             await send(message)
 
         return wrapped
+
+
+def _heard(call: _Call, credentials: access.Credentials) -> None:
+    """A reset on ``call``'s session chose ``credentials``: check them too while it is open."""
+    slot = call.slot
+    if slot is None or credentials.check is None or credentials.holder == slot.owner:
+        return
+    first = slot.check
+
+    def both() -> None:
+        if first is not None:
+            first()
+        credentials.check()
+
+    slot.check = both
+
+
+def _unknown_session(session_id: Any, request_id: Any) -> JsonRpcResponse:
+    """openenv's answer to a JSON-RPC call naming a session it does not have."""
+    return JsonRpcResponse.error_response(
+        JsonRpcErrorCode.INVALID_PARAMS,
+        f"Unknown session_id: {session_id}",
+        request_id=request_id,
+    )
+
+
+def _json_object(data: bytes | str) -> dict[str, Any] | None:
+    try:
+        value = json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _swagger_page(api: FastAPI, assets: str):
@@ -287,29 +496,43 @@ def _http_send(send, call: _Call):
     return wrapped
 
 
-def _json_body_receive(receive):
-    """The request body with tool arguments given as JSON text read as objects."""
+async def _read_body(receive) -> bytes:
+    """The whole body of an HTTP request, with tool arguments given as JSON text read as
+    objects (:func:`_normalized`)."""
     chunks: list[bytes] = []
-    done = False
+    while True:
+        message = await receive()
+        if message["type"] != "http.request":
+            break
+        chunks.append(message.get("body", b""))
+        if not message.get("more_body"):
+            break
+    body = b"".join(chunks)
+    with contextlib.suppress(UnicodeDecodeError):
+        body = _normalized(body.decode()).encode()
+    return body
+
+
+def _replay(body: bytes, receive):
+    """An ASGI ``receive`` that gives ``body`` once, then what ``receive`` gives (the
+    client's disconnect)."""
+    sent = False
 
     async def wrapped():
-        nonlocal done
-        if done:
-            return await receive()
-        while True:
-            message = await receive()
-            if message["type"] != "http.request":
-                return message
-            chunks.append(message.get("body", b""))
-            if not message.get("more_body"):
-                break
-        done = True
-        body = b"".join(chunks)
-        with contextlib.suppress(UnicodeDecodeError):
-            body = _normalized(body.decode()).encode()
-        return {"type": "http.request", "body": body, "more_body": False}
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
 
     return wrapped
+
+
+async def _json_response(send, status: int, payload: dict[str, Any]) -> None:
+    body = json.dumps(payload).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
 
 
 def _normalized(text: str) -> str:

@@ -84,6 +84,16 @@ def hf_token_for(*, user) -> str:
     return _refresh(credential.pk)
 
 
+def hf_credential_check(*, user_id: int) -> None:
+    """Whether the person's Hugging Face sign-in still stands, without opening or
+    refreshing the token (a light check, asked every few seconds of an open agent
+    session). Raises ``SignInRequired`` when there is none, or it was revoked."""
+    credential = HFCredential.objects.filter(user_id=user_id).first()
+    if credential is None:
+        raise SignInRequired(NO_CREDENTIAL)
+    _check_usable(credential)
+
+
 def _check_usable(credential: HFCredential) -> None:
     if credential.revoked_at is not None:
         raise SignInRequired(REVOKED)

@@ -3,8 +3,11 @@
 
 A client that presents a key (``Authorization: Bearer tau2s_…`` on either face, or the
 key as OpenEnv's ``reset(hf_token=…)``) plays on its owner's Hugging Face token from
-the vault, its sessions are counted per key, and its episodes are recorded as runs of
-kind "agent via API" (``apps.agents.recording``). Without a key a client goes on as
+the vault, its sessions belong to that key and count against its owner's cap (all
+their keys and browser sessions together), and its episodes are recorded as runs of
+kind "agent via API" (``apps.agents.recording``). While a session is open its key is
+checked again every few seconds: revoking it (or the owner's Hugging Face sign-in
+being revoked) ends the session. Without a key a client goes on as
 before (its own Hugging Face token, else the server's) — unless
 ``TAU2_AGENT_API_REQUIRE_KEY`` is on: then it is refused, and the server's ``HF_TOKEN``
 is never spent for it.
@@ -17,6 +20,8 @@ vault's token is never logged, nor put in a ``repr``, an argument list or a fram
 from __future__ import annotations
 
 import asyncio
+import functools
+import hashlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -24,9 +29,9 @@ from typing import TypeVar
 from django.conf import settings
 from django.db import close_old_connections
 
-from apps.accounts.vault import SignInRequired, hf_token_for
-from apps.agents.playground import browser_session_key, session_owner_token
-from apps.agents.services import API_KEY_PREFIX, ApiKeyRefused, api_key_resolve
+from apps.accounts.vault import SignInRequired, hf_credential_check, hf_token_for
+from apps.agents.playground import browser_session_key, session_check, session_owner_token
+from apps.agents.services import API_KEY_PREFIX, ApiKeyRefused, api_key_check, api_key_resolve
 from tau2_env import access
 
 __all__ = ["KEY_REQUIRED", "agent_name", "install", "presented_key", "studio_credentials"]
@@ -99,7 +104,33 @@ def studio_credentials(request: access.ClientRequest) -> access.Credentials:
     from apps.agents.recording import AgentRunRecorder
 
     recorder = AgentRunRecorder(user_id=user_id, key_id=key_id, agent=agent_name(request))
-    return access.Credentials(client=f"key:{key_id}", hf_token=token, hooks=recorder)
+    return access.Credentials(
+        client=f"person:{user_id}",
+        owner=f"key:{key_id}",
+        hf_token=token,
+        hooks=recorder,
+        check=functools.partial(_key_check, key_id),
+    )
+
+
+def _key_check(key_id: str) -> None:
+    """Whether the key (and its owner's Hugging Face sign-in) still stands; raises
+    :class:`~tau2_env.access.CredentialsRefused`. Runs in a worker thread."""
+    close_old_connections()
+    try:
+        hf_credential_check(user_id=api_key_check(key_id=key_id))
+    except ApiKeyRefused as exc:
+        raise access.CredentialsRefused(str(exc)) from None
+    except SignInRequired as exc:
+        raise access.CredentialsRefused(f"The owner of this API key: {exc}") from None
+
+
+def _session_check(session_key: str) -> None:
+    """Whether the browser session still plays; raises ``CredentialsRefused``."""
+    try:
+        session_check(session_key)
+    except SignInRequired as exc:
+        raise access.CredentialsRefused(str(exc)) from None
 
 
 def _browser_credentials(request: access.ClientRequest) -> access.Credentials | None:
@@ -115,7 +146,13 @@ def _browser_credentials(request: access.ClientRequest) -> access.Credentials | 
     if owner is None:
         return None
     user_id, token = owner
-    return access.Credentials(client=f"user:{user_id}", hf_token=token)
+    fingerprint = hashlib.sha256(session_key.encode()).hexdigest()[:16]
+    return access.Credentials(
+        client=f"person:{user_id}",
+        owner=f"browser:{fingerprint}",
+        hf_token=token,
+        check=functools.partial(_session_check, session_key),
+    )
 
 
 def install() -> None:

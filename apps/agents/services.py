@@ -58,6 +58,18 @@ def api_key_revoke(*, user, pk: int) -> ApiKey:
     return key
 
 
+def api_key_check(*, key_id: str) -> int:
+    """Whether the key ``key_id`` still stands (asked every few seconds of an open agent
+    session); returns its owner's id. Raises :class:`ApiKeyRefused` for a key revoked
+    or gone, or one whose owner can no longer sign in."""
+    key = ApiKey.objects.select_related("user").filter(key_id=key_id).first()
+    if key is None or key.revoked_at is not None:
+        raise ApiKeyRefused("This API key was revoked.")
+    if not key.user.is_active:
+        raise ApiKeyRefused("The owner of this API key can no longer sign in.")
+    return key.user_id
+
+
 def api_key_resolve(*, raw: str) -> ApiKey:
     """The live key ``raw`` is (with its ``user``), its last use noted (at most once a
     minute). Raises :class:`ApiKeyRefused` for a malformed, unknown or revoked key, or

@@ -192,7 +192,7 @@ async def test_stop_on_the_run_page_ends_the_recording_at_the_next_hop(
     assert await sync_to_async(lambda: Run.objects.get(pk=run.pk).n_messages)() == run.n_messages
 
 
-def test_episodes_without_a_key_stay_unrecorded(alice):
+def test_episodes_without_a_key_stay_unrecorded(alice, llm_server):
     from tau2_env import access
 
     credentials = access.resolve_credentials(access.ClientRequest(hf_token="hf_own_token"))

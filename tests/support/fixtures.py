@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from tau2_env import hf_identity
 from tests.support.llm_server import ScriptedLLM
 from tests.support.processes import free_port
 
@@ -49,11 +50,14 @@ def scripted_llm_session() -> Iterator[ScriptedLLM]:
 
 @pytest.fixture
 def llm_server(scripted_llm_session: ScriptedLLM, monkeypatch: pytest.MonkeyPatch) -> ScriptedLLM:
-    """The scripted LLM, empty, with all providers pointed at it and no credentials set."""
+    """The scripted LLM, empty, with all providers (and the Hub's whoami) pointed at it
+    and no credentials set."""
     scripted_llm_session.reset()
     for name in _PROVIDER_VARS:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("TAU2_HF_ROUTER_URL", scripted_llm_session.base_url)
+    monkeypatch.setenv("TAU2_HF_HUB_URL", scripted_llm_session.hub_url)
+    hf_identity.forget()
     monkeypatch.setenv("OPENAI_BASE_URL", scripted_llm_session.base_url)
     monkeypatch.setenv("ANTHROPIC_BASE_URL", f"http://127.0.0.1:{scripted_llm_session.port}")
     monkeypatch.setenv("TAU2_LLM_TIMEOUT", "30")

@@ -9,6 +9,10 @@ headers are real and only the model is scripted.
   it returns for the request. A reply is text (``str``), :func:`tool_call` /
   :func:`tool_calls`, :func:`error` (an HTTP error status), optionally :func:`delayed`.
   ``stream=True`` is answered as server-sent events with a final usage chunk.
+* ``GET /api/whoami-v2``: the Hub's answer about a token (``TAU2_HF_HUB_URL`` points
+  here): a token starting ``hf_`` is a user's (:attr:`ScriptedLLM.hf_accounts` names it,
+  else a name derived from it), unless it is in :attr:`ScriptedLLM.unknown_tokens`;
+  anything else is 401;
 * ``GET /v1/models``: :attr:`ScriptedLLM.catalogue`, shaped like the Hugging Face router's;
   set it to :func:`error` to answer an HTTP error, or to a ``str`` to answer that raw body.
 * Every request is recorded (:attr:`ScriptedLLM.requests`) with its ``Authorization``.
@@ -16,6 +20,7 @@ headers are real and only the model is scripted.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import threading
 import time
@@ -156,6 +161,8 @@ class ScriptedLLM:
         self.responder: Callable[[RecordedRequest], Reply | str] | None = None
         self.requests: list[RecordedRequest] = []
         self.catalogue: dict[str, Any] | Reply | str = json.loads(json.dumps(DEFAULT_CATALOGUE))
+        self.hf_accounts: dict[str, str] = {}  # token → the Hub account it belongs to
+        self.unknown_tokens: set[str] = set()  # tokens the Hub refuses (made up, revoked)
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -194,6 +201,21 @@ class ScriptedLLM:
             self.responder = None
             self.requests.clear()
             self.catalogue = json.loads(json.dumps(DEFAULT_CATALOGUE))
+            self.hf_accounts.clear()
+            self.unknown_tokens.clear()
+
+    @property
+    def hub_url(self) -> str:
+        """``http://127.0.0.1:<port>`` — what ``TAU2_HF_HUB_URL`` should be."""
+        return f"http://127.0.0.1:{self.port}"
+
+    def hf_account(self, token: str | None) -> str | None:
+        """The Hub account ``token`` belongs to here, or ``None`` (refused)."""
+        with self._lock:
+            if not token or not token.startswith("hf_") or token in self.unknown_tokens:
+                return None
+            named = self.hf_accounts.get(token)
+        return named or "user-" + hashlib.sha256(token.encode()).hexdigest()[:8]
 
     def add(self, *replies: Reply | str) -> None:
         """Append replies to the script."""
@@ -319,7 +341,14 @@ def _make_handler(llm: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
             llm._record(RecordedRequest("GET", self.path, dict(self.headers.items()), {}))
-            if self.path.rstrip("/").split("?")[0] in ("/v1/models", "/models"):
+            if self.path.split("?")[0] == "/api/whoami-v2":
+                request = RecordedRequest("GET", self.path, dict(self.headers.items()), {})
+                account = llm.hf_account(request.token)
+                if account is None:
+                    self._send_json(401, {"error": "Invalid credentials in Authorization header"})
+                else:
+                    self._send_json(200, {"type": "user", "name": account})
+            elif self.path.rstrip("/").split("?")[0] in ("/v1/models", "/models"):
                 catalogue = llm.catalogue
                 if isinstance(catalogue, Reply):
                     body = {"error": {"message": catalogue.error_message}}

@@ -71,6 +71,7 @@ def environment(*, llm: ScriptedLLM, extra: dict[str, str] | None = None) -> dic
     env.update(
         DATABASE_URL=f"postgres://{db['USER']}{password}@{db['HOST']}:{db['PORT']}/{db['NAME']}",
         TAU2_HF_ROUTER_URL=llm.base_url,
+        TAU2_HF_HUB_URL=llm.hub_url,
         OPENAI_BASE_URL=llm.base_url,
         ANTHROPIC_BASE_URL=f"http://127.0.0.1:{llm.port}",
         TAU2_EMBEDDED_WORKER="false",

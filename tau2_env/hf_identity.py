@@ -1,0 +1,117 @@
+"""Who a Hugging Face token belongs to, as the Hub says (``/api/whoami-v2``), cached.
+
+The agent faces grant a session slot to a raw Hugging Face token only once the Hub has
+said whose it is: a made-up token gets no slot (and its client an answer at once, not a
+failed customer turn later), and every token of one Hugging Face account counts against
+that account's cap, however many of them a client presents.
+
+``TAU2_HF_HUB_URL`` is the Hub (default ``https://huggingface.co``; tests point it at a
+local server); ``TAU2_HF_TOKEN_CHECK=false`` turns the check off (then a raw token is
+not known to be anyone's: its sessions count against its client's address).
+Answers are kept ``TAU2_HF_TOKEN_CHECK_SECONDS`` (default 600; a refusal 60 s) by the
+token's hash, never the token itself. Nothing here logs a token or puts one in a repr.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from tau2_env import config
+
+__all__ = ["TokenUnknown", "checking", "hf_account"]
+
+_REFUSAL_SECONDS = 60.0
+_CACHE_SIZE = 4096
+
+
+class TokenUnknown(Exception):
+    """The Hub refused the token, or could not be asked; ``str()`` says which (no secret)."""
+
+
+@dataclass(frozen=True)
+class _Answer:
+    account: str | None  # None: refused, ``reason`` says why
+    reason: str
+    until: float
+
+
+_cache: OrderedDict[str, _Answer] = OrderedDict()
+_lock = threading.Lock()
+
+
+def checking() -> bool:
+    """Whether raw tokens are checked with the Hub (``TAU2_HF_TOKEN_CHECK``, default on)."""
+    raw = (config.env_value("TAU2_HF_TOKEN_CHECK") or "true").strip().lower()
+    if raw not in ("1", "true", "yes", "on", "0", "false", "no", "off"):
+        raise config.ConfigError(f"TAU2_HF_TOKEN_CHECK must be true or false, got {raw!r}")
+    return raw in ("1", "true", "yes", "on")
+
+
+def hub_url() -> str:
+    """The Hub asked about tokens (``TAU2_HF_HUB_URL``)."""
+    return (config.env_value("TAU2_HF_HUB_URL") or "https://huggingface.co").strip().rstrip("/")
+
+
+def hf_account(token: str) -> str:
+    """The name of the Hugging Face account ``token`` belongs to; raises
+    :class:`TokenUnknown`. Blocks for one Hub request on a token not seen lately: call
+    it off the event loop."""
+    key = hashlib.sha256(token.encode()).hexdigest()
+    now = time.monotonic()
+    with _lock:
+        answer = _cache.get(key)
+        if answer is not None and answer.until > now:
+            _cache.move_to_end(key)
+            if answer.account is None:
+                raise TokenUnknown(answer.reason)
+            return answer.account
+    answer = _ask_the_hub(token, now=now)
+    with _lock:
+        _cache[key] = answer
+        _cache.move_to_end(key)
+        while len(_cache) > _CACHE_SIZE:
+            _cache.popitem(last=False)
+    if answer.account is None:
+        raise TokenUnknown(answer.reason)
+    return answer.account
+
+
+def forget() -> None:
+    """Drop every cached answer (tests; a token revoked on the Hub is otherwise known
+    until its answer expires)."""
+    with _lock:
+        _cache.clear()
+
+
+def _ask_the_hub(token: str, *, now: float) -> _Answer:
+    # httpx, not huggingface_hub's HfApi.whoami: that one refuses to ask anything when
+    # HF_HUB_OFFLINE is set (as it may be for τ²'s data), and this question is not a
+    # download.
+    import httpx
+
+    keep = float(config._env_int("TAU2_HF_TOKEN_CHECK_SECONDS", 600))
+    try:
+        response = httpx.get(
+            f"{hub_url()}/api/whoami-v2",
+            headers={"authorization": f"Bearer {token}"},
+            timeout=config._env_int("TAU2_HF_TOKEN_CHECK_TIMEOUT", 10),
+        )
+    except httpx.HTTPError as exc:  # the Hub unreachable: the token cannot be used either
+        reason = f"Hugging Face could not be asked about the token ({type(exc).__name__})."
+        return _Answer(None, reason, now)
+    if response.status_code in (401, 403):
+        return _Answer(None, "Hugging Face does not know this token.", now + _REFUSAL_SECONDS)
+    if response.status_code != 200:  # not an answer about the token: ask again next time
+        reason = f"Hugging Face could not check the token (HTTP {response.status_code})."
+        return _Answer(None, reason, now)
+    try:
+        name = response.json().get("name")
+    except (ValueError, AttributeError):
+        name = None
+    if not isinstance(name, str) or not name:
+        return _Answer(None, "Hugging Face did not say whose token this is.", now)
+    return _Answer(name, "", now + keep)
