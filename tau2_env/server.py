@@ -39,7 +39,8 @@ The project's ASGI application mounts it beside Django and must forward lifespan
 to it: openenv starts its idle-session reaper on startup.
 
 Standalone: ``uvicorn tau2_env.server:app`` (the module attribute ``app`` is built on
-first access, so importing this module stays cheap).
+first access, so importing this module stays cheap), behind
+:class:`tau2_env.guard.AgentFaceGuard` configured from the environment.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ import base64
 import contextlib
 import hashlib
 import json
+import logging
 import re
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -61,7 +63,7 @@ from openenv.core.env_server.exceptions import EnvironmentFactoryError, SessionC
 from openenv.core.env_server.mcp_types import CallToolAction, JsonRpcErrorCode, JsonRpcResponse
 from openenv.core.env_server.types import ConcurrencyConfig
 
-from tau2_env import access, compat, config
+from tau2_env import access, compat, config, guard
 from tau2_env.agent_session import BadRequest
 from tau2_env.capacity import CapacityReached, SessionSlots, Slot
 from tau2_env.openenv_env import Tau2Environment, Tau2State, Tau2ToolObservation
@@ -161,6 +163,32 @@ async def _credentials_of(call: _Call | None) -> access.Credentials:
     return credentials
 
 
+_SESSION_ID_IN_URL = re.compile(r"(session_id=)[^&\s\"]+")
+
+
+class RedactSessionIds(logging.Filter):
+    """Replaces the value of ``session_id=`` in a log record's arguments (uvicorn logs a
+    request's path with its query: ``/ws?session_id=…``) by ``…``: a session id is a
+    capability to its owner's session, and logs are read by more people than sessions."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.args, tuple) and any(isinstance(a, str) for a in record.args):
+            record.args = tuple(
+                _SESSION_ID_IN_URL.sub(r"\1…", a) if isinstance(a, str) else a for a in record.args
+            )
+        if isinstance(record.msg, str) and "session_id=" in record.msg:
+            record.msg = _SESSION_ID_IN_URL.sub(r"\1…", record.msg)
+        return True
+
+
+def redact_session_ids_in_server_logs() -> None:
+    """Install :class:`RedactSessionIds` on uvicorn's loggers (once)."""
+    for name in ("uvicorn.access", "uvicorn.error"):
+        logger = logging.getLogger(name)
+        if not any(isinstance(f, RedactSessionIds) for f in logger.filters):
+            logger.addFilter(RedactSessionIds())
+
+
 def _bad_request(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"detail": str(exc)}, status_code=getattr(exc, "status", 400))
 
@@ -180,6 +208,7 @@ def create_openenv_app(
     without any credentials configured (``reset`` then explains what is missing).
     """
     compat.install()
+    redact_session_ids_in_server_logs()
     slots = slots or SessionSlots.from_config()
     hooks = _SlotHooks(slots)
     api = FastAPI(
@@ -609,6 +638,12 @@ def __getattr__(name: str) -> Any:
     global _app
     if name == "app":
         if _app is None:
-            _app = create_openenv_app()
+            # Behind the same front door as in the web project (Host, Origin, content
+            # type, bounded bodies), configured from the environment.
+            _app = guard.AgentFaceGuard(
+                create_openenv_app(),
+                face=guard.OPENENV_FACE,
+                settings=guard.GuardSettings.from_config,
+            )
         return _app
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

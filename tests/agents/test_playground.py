@@ -9,6 +9,7 @@ import json
 import pytest
 from asgiref.sync import sync_to_async
 from websockets.asyncio.client import connect
+from websockets.exceptions import InvalidStatus
 
 from apps.runs.models import Run
 from tests.support.people import ALICE_TOKEN, signed_in
@@ -50,14 +51,23 @@ async def test_a_page_of_this_site_plays_on_the_signed_in_persons_own_token(
     "origin",
     [
         "http://evil.example",
-        None,  # not a browser's page at all
         "https://127.0.0.1",  # the same host on another scheme
     ],
 )
-async def test_a_socket_from_elsewhere_gets_nothing_from_the_session(
+async def test_a_page_of_another_site_is_refused_at_the_handshake(
     asgi_server, customer, alice_session, origin
 ):
-    frame = await _reset(asgi_server, cookie=alice_session, origin=origin)
+    with pytest.raises(InvalidStatus) as refused:
+        await _reset(asgi_server, cookie=alice_session, origin=origin)
+
+    assert refused.value.response.status_code == 403
+    assert customer.chat_requests() == []
+
+
+async def test_a_socket_that_is_no_browser_page_gets_nothing_from_the_session(
+    asgi_server, customer, alice_session
+):
+    frame = await _reset(asgi_server, cookie=alice_session, origin=None)
 
     assert frame["type"] == "error"
     assert "credentials" in frame["data"]["message"].lower() or "token" in frame["data"]["message"]
