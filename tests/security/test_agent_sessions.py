@@ -323,3 +323,22 @@ async def test_the_servers_log_lines_never_show_a_session_id(asgi_server, custom
     logged = "\n".join(lines)
     assert "session_id=…" in logged, logged  # the lines are there, the id is not
     assert session_id not in logged
+
+
+async def test_a_revoked_hugging_face_sign_in_ends_the_keys_sessions(asgi_server, customer, alice):
+    from django.utils import timezone
+
+    from apps.accounts.models import HFCredential
+
+    _, alice_key = await _key(alice)
+    async with connect(asgi_server.ws_url("/ws"), additional_headers=alice_key) as ws:
+        await ws.send(json.dumps({"type": "state"}))
+        await ws.recv()
+        await sync_to_async(HFCredential.objects.filter(user=alice).update)(
+            revoked_at=timezone.now()
+        )
+        took, closed = await _closed_within(ws, REVOKED_WITHIN + 5)
+
+    assert took < REVOKED_WITHIN, took
+    assert closed.rcvd.code == 1008
+    assert closed.rcvd.reason.startswith("Session ended: The owner of this API key:")
