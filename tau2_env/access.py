@@ -20,13 +20,15 @@ Nothing here imports Django, and no secret is ever put in a ``repr`` or a log li
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import hashlib
 import logging
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from urllib.parse import parse_qs
 
 from tau2_env import config, hf_identity
@@ -51,6 +53,7 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
+_T = TypeVar("_T")
 
 
 class CredentialsRefused(Exception):
@@ -140,10 +143,13 @@ def _fingerprint(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()[:16]
 
 
-def sessions_per_address() -> int:
-    """``TAU2_SESSIONS_PER_ADDRESS``, default 4: sessions a client without a key or a
-    known token may hold from one address."""
-    return config._env_int("TAU2_SESSIONS_PER_ADDRESS", 4)
+def sessions_per_address() -> int | None:
+    """``TAU2_SESSIONS_PER_ADDRESS``: sessions a client without a key or a known token
+    may hold from one address; unset (``None``), the per-client cap. An OpenEnv client
+    that gives its token only at ``reset`` is such a client while it connects."""
+    if config.env_value("TAU2_SESSIONS_PER_ADDRESS") is None:
+        return None
+    return config._env_int("TAU2_SESSIONS_PER_ADDRESS", 1)
 
 
 def default_resolver(request: ClientRequest) -> Credentials:
@@ -191,10 +197,21 @@ def resolve_credentials(request: ClientRequest) -> Credentials:
     return _resolver(request)
 
 
+# Resolving waits on a database or the Hub, not the CPU: more threads than asyncio's
+# default pool (cores + 4), so that 64 clients connecting at once do not queue.
+_pool = ThreadPoolExecutor(max_workers=32, thread_name_prefix="tau2-credentials")
+
+
 async def resolve_credentials_async(request: ClientRequest) -> Credentials:
     """:func:`resolve_credentials` in a worker thread (it may read a database or ask the
     Hub), with this task's context (the browser session a face bound, say)."""
-    return await asyncio.to_thread(resolve_credentials, request)
+    return await in_credentials_pool(resolve_credentials, request)
+
+
+async def in_credentials_pool(func: Callable[..., _T], /, *args: Any) -> _T:
+    """``func(*args)`` in the credentials' thread pool, in a copy of this context."""
+    context = contextvars.copy_context()
+    return await asyncio.get_running_loop().run_in_executor(_pool, context.run, func, *args)
 
 
 _heard: ContextVar[Callable[[Credentials], None] | None] = ContextVar(

@@ -184,7 +184,7 @@ class SessionSlots:
             checks.setdefault(slot.owner, slot.check)  # type: ignore[arg-type]
         if not checks:
             return 0
-        refused = await asyncio.to_thread(_refusals, checks)
+        refused = await access.in_credentials_pool(_refusals, checks)
         ended = 0
         for slot in slots:
             if slot.owner in refused:

@@ -14,11 +14,14 @@ token's hash, never the token itself. Nothing here logs a token or puts one in a
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import threading
 import time
 from collections import OrderedDict
 from dataclasses import dataclass
+
+import httpx
 
 from tau2_env import config
 
@@ -87,15 +90,20 @@ def forget() -> None:
         _cache.clear()
 
 
+@functools.cache
+def _client() -> httpx.Client:
+    """One client for every question (its connections kept: a new client per question
+    costs a TLS context, ~20 ms). Thread-safe."""
+    return httpx.Client(limits=httpx.Limits(max_connections=32, max_keepalive_connections=8))
+
+
 def _ask_the_hub(token: str, *, now: float) -> _Answer:
     # httpx, not huggingface_hub's HfApi.whoami: that one refuses to ask anything when
     # HF_HUB_OFFLINE is set (as it may be for τ²'s data), and this question is not a
     # download.
-    import httpx
-
     keep = float(config._env_int("TAU2_HF_TOKEN_CHECK_SECONDS", 600))
     try:
-        response = httpx.get(
+        response = _client().get(
             f"{hub_url()}/api/whoami-v2",
             headers={"authorization": f"Bearer {token}"},
             timeout=config._env_int("TAU2_HF_TOKEN_CHECK_TIMEOUT", 10),

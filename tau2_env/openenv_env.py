@@ -370,7 +370,7 @@ async def _credentials(hf_token: Any) -> access.Credentials:
     may read a database or ask the Hub)."""
     request = _reset_request(hf_token)
     # The thread gets a copy of this context; what it is told is heard here.
-    return await asyncio.to_thread(_resolved, request)
+    return await access.in_credentials_pool(_resolved, request)
 
 
 def _result_payload(text: str, *, is_error: bool = False) -> dict[str, Any]:
