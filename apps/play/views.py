@@ -93,7 +93,8 @@ def play_new(request):
             return redirect(signin_url(next_url=request.get_full_path(), reason="start"))
         else:
             return redirect("play:detail", pk=run.pk)
-    return render(request, "play/new.html", {"form": form})
+    # A refused start is a client error.
+    return render(request, "play/new.html", {"form": form}, status=400 if form.errors else 200)
 
 
 @signin_required_to_start

@@ -83,6 +83,7 @@ def race_new(request):
             "lanes": _lane_pickers(picked or []),
             "choices": model_choices(),
         },
+        status=400 if form.errors else 200,  # a refused start is a client error
     )
 
 

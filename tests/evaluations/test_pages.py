@@ -62,7 +62,7 @@ def start(client, **overrides) -> Evaluation:
 
 
 def errors(response) -> str:
-    assert response.status_code == 200
+    assert response.status_code == 400  # the form again, with why it was refused
     return " ".join(re.findall(r'class="error">([^<]*)<', response.content.decode()))
 
 

@@ -132,7 +132,7 @@ def test_a_race_needs_two_to_four_known_different_models(committed_db, alice, al
         ([FAST, "nobody/nothing-here"], "nobody/nothing-here"),
     ]:
         response = start_race(alice_client, models)
-        assert response.status_code == 200
+        assert response.status_code == 400
         errors = response.content.decode()
         assert 'data-testid="lanes-error"' in errors
         assert message in errors, (models, errors[:300])

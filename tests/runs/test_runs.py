@@ -219,7 +219,7 @@ def test_an_unknown_model_is_refused_with_a_clear_error(alice_client):
         "/runs/new/",
         {"domain": "airline", "task_id": "27", "agent_model": "nobody/nothing", "max_steps": 30},
     )
-    assert response.status_code == 200
+    assert response.status_code == 400
     assert "nobody/nothing" in response.content.decode()
     assert not Run.objects.exists()
 

@@ -165,7 +165,7 @@ def test_a_wrong_task_gives_a_clear_error_and_keeps_the_other_inputs(alice_clien
         "/runs/new/", form_data(domain="airline", max_steps=12, seed=99, user_model="org/cust")
     )
 
-    assert response.status_code == 200
+    assert response.status_code == 400
     page = unescape(response.content.decode())
     assert "No task '100' in airline: pick one from the list, or choose the domain" in page
     assert not Run.objects.exists()

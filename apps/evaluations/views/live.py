@@ -61,6 +61,7 @@ def _page(request, form: EvaluationForm, preview):
                 ("Trials and limits", [form[n] for n in (*_PREFILLED[1:], "name")]),
             ],
         },
+        status=400 if form.errors else 200,  # a refused start is a client error
     )
 
 

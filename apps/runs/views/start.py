@@ -138,7 +138,10 @@ def run_new(request):
     )
     model_fields = [form[name] for name in ("agent_model", "user_model", "max_steps", "seed")]
     return render(
-        request, "runs/new.html", {"form": form, "picker": picker, "model_fields": model_fields}
+        request,
+        "runs/new.html",
+        {"form": form, "picker": picker, "model_fields": model_fields},
+        status=400 if form.errors else 200,  # a refused start is a client error
     )
 
 
