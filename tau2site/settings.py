@@ -73,6 +73,7 @@ INSTALLED_APPS = [
     "apps.races",
     "apps.agents",
     "apps.inference",
+    "apps.workers",
 ]
 
 MIDDLEWARE = [
@@ -108,6 +109,7 @@ TEMPLATES = [
                 "django.contrib.messages.context_processors.messages",
                 "tau2site.context_processors.catalogue",
                 "apps.accounts.context_processors.account",
+                "tau2site.context_processors.worker_liveness",
             ],
         },
     },
@@ -180,6 +182,19 @@ CELERY_TASK_DEFAULT_QUEUE = envstr("CELERY_QUEUE", "tau2")
 # Without a broker the web process runs a Celery worker in a thread (tau2site.embedded_worker).
 TAU2_EMBEDDED_WORKER = envbool("TAU2_EMBEDDED_WORKER", CELERY_BROKER_URL.startswith("memory://"))
 TAU2_EMBEDDED_WORKER_CONCURRENCY = envint("TAU2_EMBEDDED_WORKER_CONCURRENCY", 4, minimum=1)
+
+# --- Worker liveness (apps.workers) ---------------------------------------------------------
+# Each worker process writes its row every TAU2_WORKER_BEAT_SECONDS, to the database (so it
+# goes on while Redis is away); a worker is alive while its last beat is at most
+# TAU2_WORKER_ALIVE_SECONDS old (three beats unless set).
+TAU2_WORKER_BEAT_SECONDS = envfloat("TAU2_WORKER_BEAT_SECONDS", 5.0, minimum=0.5)
+TAU2_WORKER_ALIVE_SECONDS = envfloat(
+    "TAU2_WORKER_ALIVE_SECONDS", 3 * TAU2_WORKER_BEAT_SECONDS, minimum=1.0
+)
+if TAU2_WORKER_ALIVE_SECONDS <= TAU2_WORKER_BEAT_SECONDS:
+    raise ImproperlyConfigured("TAU2_WORKER_ALIVE_SECONDS must be longer than a beat")
+# An orchestrator's probe of /health/workers asks over plain HTTP, by address.
+SECURE_REDIRECT_EXEMPT = [r"^health/workers$"]
 
 # --- τ²-bench --------------------------------------------------------------------------------
 TAU2_DOMAIN = tau2_config.default_domain()  # the engine's own defaults, read by its reader
@@ -404,11 +419,18 @@ for _name in TAU2_MODELS_FALLBACK:
 
 # --- Celery beat: every periodic task, in one place ---------------------------------------
 CELERY_BEAT_SCHEDULE = {
-    "runs-reap": {"task": "runs.reap", "schedule": float(TAU2_RUN_REAP_SECONDS)},
+    # A reap or dispatch tick nobody took within a period is dropped (the next does the same
+    # work): with no worker alive beat's ticks piled up, and a returning worker ran each.
+    "runs-reap": {
+        "task": "runs.reap",
+        "schedule": float(TAU2_RUN_REAP_SECONDS),
+        "options": {"expires": float(TAU2_RUN_REAP_SECONDS)},
+    },
     # Start what evaluations may start (also done whenever one of their runs ends).
     "evaluations-dispatch": {
         "task": "evaluations.dispatch",
         "schedule": float(TAU2_RUN_REAP_SECONDS),
+        "options": {"expires": float(TAU2_RUN_REAP_SECONDS)},
     },
     "inference-refresh-catalogue": {
         "task": "apps.inference.tasks.refresh_catalogue",
