@@ -7,6 +7,7 @@ from django.conf import settings
 from apps.evaluations.models import Evaluation
 from apps.runs.models import Run
 from apps.tasks.models import Domain
+from apps.workers.selectors import workers_liveness
 
 _SLUG = re.compile(r"^[-a-zA-Z0-9_]{1,64}$")
 
@@ -68,3 +69,17 @@ def catalogue(request):
         "nav_section": nav_section(match),
         "nav_domain": nav_domain(request, match),
     }
+
+
+# The pages where people wait for a worker: a run, a play session, an evaluation, a race.
+_LIVE_PAGES = frozenset({"runs", "play", "evaluations", "races"})
+
+
+def worker_liveness(request):
+    """``worker_liveness`` (``apps.workers.selectors.Liveness``) on the live pages, for
+    the banner saying no worker is alive (``includes/worker_banner.html``); nothing
+    elsewhere, so other pages make no query."""
+    match = getattr(request, "resolver_match", None)
+    if match is None or match.url_name != "detail" or match.namespace not in _LIVE_PAGES:
+        return {}
+    return {"worker_liveness": workers_liveness()}
