@@ -6,6 +6,7 @@ from django.views.generic import RedirectView
 
 from apps.accounts import views as accounts_views
 from apps.evaluations.views import results as evaluation_results
+from apps.workers import views as workers_views
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="tasks:explorer", permanent=False)),
@@ -17,6 +18,8 @@ urlpatterns = [
     path("play/", include("apps.play.urls")),
     path("evaluations/", include("apps.evaluations.urls")),
     path("leaderboard/", evaluation_results.leaderboard, name="leaderboard"),
+    # OpenEnv's /health stays the process's own (compose's web and openenv probes ask it).
+    path("health/workers", workers_views.health_workers, name="health_workers"),
     path("api/", include("tau2site.api_urls")),
     path("accounts/keys/", include("apps.agents.key_urls")),
     path("accounts/", include("apps.accounts.urls")),

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import Count, Max, Min
+from django.db.models import BooleanField, ExpressionWrapper, Q
 from django.db.models.functions import Now
 from django.utils import timezone
 
@@ -41,12 +41,26 @@ class Liveness:
         }
 
 
-def workers_liveness() -> Liveness:
-    """Two aggregate queries; the window is compared on the database's clock."""
+def workers_liveness(*, queue: str | None = None) -> Liveness:
+    """The liveness of the workers consuming ``queue`` (default: the queue runs are sent
+    to, ``CELERY_TASK_DEFAULT_QUEUE``; a worker of other queues runs none of them).
+
+    One query over the rows (a row per worker, those gone for a day are deleted); whether
+    a beat is recent is decided on the database's clock.
+    """
+    queue = queue or settings.CELERY_TASK_DEFAULT_QUEUE
     window = timedelta(seconds=settings.TAU2_WORKER_ALIVE_SECONDS)
-    alive = WorkerBeat.objects.filter(stopped_at__isnull=True, last_beat__gte=Now() - window)
-    now_alive = alive.aggregate(count=Count("pk"), since=Min("started_at"))
-    if now_alive["count"]:
-        return Liveness(alive=True, since=now_alive["since"], workers=now_alive["count"])
-    last = WorkerBeat.objects.aggregate(last=Max("last_beat"))["last"]
+    fresh = Q(stopped_at__isnull=True, last_beat__gte=Now() - window)
+    rows = [
+        row
+        for row in WorkerBeat.objects.annotate(
+            fresh=ExpressionWrapper(fresh, output_field=BooleanField())
+        ).values("queues", "fresh", "started_at", "last_beat")
+        if queue in row["queues"]
+    ]
+    alive = [row for row in rows if row["fresh"]]
+    if alive:
+        since = min(row["started_at"] for row in alive)
+        return Liveness(alive=True, since=since, workers=len(alive))
+    last = max((row["last_beat"] for row in rows), default=None)
     return Liveness(alive=False, since=last, workers=0)
