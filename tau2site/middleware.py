@@ -1,4 +1,5 @@
-"""What every request and every page of the site share: a NUL guard and the security policy.
+"""What every request and every page of the site share: a NUL guard, the security policy, and
+a plain "try again in a moment" while the database or the channel layer cannot be reached.
 
 * :class:`RejectNulMiddleware` answers 400 to a NUL character in the path, the query string
   or a form field. Nothing legitimate sends one, and PostgreSQL's text and jsonb cannot
@@ -8,6 +9,9 @@
   included), images also from ``https:`` (Hugging Face avatars), no plug-ins, and framing
   denied — or, inside a Hugging Face Space (``TAU2_EMBED_IN_SPACE``), allowed to
   ``TAU2_FRAME_ANCESTORS`` instead of ``X-Frame-Options``, which cannot name another origin.
+* :class:`DatabaseUnavailableMiddleware` answers 503 with ``Retry-After`` when a view meets
+  the database unreachable (:func:`database_unreachable`: a restart, a lost connection),
+  in JSON or as a short page; any other database error stays the 500 it is.
 
 Our own middleware rather than django-csp: the policy is one fixed string but for two
 request-dependent parts (the WebSocket host and the Space's frame ancestors), needs no
@@ -22,19 +26,28 @@ Around the ASGI application (``tau2site.asgi``), outside Django's middleware:
   scheme, host and port (Channels' ``AllowedHostsOriginValidator`` ignores the port).
 * :class:`ApiSecurityHeaders` gives the OpenEnv API's responses ``nosniff``, frame denial
   and a referrer policy, as Django's ``SecurityMiddleware`` does for the pages.
+* :class:`UnavailableWebsockets` closes a socket whose consumer (or the session lookup
+  before it) met the database or the channel layer unreachable with 1013 "Try Again
+  Later", accepting it first if need be: a failed handshake (HTTP 500) never reaches a page.
 """
 
 from __future__ import annotations
 
+import logging
 from http.cookies import CookieError, SimpleCookie
 from urllib.parse import urlsplit
 
+import psycopg
+import redis
 from django.conf import settings
 from django.core.exceptions import DisallowedHost
-from django.http import HttpResponseBadRequest
+from django.db import InterfaceError, OperationalError
+from django.http import HttpResponse, HttpResponseBadRequest, JsonResponse
 
 from apps.agents.playground import browser_session
 from tau2_env.guard import GuardSettings
+
+logger = logging.getLogger(__name__)
 
 NUL = "\x00"
 NUL_REFUSED = "Bad request: a NUL character (%00) is not accepted in a URL or a form."
@@ -115,6 +128,118 @@ class ContentSecurityPolicyMiddleware:
         return response
 
 
+# --- A dependency restarting: 503 for pages, 1013 for sockets -------------------------------
+
+# Seconds a client is asked to wait: PostgreSQL and Redis restart in 2-4 s.
+RETRY_AFTER_SECONDS = 5
+DATABASE_UNAVAILABLE = (
+    "The database cannot be reached right now (it may be restarting). Try again in a few seconds."
+)
+# Beside class 08 (connection exceptions), the SQLSTATEs of a server going, gone or full.
+# Any other (a deadlock, a serialisation failure, a statement timeout, a full disk) is a
+# fault of the request or of the server, no outage to wait out.
+OUTAGE_SQLSTATES = frozenset(
+    {
+        "57P01",  # admin_shutdown: "terminating connection due to administrator command"
+        "57P02",  # crash_shutdown
+        "57P03",  # cannot_connect_now: "the database system is shutting down / starting up"
+        "53300",  # too_many_connections
+    }
+)
+
+
+def _causes(error: BaseException):
+    """``error`` and what it was raised from (Django wraps psycopg's errors)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        yield error
+        error = error.__cause__
+
+
+def database_unreachable(error: BaseException) -> bool:
+    """True when ``error`` says the database cannot be reached or the connection to it was
+    lost: an ``OperationalError`` from libpq itself (refused, closed, reset: no SQLSTATE),
+    of SQLSTATE class 08 or one of :data:`OUTAGE_SQLSTATES`, or an ``InterfaceError`` about
+    the connection. An ``IntegrityError``, a ``DataError`` or a deadlock is a bug: False."""
+    for cause in _causes(error):
+        if isinstance(cause, psycopg.OperationalError):
+            state = cause.sqlstate
+            return state is None or state.startswith("08") or state in OUTAGE_SQLSTATES
+        if isinstance(cause, psycopg.InterfaceError):
+            return "connection" in str(cause)  # "the cursor is closed" is a bug
+    # Django's own, with no psycopg error under it (a closed connection it refuses to use).
+    return isinstance(error, OperationalError | InterfaceError) and "connection" in str(error)
+
+
+def channel_layer_unreachable(error: BaseException) -> bool:
+    """True when ``error`` is Redis (the channel layer) unreachable: refused, reset, timed
+    out or still loading its data after a restart."""
+    return any(
+        isinstance(cause, redis.ConnectionError | redis.TimeoutError) for cause in _causes(error)
+    )
+
+
+def unreachable(error: BaseException) -> str | None:
+    """Which dependency ``error`` says is unreachable ("database", "channel layer"), or
+    ``None`` for any other error."""
+    if database_unreachable(error):
+        return "database"
+    if channel_layer_unreachable(error):
+        return "channel layer"
+    return None
+
+
+# Answered in JSON: the JSON API, the .json downloads and the live pages' /state/ reads.
+JSON_PATH_PREFIXES = ("/api/",)
+JSON_PATH_SUFFIXES = (".json", "/state/")
+
+UNAVAILABLE_PAGE = f"""<!doctype html>
+<html lang="en">
+<head><meta charset="utf-8"><title>Unavailable for a moment · τ²-bench studio</title></head>
+<body>
+<h1>Unavailable for a moment</h1>
+<p>{DATABASE_UNAVAILABLE}</p>
+</body>
+</html>
+"""
+
+
+def _wants_json(request) -> bool:
+    path = request.path_info
+    if path.startswith(JSON_PATH_PREFIXES) or path.endswith(JSON_PATH_SUFFIXES):
+        return True
+    return request.get_preferred_type(["text/html", "application/json"]) == "application/json"
+
+
+class DatabaseUnavailableMiddleware:
+    """503 with ``Retry-After`` for a view that met the database unreachable
+    (:func:`database_unreachable`): ``{"detail": …}`` for JSON (:func:`_wants_json`), a
+    short page that needs no database otherwise. Any other error goes on to Django's 500.
+
+    It answers from ``process_exception``, so what a view raised (rendering included)
+    while the database restarts; the response then passes every middleware as usual.
+    """
+
+    def __init__(self, get_response):
+        self.get_response = get_response
+
+    def __call__(self, request):
+        return self.get_response(request)
+
+    def process_exception(self, request, exception):
+        if not database_unreachable(exception):
+            return None
+        logger.warning("%s %s: database unreachable (%s)", request.method, request.path, exception)
+        if _wants_json(request):
+            response = JsonResponse({"detail": DATABASE_UNAVAILABLE}, status=503)
+        else:
+            response = HttpResponse(UNAVAILABLE_PAGE, status=503)
+        response.headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        response.headers["Cache-Control"] = "no-store"
+        return response
+
+
 # --- ASGI: around the WebSockets and the OpenEnv API (tau2site.asgi) -------------------------
 
 
@@ -169,6 +294,72 @@ class SameOriginWebsockets:
 
             return await WebsocketDenier()(scope, receive, send)
         return await self.app(scope, receive, send)
+
+
+# RFC 6455 close code 1013 "Try Again Later" (IANA's registry): the server is fine, a
+# dependency of it is not; a page's socket helper reopens after its backoff.
+TRY_AGAIN_LATER = 1013
+SOCKET_REASONS = {
+    "database": "The database cannot be reached right now; try again in a few seconds.",
+    "channel layer": "Live updates cannot reach Redis right now; try again in a few seconds.",
+}
+
+
+class UnavailableWebsockets:
+    """Wraps the site's Channels sockets (``app``): when handling one raises an error that
+    says the database or the channel layer is unreachable (:func:`unreachable`) — joining
+    the group on connect, the session's user, a read, the channel layer's receive — the
+    socket is closed with :data:`TRY_AGAIN_LATER` and a reason, accepted first if it had
+    not been, so the client sees a close it reopens after, never a handshake answered 500.
+    Nothing is sent to a client already gone. Any other error propagates as before.
+    """
+
+    def __init__(self, app):
+        self.app = app
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "websocket":
+            return await self.app(scope, receive, send)
+        accepted = closed = False
+
+        async def sending(message):
+            nonlocal accepted, closed
+            if message["type"] == "websocket.accept":
+                accepted = True
+            elif message["type"] == "websocket.close":
+                closed = True
+            await send(message)
+
+        async def receiving():
+            nonlocal closed
+            message = await receive()
+            if message["type"] == "websocket.disconnect":
+                closed = True
+            return message
+
+        try:
+            return await self.app(scope, receiving, sending)
+        except Exception as error:
+            dependency = unreachable(error)
+            if dependency is None:
+                raise
+            path = scope.get("path")
+            logger.warning("WebSocket %s: %s unreachable (%s)", path, dependency, error)
+            if closed:
+                return None
+            try:
+                if not accepted:
+                    await send({"type": "websocket.accept"})
+                await send(
+                    {
+                        "type": "websocket.close",
+                        "code": TRY_AGAIN_LATER,
+                        "reason": SOCKET_REASONS[dependency],
+                    }
+                )
+            except OSError:  # the client went away meanwhile (uvicorn's ClientDisconnected)
+                pass
+            return None
 
 
 API_SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = (
