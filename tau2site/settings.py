@@ -91,6 +91,8 @@ MIDDLEWARE = [
     # After XFrameOptionsMiddleware, so it sees the response first (Space iframe framing).
     "tau2site.middleware.ContentSecurityPolicyMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, so its process_exception sees a view's error first: 503 for a database outage.
+    "tau2site.middleware.DatabaseUnavailableMiddleware",
 ]
 
 ROOT_URLCONF = "tau2site.urls"
