@@ -43,6 +43,7 @@ from tau2site.middleware import (  # noqa: E402
     ApiSecurityHeaders,
     BrowserSessions,
     SameOriginWebsockets,
+    UnavailableWebsockets,
     agent_face_settings,
 )
 from tau2site.routing import websocket_urlpatterns  # noqa: E402
@@ -76,8 +77,9 @@ class Application:
         self.mcp = ApiSecurityHeaders(
             guard.AgentFaceGuard(self.mcp_app, face=guard.MCP_FACE, settings=agent_face_settings)
         )
+        # Outside the session lookup too: a database or Redis outage closes with 1013.
         self.channels_ws = SameOriginWebsockets(
-            AuthMiddlewareStack(URLRouter(websocket_urlpatterns))
+            UnavailableWebsockets(AuthMiddlewareStack(URLRouter(websocket_urlpatterns)))
         )
 
     async def __call__(self, scope, receive, send):
