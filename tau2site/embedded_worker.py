@@ -4,6 +4,9 @@ With no REDIS_URL the broker is kombu's in-memory transport, which only reaches
 consumers in the same process; this starts one there, on a daemon thread with a
 thread pool, when the ASGI application starts. Production runs real workers
 (``celery -A tau2site worker``) and never starts this.
+
+Once ready it says so as ``celery worker`` does (Celery's ``worker_ready``), so it beats
+and runs the start-up recovery like any worker (``tau2site.celery``).
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from __future__ import annotations
 import logging
 import threading
 
+from celery import signals
+from celery.worker import WorkController
 from django.conf import settings
 
 from tau2site.celery import app
@@ -21,6 +26,14 @@ _lock = threading.Lock()
 _worker = None
 
 
+class EmbeddedWorker(WorkController):
+    """A plain WorkController that sends ``worker_ready`` once its consumer is ready, as
+    ``celery.apps.worker.Worker`` (``celery worker``'s) does."""
+
+    def on_consumer_ready(self, consumer) -> None:
+        signals.worker_ready.send(sender=consumer)
+
+
 def start() -> bool:
     """Start the in-process worker once. Returns True if one is running after the call."""
     global _worker
@@ -29,12 +42,12 @@ def start() -> bool:
     with _lock:
         if _worker is not None:
             return True
-        from celery.worker import WorkController
-
-        _worker = WorkController(
+        _worker = EmbeddedWorker(
             app=app,
             pool="threads",
             concurrency=settings.TAU2_EMBEDDED_WORKER_CONCURRENCY,
+            # Its liveness row's name: a restarted web process takes over its row, and
+            # recovers the runs it held once their leases run out (tau2site.celery).
             hostname="embedded@localhost",
             queues=[settings.CELERY_TASK_DEFAULT_QUEUE],
             without_heartbeat=True,
