@@ -4,6 +4,7 @@ checks ask, stays 200 whatever the workers do."""
 
 from __future__ import annotations
 
+import logging
 import urllib.error
 import urllib.request
 from datetime import timedelta
@@ -95,3 +96,13 @@ def test_openenvs_health_stays_200_when_no_worker_is_alive(own_queue, asgi_serve
         assert error.code == 503
     else:
         raise AssertionError("/health/workers answered 2xx with no worker alive")
+
+
+def test_its_503_is_an_answer_not_an_error_in_the_log(own_queue, caplog):
+    with caplog.at_level(logging.INFO, logger="django.request"):
+        assert Client().get("/health/workers").status_code == 503
+        assert Client().get("/runs/999999999/").status_code == 403  # others still logged
+
+    assert [r.getMessage() for r in caplog.records] == [
+        "Forbidden (Permission denied): /runs/999999999/"
+    ]

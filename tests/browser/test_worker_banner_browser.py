@@ -1,0 +1,60 @@
+"""alice watches her run's page in Chromium while the last worker dies and another starts:
+the banner "No worker has been alive since HH:MM — runs wait." comes within 30 s and goes
+once a worker beats again, without a reload. Production's timings (a beat every 5 s, alive
+for 15 s, the page asking every 10 s), a real worker process."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import time
+
+import pytest
+from playwright.sync_api import expect
+
+from tests.support import processes
+from tests.support.people import browser_signed_in
+from tests.support.scripts import queued_run
+from tests.workers.conftest import own_queue, start_worker  # noqa: F401 - a fixture
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+GONE = re.compile(r"^No worker has been alive since \d\d:\d\d — runs wait\.$")
+
+
+def test_the_banner_comes_within_30_s_of_the_last_worker_going_and_clears_when_one_returns(
+    page,
+    alice,
+    base_url,
+    own_queue,
+    scripted_llm_session,  # noqa: F811
+):
+    run = queued_run(alice)
+    worker = start_worker(scripted_llm_session, queue=own_queue, name="banner")
+    try:
+        browser_signed_in(page, alice, base_url)
+        page.goto(f"/runs/{run.pk}/")
+        banner = page.get_by_test_id("worker-banner")
+        expect(banner).to_be_hidden()
+        page.evaluate("window.sameDocument = true")
+
+        os.kill(worker.pid, signal.SIGKILL)
+        worker.proc.wait(timeout=10)
+        killed = time.monotonic()
+        expect(banner).to_be_visible(timeout=30_000)
+        appeared = time.monotonic() - killed
+        expect(banner).to_have_text(GONE)
+    finally:
+        processes.stop(worker)
+
+    again = start_worker(scripted_llm_session, queue=own_queue, name="banner")
+    try:
+        ready = time.monotonic()
+        expect(banner).to_be_hidden(timeout=20_000)
+        cleared = time.monotonic() - ready
+    finally:
+        processes.stop(again)
+
+    assert page.evaluate("window.sameDocument") is True  # no reload
+    print(f"banner: shown {appeared:.1f} s after the kill, gone {cleared:.1f} s after ready")
