@@ -31,6 +31,7 @@ import logging
 import math
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -242,6 +243,18 @@ class PrivatePostgres:
             check=True,
             stdout=subprocess.DEVNULL,
         )
+        return self._serve(data)
+
+    def restart(self) -> None:
+        """Stop the server as ``pg_ctl restart -m fast`` does (SIGINT: sessions are
+        ended, "the database system is shutting down"), then start it on the same data
+        and port."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+            _wait_or_kill(self.proc)
+        self._serve(os.path.join(self.dir, "data"))
+
+    def _serve(self, data: str) -> str:
         self.proc = subprocess.Popen(
             [*self._as, _pg_bin("postgres"), "-D", data, "-p", str(self.port)]
             + ["-c", "listen_addresses=127.0.0.1", "-c", f"unix_socket_directories={self.dir}"]
