@@ -43,11 +43,12 @@ test: install-dev
 	$(BIN)/pytest
 	$(MAKE) test-isolated
 
-# Evaluations on workers of their own, and runs surviving PostgreSQL and Redis restarts:
+# Evaluations on workers of their own, runs surviving PostgreSQL and Redis restarts, and the
+# site answering no 5xx but 503 meanwhile:
 # they restart the servers and start their own workers, so they run in a pytest of their
 # own, after everything else.
 test-isolated: install-dev
-	TAU2_TEST_ISOLATED=1 $(BIN)/pytest tests/evaluations/test_execution.py
+	TAU2_TEST_ISOLATED=1 $(BIN)/pytest tests/evaluations/test_execution.py tests/runs/test_restarts.py
 
 # Everything but the browser and slow tests: the quick loop while working (under 3 minutes
 # on 2 cores). Needs no Chromium, so only the Python packages, not install-dev's system-deps.
