@@ -23,6 +23,7 @@ pytestmark = pytest.mark.slow  # some 130 URLs × GET and POST × three people
 
 PEOPLE = ("anonymous", "bob", "staff")
 SIGNIN = "302 signin"  # the sign-in page, saying why, then back
+LIVENESS = "200 or 503"  # /health/workers: as the workers are, the same for everyone
 ADMIN_LOGIN = "302 /admin/login/"
 
 
@@ -103,6 +104,8 @@ MATRIX: dict[str, dict[str, tuple[str, str, str]]] = {
     "evaluations/import/": {"GET": (SIGNIN, "200", "200"), "POST": (SIGNIN, "200", "200")},
     "evaluations/compare/": {"GET": ("403", "400", "400"), "POST": ("403", "400", "400")},
     "leaderboard/": {"GET": (SIGNIN, "200", "200"), "POST": (SIGNIN, "200", "200")},
+    # Whether a worker is alive, for anyone (a probe signs in nowhere): 200, or 503 if none.
+    "health/workers": {"GET": same(LIVENESS), "POST": same("405")},
     # The JSON API: public catalogue, team-only evaluations, read-only.
     "api/schema/": {"GET": same("200"), "POST": same("405")},
     "api/docs/": {"GET": same("200"), "POST": same("405")},
@@ -290,6 +293,8 @@ def _matches(answer: str, expected: str, ids: dict[str, str]) -> bool:
     expected = expected.format(**ids)
     if expected == STAFF_IN:  # the admin let staff in: a page, or its own refusal
         return answer in ("200", "403", "302 /admin/")
+    if expected == LIVENESS:
+        return answer in ("200", "503")
     return answer == expected or (expected.startswith("302 ") and answer.startswith(expected))
 
 
