@@ -27,8 +27,8 @@ def test_the_banner_comes_within_30_s_of_the_last_worker_going_and_clears_when_o
     page,
     alice,
     base_url,
-    own_queue,
-    scripted_llm_session,  # noqa: F811
+    own_queue,  # noqa: F811 - the fixture imported above
+    scripted_llm_session,
 ):
     run = queued_run(alice)
     worker = start_worker(scripted_llm_session, queue=own_queue, name="banner")
