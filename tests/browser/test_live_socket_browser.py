@@ -4,7 +4,9 @@ Playwright stands between each page and the real server (ASGI app, channels_redi
 Celery worker, the scripted LLM) and breaks the connection on a chosen frame: that frame
 never reaches the page, as if the network dropped while the server sent it. Each page must
 reopen, resume from what it has shown, end with every event once, and open no socket
-once it has nothing left to wait for. alice watches her own run, play session,
+once it has nothing left to wait for. And while the server's Redis is down (a Redis of
+the test's own, under a server process of its own), the pages keep what they show and
+say they are reconnecting, until they are. alice watches her own run, play session,
 evaluation and race.
 """
 
@@ -24,6 +26,7 @@ from apps.evaluations.models import Evaluation
 from apps.races.models import Race
 from apps.runs.models import Run
 from tests.play.conftest import customer_says
+from tests.support.outages import PrivateRedis, watched_by, web_server
 from tests.support.people import browser_signed_in
 from tests.support.races import RACE_MODELS, race_script, start_race
 from tests.support.scripts import (
@@ -324,3 +327,43 @@ def test_the_race_page_reopens_each_lane_for_its_lost_final_status(
         first, second = sockets.on(f"/ws/runs/{lane.run_id}/")  # and no third once final
         assert first.broken_at is not None
         assert int(second.query["after"]) == last_event_seq([first], default=-1)
+
+
+def test_the_live_pages_say_reconnecting_while_redis_is_down_and_keep_what_they_show(
+    page, alice, llm_server
+):
+    watched = watched_by(alice)
+    redis_server = PrivateRedis().start()
+    try:
+        with web_server(llm_server, REDIS_URL=redis_server.url()) as web:
+            browser_signed_in(page, alice, web.url)
+            run_page = page
+            evaluation_page = page.context.new_page()
+            run_page.goto(web.url + watched.pages[1])
+            evaluation_page.goto(web.url + watched.pages[0])
+            for shown in (run_page, evaluation_page):
+                expect(shown.get_by_test_id("live")).to_have_text("Live…")
+                shown.evaluate("() => { window.stillTheSamePage = true; }")
+            events = run_page.get_by_test_id("conversation").get_by_test_id("event")
+            expect(events).to_have_count(3)
+            cells = evaluation_page.get_by_test_id("cell")
+            drawn = cells.count()
+            assert drawn > 0
+
+            # The server accepts each socket and closes it with 1013: they keep trying.
+            redis_server.stop()
+            for shown in (run_page, evaluation_page):
+                notice = shown.get_by_test_id("live-notice")
+                expect(notice).to_be_visible(timeout=SLOW)
+                expect(notice).to_contain_text("Reconnecting…")
+            expect(events).to_have_count(3)
+            expect(cells).to_have_count(drawn)
+
+            redis_server.start()
+            for shown in (run_page, evaluation_page):
+                expect(shown.get_by_test_id("live-notice")).to_be_hidden(timeout=SLOW)
+                expect(shown.get_by_test_id("live")).to_have_text("Live…")
+                assert shown.evaluate("() => window.stillTheSamePage") is True  # not reloaded
+            assert shown_seqs(run_page) == [0, 1, 2]
+    finally:
+        redis_server.stop()
