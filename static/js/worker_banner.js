@@ -18,12 +18,15 @@
         credentials: "same-origin",
         cache: "no-store",
       });
-      // 200: a worker is alive; 503: none is. Anything else (a web server restarting)
-      // says nothing about the workers: the banner stays as it is.
+      // 200: a worker is alive; 503: none is. Anything else — a web server restarting,
+      // or a 503 saying the database is away (no "alive" in it) — says nothing about the
+      // workers: the banner stays as it is.
       if (response.status === 200 || response.status === 503) {
         const state = await response.json();
-        banner.textContent = state.message;
-        banner.hidden = state.alive;
+        if (typeof state.alive === "boolean") {
+          banner.textContent = state.message;
+          banner.hidden = state.alive;
+        }
       }
     } catch (error) {
       // Offline: the page's socket says so; ask again next time.
