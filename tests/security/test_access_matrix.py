@@ -88,7 +88,8 @@ MATRIX: dict[str, dict[str, tuple[str, str, str]]] = {
     "play/<int:pk>/end/": {"GET": same("405"), "POST": (SIGNIN, "403", "403")},
     "play/<int:pk>/retry/": {"GET": same("405"), "POST": (SIGNIN, "403", "403")},
     # Evaluations: the team sees them; their starter, or staff, controls them.
-    "evaluations/new/": {"GET": (SIGNIN, "200", "200"), "POST": (SIGNIN, "200", "200")},
+    # An empty POST is a refused start: the form again, with its reasons (400).
+    "evaluations/new/": {"GET": (SIGNIN, "200", "200"), "POST": (SIGNIN, "400", "400")},
     "evaluations/<int:pk>/": {"GET": (SIGNIN, "200", "200"), "POST": (SIGNIN, "200", "200")},
     "evaluations/<int:pk>/state/": {"GET": ("403", "200", "200"), "POST": ("403", "200", "200")},
     **{
