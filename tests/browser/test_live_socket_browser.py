@@ -26,7 +26,7 @@ from apps.evaluations.models import Evaluation
 from apps.races.models import Race
 from apps.runs.models import Run
 from tests.play.conftest import customer_says
-from tests.support.outages import PrivateRedis, watched_by, web_server
+from tests.support.outages import watched_by, web_server
 from tests.support.people import browser_signed_in
 from tests.support.races import RACE_MODELS, race_script, start_race
 from tests.support.scripts import (
@@ -35,6 +35,7 @@ from tests.support.scripts import (
     refresh_agent_models,
     run_start,
 )
+from tests.support.servers import RedisServer
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -333,37 +334,33 @@ def test_the_live_pages_say_reconnecting_while_redis_is_down_and_keep_what_they_
     page, alice, llm_server
 ):
     watched = watched_by(alice)
-    redis_server = PrivateRedis().start()
-    try:
-        with web_server(llm_server, REDIS_URL=redis_server.url()) as web:
-            browser_signed_in(page, alice, web.url)
-            run_page = page
-            evaluation_page = page.context.new_page()
-            run_page.goto(web.url + watched.pages[1])
-            evaluation_page.goto(web.url + watched.pages[0])
-            for shown in (run_page, evaluation_page):
-                expect(shown.get_by_test_id("live")).to_have_text("Live…")
-                shown.evaluate("() => { window.stillTheSamePage = true; }")
-            events = run_page.get_by_test_id("conversation").get_by_test_id("event")
-            expect(events).to_have_count(3)
-            cells = evaluation_page.get_by_test_id("cell")
-            drawn = cells.count()
-            assert drawn > 0
+    with RedisServer() as redis_server, web_server(llm_server, REDIS_URL=redis_server.url()) as web:
+        browser_signed_in(page, alice, web.url)
+        run_page = page
+        evaluation_page = page.context.new_page()
+        run_page.goto(web.url + watched.pages[1])
+        evaluation_page.goto(web.url + watched.pages[0])
+        for shown in (run_page, evaluation_page):
+            expect(shown.get_by_test_id("live")).to_have_text("Live…")
+            shown.evaluate("() => { window.stillTheSamePage = true; }")
+        events = run_page.get_by_test_id("conversation").get_by_test_id("event")
+        expect(events).to_have_count(3)
+        cells = evaluation_page.get_by_test_id("cell")
+        drawn = cells.count()
+        assert drawn > 0
 
-            # The server accepts each socket and closes it with 1013: they keep trying.
-            redis_server.stop()
-            for shown in (run_page, evaluation_page):
-                notice = shown.get_by_test_id("live-notice")
-                expect(notice).to_be_visible(timeout=SLOW)
-                expect(notice).to_contain_text("Reconnecting…")
-            expect(events).to_have_count(3)
-            expect(cells).to_have_count(drawn)
-
-            redis_server.start()
-            for shown in (run_page, evaluation_page):
-                expect(shown.get_by_test_id("live-notice")).to_be_hidden(timeout=SLOW)
-                expect(shown.get_by_test_id("live")).to_have_text("Live…")
-                assert shown.evaluate("() => window.stillTheSamePage") is True  # not reloaded
-            assert shown_seqs(run_page) == [0, 1, 2]
-    finally:
+        # The server accepts each socket and closes it with 1013: they keep trying.
         redis_server.stop()
+        for shown in (run_page, evaluation_page):
+            notice = shown.get_by_test_id("live-notice")
+            expect(notice).to_be_visible(timeout=SLOW)
+            expect(notice).to_contain_text("Reconnecting…")
+        expect(events).to_have_count(3)
+        expect(cells).to_have_count(drawn)
+
+        redis_server.start()
+        for shown in (run_page, evaluation_page):
+            expect(shown.get_by_test_id("live-notice")).to_be_hidden(timeout=SLOW)
+            expect(shown.get_by_test_id("live")).to_have_text("Live…")
+            assert shown.evaluate("() => window.stillTheSamePage") is True  # not reloaded
+        assert shown_seqs(run_page) == [0, 1, 2]

@@ -8,7 +8,7 @@ Each test serves ``tau2site.asgi:application`` from a uvicorn process of its own
 run from outside, as her browser would:
 
 * in the suite, a Redis of the test's own is restarted under that server
-  (``tests.support.outages.PrivateRedis``) and its PostgreSQL connections go through a
+  (``tests.support.servers.RedisServer``) and its PostgreSQL connections go through a
   proxy the test cuts (``CuttableProxy``): nobody else on the machine notices;
 * in the isolated session (``make test-isolated``), the machine's own Redis and PostgreSQL
   really restart (``restart_redis``, ``restart_postgresql``), with a probe asking all the
@@ -36,7 +36,6 @@ from tests.support import processes
 from tests.support.outages import (
     CuttableProxy,
     Handshake,
-    PrivateRedis,
     Probe,
     Reply,
     Watched,
@@ -48,6 +47,7 @@ from tests.support.outages import (
     watched_by,
     web_server,
 )
+from tests.support.servers import RedisServer
 
 pytestmark = pytest.mark.slow
 
@@ -107,10 +107,9 @@ def unavailable(reply: Reply, *, as_json: bool) -> bool:
 
 
 @pytest.fixture
-def private_redis() -> Iterator[PrivateRedis]:
-    server = PrivateRedis().start()
-    yield server
-    server.stop()
+def private_redis() -> Iterator[RedisServer]:
+    with RedisServer() as server:
+        yield server
 
 
 def test_a_live_socket_is_closed_try_again_later_while_redis_is_down(

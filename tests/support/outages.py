@@ -1,8 +1,6 @@
 """Dependencies that go away under a running web server, and what its clients then see.
 
-* :class:`PrivateRedis` is a ``redis-server`` of the test's own on a free port, stopped and
-  started again at will (no persistence: a restart loses every key, as in CI) — a Redis
-  restart that disturbs nobody else on the machine.
+* A Redis of the test's own to stop and start is ``tests.support.servers.RedisServer``.
 * :class:`CuttableProxy` stands between a server process and PostgreSQL: :meth:`cut` ends
   every connection through it and refuses new ones, as a database server that went away;
   :meth:`restore` lets them through again.
@@ -19,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import socket
-import subprocess
 import threading
 import time
 import urllib.error
@@ -27,7 +24,6 @@ import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-import redis
 from django.test import Client
 from django.utils import timezone
 from websockets.exceptions import ConnectionClosed, InvalidStatus
@@ -42,7 +38,6 @@ from tests.support.processes import free_port
 __all__ = [
     "CuttableProxy",
     "Handshake",
-    "PrivateRedis",
     "Probe",
     "Reply",
     "Watched",
@@ -128,40 +123,6 @@ def watched_by(user) -> Watched:
     client = Client()
     client.force_login(user)
     return Watched(client.cookies["sessionid"].value, evaluation.pk, run.pk)
-
-
-class PrivateRedis:
-    """``redis-server`` on a free local port, for one test: :meth:`start`, :meth:`stop`
-    (SIGTERM, as ``systemctl restart`` sends) and :meth:`url`."""
-
-    def __init__(self) -> None:
-        self.port = free_port()
-        self.proc: subprocess.Popen | None = None
-
-    def url(self, db: int = 0) -> str:
-        return f"redis://127.0.0.1:{self.port}/{db}"
-
-    def answers(self) -> bool:
-        try:
-            return bool(redis.Redis(port=self.port, socket_timeout=1).ping())
-        except redis.RedisError:
-            return False
-
-    def start(self) -> PrivateRedis:
-        self.proc = subprocess.Popen(
-            ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1"]
-            + ["--save", "", "--appendonly", "no"],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        wait_for(self.answers, timeout=30, what="the private Redis answering")
-        return self
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=30)
-        self.proc = None
 
 
 class CuttableProxy:
