@@ -3,10 +3,13 @@
 
 * **Claim**: :func:`run_claim` takes a queued model run (or one whose lease ran out) for
   one worker with one conditional UPDATE: of two workers racing, exactly one gets it.
+  Taking over an expired lease records a resumption "worker lost" (``Run.resumptions``).
 * **Lease and heartbeat**: the holder keeps the run under a lease (:func:`lease`) that
   :class:`Heartbeat` renews; events are written only while the writer holds it.
 * **Hand back**: a lost database or broker is the platform's fault, not the run's;
-  :func:`run_hand_back` queues the run again to resume from its stored messages.
+  :func:`run_hand_back` queues the run again to resume from its stored messages, and
+  records why ("database restart", "broker restart"): those never count against
+  ``TAU2_RUN_MAX_ATTEMPTS`` (``Run.attempts_counted``).
 * **Finish**: :func:`run_finish` moves a run to a final status, once, then tells the
   hooks registered with ``apps.runs.hooks.on_run_settled`` (an evaluation goes on).
 * **Reap**: :func:`runs_reap` (beat) hands runs whose worker vanished to another worker,
@@ -62,27 +65,48 @@ def lease() -> timedelta:
     return timedelta(seconds=settings.TAU2_RUN_LEASE_SECONDS)
 
 
+def infrastructure_reason(exc: BaseException) -> str:
+    """The :class:`Run.Resumption` of a hand-back after ``exc`` (one of
+    :data:`INFRASTRUCTURE_ERRORS`): a database error, else the broker's."""
+    if isinstance(exc, DatabaseError):
+        return Run.Resumption.DATABASE
+    return Run.Resumption.BROKER
+
+
 def run_claim(*, run_id: int, worker: str) -> Run | None:
     """Take the run for ``worker`` if it is queued, or running under an expired lease.
 
-    One UPDATE decides: of two workers racing for the same run, exactly one gets it.
-    Returns the claimed run, or ``None`` if someone else holds it or it is over.
+    One UPDATE decides: of two workers racing for the same run, exactly one gets it (the
+    UPDATE holds only if the row is still as read: same status, holder and attempts).
+    Taking over an expired lease appends "worker lost" to ``resumptions``; a run never
+    claimed before (``attempts`` 0: new, or its evaluation's failed runs retried)
+    starts with none. Returns the claimed run, or ``None`` if someone else holds it or
+    it is over.
     """
-    now = timezone.now()
-    claimed = (
-        Run.objects.filter(pk=run_id, kind=Run.Kind.MODEL, stop_requested=False)
-        .filter(
+    for _ in range(3):  # read again only when the row changed under us (a hand-back)
+        now = timezone.now()
+        claimable = Run.objects.filter(pk=run_id, kind=Run.Kind.MODEL, stop_requested=False).filter(
             Q(status=Run.Status.QUEUED) | Q(status=Run.Status.RUNNING, lease_expires_at__lt=now)
         )
-        .update(
+        seen = claimable.values("status", "worker", "attempts", "resumptions").first()
+        if seen is None:
+            return None
+        resumptions = list(seen["resumptions"]) if seen["attempts"] else []
+        if seen["status"] == Run.Status.RUNNING:
+            resumptions.append(Run.Resumption.WORKER_LOST)
+        claimed = claimable.filter(
+            status=seen["status"], worker=seen["worker"], attempts=seen["attempts"]
+        ).update(
             status=Run.Status.RUNNING,
             worker=worker,
             lease_expires_at=now + lease(),
             attempts=F("attempts") + 1,
+            resumptions=resumptions,
             started_at=Coalesce(F("started_at"), now),
         )
-    )
-    return Run.objects.select_related("task", "created_by").get(pk=run_id) if claimed else None
+        if claimed:
+            return Run.objects.select_related("task", "created_by").get(pk=run_id)
+    return None
 
 
 def run_finish(
@@ -155,19 +179,32 @@ class Heartbeat:
             close_old_connections()
 
 
-def run_hand_back(*, run: Run, worker: str) -> str:
-    """Queue ``run`` again after an infrastructure fault; returns :data:`RETRY` (the
-    Celery task tries again later). While the database is away (a restart takes a few
-    seconds) it keeps trying, for as long as the lease would have held the run; after
-    that the lease has run out and the reaper re-queues the run instead."""
+def run_hand_back(*, run: Run, worker: str, reason: str) -> str:
+    """Queue ``run`` again after an infrastructure fault, recording ``reason`` (a
+    :class:`Run.Resumption` that does not count, from :func:`infrastructure_reason`);
+    returns :data:`RETRY` (the Celery task tries again later). While the database is
+    away (a restart takes a few seconds) it keeps trying, for as long as the lease would
+    have held the run; after that the lease has run out and the reaper re-queues the run
+    instead — the next claim then records a lost worker, which counts: nobody can tell
+    it from one."""
+    if reason not in Run.HANDED_BACK:
+        raise ValueError(f"{reason!r} is not a hand-back: one of {sorted(Run.HANDED_BACK)}")
     deadline = time.monotonic() + settings.TAU2_RUN_LEASE_SECONDS
     pause = 0.5
     while True:
         close_old_connections()  # the broken connection goes; the next query opens one
         try:
-            Run.objects.filter(pk=run.pk, worker=worker, status=Run.Status.RUNNING).update(
-                status=Run.Status.QUEUED, worker="", lease_expires_at=None
-            )
+            # Only the holder writes the row while it holds it: a worker taking the run
+            # over changes ``worker`` first, and then this UPDATE changes nothing.
+            held = Run.objects.filter(pk=run.pk, worker=worker, status=Run.Status.RUNNING)
+            resumptions = held.values_list("resumptions", flat=True).first()
+            if resumptions is not None:
+                held.update(
+                    status=Run.Status.QUEUED,
+                    worker="",
+                    lease_expires_at=None,
+                    resumptions=[*resumptions, reason],
+                )
             break
         except DatabaseError:
             if time.monotonic() + pause > deadline:
@@ -189,11 +226,13 @@ def runs_reap(*, now=None) -> list[int]:
 
     A run still "running" after its lease expired lost its worker (crash, ``kill -9``,
     deploy); an agent run (kind ``agent``) is then stopped with the reason instead.
-    Below ``TAU2_RUN_MAX_ATTEMPTS`` it is queued again, to resume from its
-    stored events; beyond, it fails with the reason. A run handed to the queue more than
-    a lease ago and still not claimed may have lost its message (Redis restarted without
-    persistence, or it could not be sent): it is sent again, at most once per lease — a
-    duplicate is harmless, only one claim wins. Returns the ids sent to the workers.
+    While its counted attempts (``Run.attempts_counted``: hand-backs after a database
+    or broker restart left out) are below ``TAU2_RUN_MAX_ATTEMPTS`` it is queued again,
+    to resume from its stored events; then it fails with the reason. A run handed to the
+    queue more than a lease ago and still not claimed may have lost its message (Redis
+    restarted without persistence, or it could not be sent): it is sent again, at most
+    once per lease — a duplicate is harmless, only one claim wins. Returns the ids sent
+    to the workers.
     """
     now = now or timezone.now()
     # An agent's episode lives in the server that served it: when its lease (renewed at
@@ -215,14 +254,11 @@ def runs_reap(*, now=None) -> list[int]:
     for run in stale:
         if run.stop_requested:  # its worker died after Stop was pressed: just stop it
             run_finish(run=run, status=Run.Status.STOPPED, termination_reason="stopped")
-        elif run.attempts >= settings.TAU2_RUN_MAX_ATTEMPTS:
+        elif run.attempts_counted >= settings.TAU2_RUN_MAX_ATTEMPTS:
             run_finish(
                 run=run,
                 status=Run.Status.FAILED,
-                error=(
-                    f"The worker running it stopped {run.attempts} times; "
-                    "giving up rather than leaving it running."
-                ),
+                error=_gave_up(run),
                 failure=Run.Failure.INFRASTRUCTURE,
             )
         else:
@@ -243,3 +279,17 @@ def runs_reap(*, now=None) -> list[int]:
             queue.run_enqueue(run_id, on_commit=False)
             requeued.append(run_id)
     return requeued
+
+
+def _gave_up(run: Run) -> str:
+    handed_back = run.attempts - run.attempts_counted
+    also = (
+        f" (and was handed back {handed_back} time{'s' if handed_back > 1 else ''} after a "
+        "database or broker restart, which does not count)"
+        if handed_back
+        else ""
+    )
+    return (
+        f"The worker running it stopped {run.attempts_counted} times{also}; "
+        "giving up rather than leaving it running."
+    )

@@ -28,8 +28,9 @@ class Run(models.Model):
         """Where a run is. Allowed transitions:
 
         QUEUED → RUNNING (a worker claims it) or STOPPED (stopped before it started);
-        RUNNING → RUNNING (another worker takes over once the lease expired),
-        QUEUED (the worker lost its database or broker and handed it back; it resumes
+        RUNNING → RUNNING (another worker takes over once the lease expired: a
+        :class:`Resumption` "worker lost"), QUEUED (the worker lost its database or
+        broker and handed it back: "database restart" or "broker restart"; it resumes
         from its stored messages), COMPLETED (the conversation ended and τ² scored it),
         FAILED (a provider or system error; ``error`` says why, ``failure`` what kind)
         or STOPPED (someone pressed Stop). FAILED → QUEUED only through "retry the
@@ -59,6 +60,20 @@ class Run(models.Model):
         TRANSIENT = "transient", "rate limit, provider error or timeout, after retries"
         INFRASTRUCTURE = "infrastructure", "database, broker or worker trouble"
         CONVERSATION = "conversation", "the conversation or its scoring went wrong"
+
+    class Resumption(models.TextChoices):
+        """Why a started model run was taken up again (``Run.resumptions``, one per time,
+        in order). A lost worker counts against ``TAU2_RUN_MAX_ATTEMPTS`` (its lease ran
+        out and another worker took the run over: a crash, ``kill -9``, a deploy, or the
+        run bringing its worker down); a hand-back does not (the worker gave the run back
+        itself because PostgreSQL or Redis went away: the platform's trouble, not the
+        run's)."""
+
+        WORKER_LOST = "worker_lost", "worker lost"
+        DATABASE = "database", "database restart"
+        BROKER = "broker", "broker restart"
+
+    HANDED_BACK = frozenset({Resumption.DATABASE, Resumption.BROKER})
 
     class PlayPhase(models.TextChoices):
         """Where a play session is; empty for model runs. Allowed transitions (all in
@@ -148,7 +163,14 @@ class Run(models.Model):
         max_length=255, blank=True, help_text="The worker (or web request) holding the run now."
     )
     lease_expires_at = models.DateTimeField(null=True, blank=True)
-    attempts = models.PositiveIntegerField(default=0)
+    attempts = models.PositiveIntegerField(
+        default=0, help_text="Claims by a worker, re-claims after a hand-back included."
+    )
+    resumptions = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Why it was taken up again after it started, in order (Run.Resumption).",
+    )
 
     termination_reason = models.CharField(max_length=32, blank=True)
     error = models.TextField(blank=True)
@@ -226,6 +248,18 @@ class Run(models.Model):
         if self.user_price_input is None or self.user_price_output is None:
             return None
         return self.user_price_input, self.user_price_output
+
+    @property
+    def attempts_counted(self) -> int:
+        """The claims that count against ``TAU2_RUN_MAX_ATTEMPTS``: all but those that
+        followed a hand-back after a database or broker restart."""
+        return self.attempts - sum(1 for reason in self.resumptions if reason in self.HANDED_BACK)
+
+    @property
+    def resumption_labels(self) -> list[str]:
+        """``resumptions`` as people read them ("worker lost", "database restart")."""
+        labels = dict(self.Resumption.choices)
+        return [labels.get(reason, reason) for reason in self.resumptions]
 
     @property
     def is_final(self) -> bool:

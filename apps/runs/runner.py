@@ -27,6 +27,7 @@ from apps.runs.lifecycle import (
     INFRASTRUCTURE_ERRORS,
     RETRY,
     Heartbeat,
+    infrastructure_reason,
     run_claim,
     run_finish,
     run_hand_back,
@@ -61,7 +62,7 @@ def run_execute(*, run_id: int, worker: str) -> str:
         return Run.Status.FAILED
     except INFRASTRUCTURE_ERRORS as exc:
         logger.warning("Run %s lost its database before it started (%s)", run.pk, exc)
-        return run_hand_back(run=run, worker=worker)
+        return run_hand_back(run=run, worker=worker, reason=infrastructure_reason(exc))
 
     try:
         with Heartbeat(run_id=run.pk, worker=worker) as heartbeat:
@@ -82,7 +83,7 @@ def run_execute(*, run_id: int, worker: str) -> str:
         # The database or the broker went away (a restart, a failover): not the run's
         # fault. Hand it back to be resumed from its stored messages.
         logger.warning("Run %s lost its database or broker (%s); handing it back", run.pk, exc)
-        return run_hand_back(run=run, worker=worker)
+        return run_hand_back(run=run, worker=worker, reason=infrastructure_reason(exc))
     except Exception as exc:  # a bug, not a provider error: still never a stuck "running"
         logger.exception("Run %s failed in the worker", run.pk)
         run_finish(
