@@ -43,6 +43,7 @@ __all__ = [
     "resolve_credentials_async",
     "Credentials",
     "CredentialsRefused",
+    "CredentialsUnavailable",
     "EpisodeHooks",
     "bearer_token",
     "current_request",
@@ -58,6 +59,14 @@ _T = TypeVar("_T")
 
 class CredentialsRefused(Exception):
     """The request's credentials are not accepted; ``str()`` says why (no secret in it)."""
+
+
+class CredentialsUnavailable(CredentialsRefused):
+    """The credentials cannot be checked now (the database or the Hub is away): not a
+    refusal of them — the faces answer 503 with ``Retry-After`` (:data:`RETRY_AFTER`)."""
+
+
+RETRY_AFTER = 5  # seconds, for a CredentialsUnavailable
 
 
 @dataclass(frozen=True)

@@ -227,6 +227,8 @@ class McpApp:
         request = access.ClientRequest.from_scope(scope, face="mcp")
         try:
             credentials = await access.resolve_credentials_async(request)
+        except access.CredentialsUnavailable as exc:
+            return await _json_error(send, 503, str(exc), retry_after=access.RETRY_AFTER)
         except access.CredentialsRefused as exc:
             return await _json_error(send, 401, str(exc))
         session_id = request.headers.get(MCP_SESSION_ID_HEADER)
@@ -373,7 +375,13 @@ async def _in_pool(func: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
 
 
 async def _json_error(
-    send, status: int, message: str, *, data: Any = None, retry: CapacityReached | None = None
+    send,
+    status: int,
+    message: str,
+    *,
+    data: Any = None,
+    retry: CapacityReached | None = None,
+    retry_after: int | None = None,
 ) -> None:
     """An HTTP ``status`` answer with a JSON-RPC error body (no request id to answer)."""
     error: dict[str, Any] = {"code": types.INVALID_REQUEST, "message": message}
@@ -382,6 +390,8 @@ async def _json_error(
     body = json.dumps({"jsonrpc": "2.0", "id": None, "error": error}).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     if retry is not None:
-        headers.append((b"retry-after", str(retry.retry_after).encode()))
+        retry_after = retry.retry_after
+    if retry_after is not None:
+        headers.append((b"retry-after", str(retry_after).encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

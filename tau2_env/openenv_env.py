@@ -359,6 +359,8 @@ def _resolved(request: access.ClientRequest) -> access.Credentials:
     told to the face serving the session (:func:`tau2_env.access.credentials_used`)."""
     try:
         credentials = access.resolve_credentials(request)
+    except access.CredentialsUnavailable as exc:
+        raise agent_session.BadRequest(str(exc), status=503) from None
     except access.CredentialsRefused as exc:
         raise agent_session.BadRequest(str(exc), status=401) from None
     access.credentials_used(credentials)

@@ -190,7 +190,9 @@ def redact_session_ids_in_server_logs() -> None:
 
 
 def _bad_request(request: Request, exc: Exception) -> JSONResponse:
-    return JSONResponse({"detail": str(exc)}, status_code=getattr(exc, "status", 400))
+    status = getattr(exc, "status", 400)
+    headers = {"retry-after": str(access.RETRY_AFTER)} if status == 503 else None
+    return JSONResponse({"detail": str(exc)}, status_code=status, headers=headers)
 
 
 def create_openenv_app(
@@ -326,7 +328,8 @@ class OpenEnvApp:
             error = JsonRpcResponse.error_response(
                 JsonRpcErrorCode.INVALID_REQUEST, str(exc), request_id=message.get("id")
             )
-            return 401, error.model_dump()
+            unavailable = isinstance(exc, access.CredentialsUnavailable)
+            return (503 if unavailable else 401), error.model_dump()
         if self._owned_slot(session_id, credentials.holder) is not None:
             return None
         return 404, _unknown_session(session_id, message.get("id")).model_dump()
@@ -560,6 +563,8 @@ def _replay(body: bytes, receive):
 async def _json_response(send, status: int, payload: dict[str, Any]) -> None:
     body = json.dumps(payload).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if status == 503:
+        headers.append((b"retry-after", str(access.RETRY_AFTER).encode()))
     await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 

@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import InterfaceError, OperationalError, close_old_connections
 
 from apps.accounts.vault import SignInRequired, hf_credential_check, hf_token_for
 from apps.agents.playground import browser_session_key, session_check, session_owner_token
@@ -89,7 +89,20 @@ def _off_loop(func: Callable[..., _T], *args) -> _T:
 def studio_credentials(request: access.ClientRequest) -> access.Credentials:
     """The credentials of ``request`` (see the module docstring); raises
     :class:`~tau2_env.access.CredentialsRefused` for an unknown or revoked key, a key
-    whose owner must sign in again, or no key where one is required."""
+    whose owner must sign in again, or no key where one is required, and
+    :class:`~tau2_env.access.CredentialsUnavailable` while the database cannot be reached
+    (its reads are a key's row and the vault's: any connection error is an outage)."""
+    try:
+        return _studio_credentials(request)
+    except (OperationalError, InterfaceError):
+        close_old_connections()
+        raise access.CredentialsUnavailable(
+            "The studio's database cannot be reached to check these credentials; "
+            f"retry in {access.RETRY_AFTER} s."
+        ) from None
+
+
+def _studio_credentials(request: access.ClientRequest) -> access.Credentials:
     raw = presented_key(request)
     if raw is None:
         signed_in = _browser_credentials(request)

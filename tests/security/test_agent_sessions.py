@@ -342,3 +342,47 @@ async def test_a_revoked_hugging_face_sign_in_ends_the_keys_sessions(asgi_server
     assert took < REVOKED_WITHIN, took
     assert closed.rcvd.code == 1008
     assert closed.rcvd.reason.startswith("Session ended: The owner of this API key:")
+
+
+# --- while the database is away --------------------------------------------------------
+
+
+def test_the_faces_answer_503_not_500_while_the_database_is_unreachable(alice, llm_server):
+    """A key cannot be checked without the database: 503 with Retry-After on every face
+    (a refusal would tell the client its key is bad; a 500, that the server is)."""
+    from django.db import connection
+
+    from tests.support.outages import CuttableProxy, web_server
+
+    db = connection.settings_dict
+    proxy = CuttableProxy(db["HOST"] or "127.0.0.1", int(db["PORT"] or 5432)).start()
+    _, raw = api_key_create(user=alice, name="outage")
+    key = {"Authorization": f"Bearer {raw}"}
+    url = f"postgres://{db['USER']}@127.0.0.1:{proxy.port}/{db['NAME']}"
+    try:
+        with web_server(llm_server, DATABASE_URL=url) as web, httpx.Client(timeout=30) as http:
+            proxy.cut()
+            answers = {
+                "/reset": http.post(f"{web.url}/reset", headers=key, json={"task_id": "27"}),
+                "/agent/mcp": http.post(
+                    f"{web.url}/agent/mcp", headers={**MCP_HEADERS, **key}, json=INITIALIZE
+                ),
+                "/mcp": http.post(
+                    f"{web.url}/mcp",
+                    headers=key,
+                    json={
+                        "jsonrpc": "2.0",
+                        "id": 1,
+                        "method": "tools/call",
+                        "params": {"session_id": "s", "name": "done", "arguments": {}},
+                    },
+                ),
+            }
+    finally:
+        proxy.stop()
+
+    for face, answer in answers.items():
+        assert answer.status_code == 503, (face, answer.status_code, answer.text)
+        assert answer.headers["retry-after"] == "5", face
+        assert "database cannot be reached" in answer.text, face
+    assert llm_server.chat_requests() == []
