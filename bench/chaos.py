@@ -102,7 +102,8 @@ class Supervisor:
     def __init__(self, stack: harness.Stack, *, threads: int, delay: float = 1.0) -> None:
         self.stack, self.threads, self.delay = stack, threads, delay
         self.worker: processes.Process | None = None
-        self.deaths = 0  # exits the supervisor did not ask for
+        self.deaths = 0  # exits (a kill included)
+        self.kills = 0
         self.ready_at = 0.0  # time.monotonic() the current worker first answered ping
         self.paused = threading.Event()
         self._stop = threading.Event()
@@ -117,9 +118,17 @@ class Supervisor:
         worker = processes.start_worker(
             self.stack.env, queue=harness.NAME, name="chaos", concurrency=self.threads
         )
-        processes.wait_until_up(worker)
         with self._lock:
-            self.worker, self.ready_at = worker, time.monotonic()
+            self.worker = worker  # watched from now on: if it exits, it is restarted
+        deadline = time.monotonic() + 180
+        while worker.proc.poll() is None and time.monotonic() < deadline:
+            try:  # ready = answers ping (which fails while Redis is away: ask again)
+                processes.wait_until_up(worker, timeout=5)
+            except Exception:  # noqa: BLE001, S112 - not up yet, or the broker away
+                continue
+            with self._lock:
+                self.ready_at = time.monotonic()
+            return
 
     def _loop(self) -> None:
         while not self._stop.wait(0.1):
@@ -129,15 +138,13 @@ class Supervisor:
             self.deaths += 1
             time.sleep(self.delay)
             if not self.paused.is_set() and not self._stop.is_set():
-                try:
-                    self._start_worker()
-                except RuntimeError as exc:  # it died while starting: try again
-                    print(f"  worker did not start: {exc}", flush=True)
+                self._start_worker()
 
     def kill(self) -> None:
         """``kill -9`` the worker (the supervisor restarts it)."""
         worker = self.worker
         if worker is not None and worker.proc.poll() is None:
+            self.kills += 1
             worker.proc.send_signal(signal.SIGKILL)
             worker.proc.wait(timeout=20)
 
@@ -329,7 +336,7 @@ def run_scenario(
     evaluation = start_evaluation(user, f"chaos {scenario}")
     probe = Probe(server=stack.url, cookie=person.cookie, evaluation_id=evaluation.pk)
     probe.start()
-    deaths_before = supervisor.deaths
+    deaths_before = supervisor.deaths - supervisor.kills
     note = ""
     deadline = time.monotonic() + timeout
     while finals(evaluation.pk) < FIRE_AT and time.monotonic() < deadline:
@@ -378,7 +385,7 @@ def run_scenario(
         equal=equal,
         recovered_s=recovered,
         errors=list(probe.errors),
-        deaths=supervisor.deaths - deaths_before,
+        deaths=supervisor.deaths - supervisor.kills - deaths_before,  # not the kills
         note=note,
     )
 
@@ -387,7 +394,7 @@ def report(outcomes: list[Outcome], *, baseline_s: float, repetitions: int) -> N
     print(f"\nbaseline (no fault): {TASKS * TRIALS} runs completed in {baseline_s:.0f} s")
     print(
         f"{'scenario':<20} {'finished':>9} {'equal to baseline':>18} {'recovery s':>14} "
-        f"{'5xx':>5} {'worker deaths':>14}  notes"
+        f"{'5xx':>5} {'other deaths':>14}  notes"
     )
     for scenario in SCENARIOS:
         mine = [o for o in outcomes if o.scenario == scenario]
