@@ -24,7 +24,7 @@ from apps.agents.credentials import install
 from apps.agents.services import api_key_create, api_key_revoke
 from tests.support.llm_server import text
 from tests.support.mcp_client import INITIALIZE, MCP_HEADERS
-from tests.support.people import ALICE_TOKEN, BOB_TOKEN, person, signed_in
+from tests.support.people import signed_in
 
 REVOKED_WITHIN = 5.0  # seconds: the target
 
@@ -32,16 +32,6 @@ REVOKED_WITHIN = 5.0  # seconds: the issue's target
 @pytest.fixture(autouse=True)
 def studio_keys():
     install()
-
-
-@pytest.fixture
-def alice(committed_db):
-    return person("alice", ALICE_TOKEN)
-
-
-@pytest.fixture
-def bob(committed_db):
-    return person("bob", BOB_TOKEN)
 
 
 @pytest.fixture
