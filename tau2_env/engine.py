@@ -57,6 +57,7 @@ from tau2.utils.utils import get_now
 
 # isort: on
 from tau2_env import catalog, compat, config, environments, llm, scoring
+from tau2_env.llm_args import DEFAULT_AGENT_ARGS, DEFAULT_USER_ARGS
 
 __all__ = [
     "AGENT_STOP",
@@ -147,11 +148,18 @@ def pick_task_id(*, domain: str, split: str, seed: int | None = None) -> str:
     return random.Random(seed).choice(list(ids))  # noqa: S311 - task choice, not security
 
 
-def customer_for(*, environment: Any, task: Task, user_llm: llm.Route) -> UserSimulator:
+def customer_for(
+    *,
+    environment: Any,
+    task: Task,
+    user_llm: llm.Route,
+    user_llm_args: dict[str, Any] | None = None,
+) -> UserSimulator:
     """τ²'s simulated customer for ``task`` in ``environment`` (with its phone tools, if any).
 
     Its LLM calls carry the customer's role marker, so they go along ``user_llm``'s route
     inside :func:`tau2_env.llm.conversation`; no key is ever put in its arguments.
+    ``user_llm_args`` are ``tau2 run --user-llm-args`` (``None``: τ²'s default).
     """
     try:
         user_tools = environment.get_user_tools()
@@ -161,8 +169,12 @@ def customer_for(*, environment: Any, task: Task, user_llm: llm.Route) -> UserSi
         tools=user_tools or None,
         instructions=str(task.user_scenario),
         llm=user_llm.model,
-        llm_args={llm.ROLE_KEY: llm.ROLE_USER},
+        llm_args={**_args(user_llm_args, DEFAULT_USER_ARGS), llm.ROLE_KEY: llm.ROLE_USER},
     )
+
+
+def _args(given: dict[str, Any] | None, default: dict[str, Any]) -> dict[str, Any]:
+    return dict(default) if given is None else dict(given)
 
 
 def count_hops(messages: Iterable[Message]) -> int:
@@ -257,6 +269,8 @@ class Episode:
         max_errors: int = DEFAULT_MAX_ERRORS,
         nl_judge: str | None = None,
         agent_llm: llm.Route | None = None,
+        agent_llm_args: dict[str, Any] | None = None,
+        user_llm_args: dict[str, Any] | None = None,
         seed: int | None = None,
         score_on_end: bool = True,
     ) -> None:
@@ -282,13 +296,18 @@ class Episode:
         # A fresh environment without re-validating the domain's database each time; the
         # orchestrator applies the task's initial state and replays the history onto it.
         self.environment = environments.fresh_environment(domain)
-        self.user = customer_for(environment=self.environment, task=task, user_llm=user_llm)
+        self.user = customer_for(
+            environment=self.environment, task=task, user_llm=user_llm, user_llm_args=user_llm_args
+        )
         if agent_llm is not None:
             self.agent: BaseAgent = LLMAgent(
                 tools=self.environment.get_tools(),
                 domain_policy=self.environment.get_policy(),
                 llm=agent_llm.model,
-                llm_args={llm.ROLE_KEY: llm.ROLE_AGENT},
+                llm_args={
+                    **_args(agent_llm_args, DEFAULT_AGENT_ARGS),
+                    llm.ROLE_KEY: llm.ROLE_AGENT,
+                },
             )
         else:
             self.agent = ExternalAgent()

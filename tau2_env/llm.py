@@ -12,8 +12,15 @@ own) all end up there. ``tau2_env.compat.install()`` replaces that global with
   concurrent conversations (threads or tasks) never see each other's;
 * a call made outside any conversation fails instead of falling back to the server's
   environment keys (litellm does that when ``api_key`` is ``None``);
-* every call has temperature 0, a timeout, litellm's cache off, and retries for rate
-  limits and timeouts only (never for 401/402).
+* every call has the caller's LLM arguments (τ²'s ``llm_args``: temperature, top_p,
+  ``reasoning_effort``… exactly as ``tau2 run --agent-llm-args`` passes them), a
+  timeout, litellm's cache off, and retries for rate limits and timeouts only (never
+  for 401/402).
+
+A route's ``provider`` is the kind of endpoint (:data:`LITELLM_PREFIXES`): Hugging
+Face's router, OpenAI, Anthropic, Google Gemini, Mistral, OpenRouter, Together,
+Fireworks or any OpenAI-compatible server (vLLM, TGI, SGLang, Ollama…), each reached
+with litellm's own route for it (``openai/<model>`` with ``api_base`` for the last).
 
 Tests point :class:`Route` at a local scripted server through ``TAU2_HF_ROUTER_URL`` (or
 ``OPENAI_BASE_URL``/``ANTHROPIC_BASE_URL``), so litellm and the wire stay real.
@@ -41,6 +48,7 @@ from litellm.types.router import RetryPolicy
 from tau2_env import config
 
 __all__ = [
+    "LITELLM_PREFIXES",
     "ROLE_KEY",
     "Explained",
     "LLMCallError",
@@ -79,12 +87,11 @@ _RETRY_POLICY = RetryPolicy(
 )
 
 # Keys a caller must not choose: they are the route's.
-_ROUTE_KEYS = (
+ROUTE_KEYS = (
     "model",
     "api_key",
     "api_base",
     "base_url",
-    "temperature",
     "timeout",
     "num_retries",
     "retry_policy",
@@ -122,11 +129,28 @@ class LLMCallError(RuntimeError):
         self.transient = transient
 
 
+# The kinds of endpoint a route may go to, and litellm's prefix for each: the model
+# string litellm gets is ``<prefix>/<model>``, as ``tau2 run --agent-llm`` would name it.
+LITELLM_PREFIXES: dict[str, str] = {
+    "hf": "openai",  # Hugging Face's router speaks OpenAI's API
+    "openai": "openai",
+    "openai_compatible": "openai",  # vLLM, TGI, SGLang, Ollama, LM Studio, HF Endpoints
+    "anthropic": "anthropic",
+    "gemini": "gemini",
+    "mistral": "mistral",
+    "openrouter": "openrouter",
+    "together": "together_ai",
+    "fireworks": "fireworks_ai",
+}
+
+
 @dataclass(frozen=True)
 class Route:
     """Where one role's calls go: provider, model, endpoint and the key to use.
 
-    ``api_key`` never shows in ``repr``; a Route cannot be built without one.
+    ``api_key`` and ``extra_headers`` (a connection's, which may hold secrets too) never
+    show in ``repr``; a Route cannot be built without a key. ``label`` names where the
+    calls go for people (a connection's name), never how to reach it.
     """
 
     provider: str
@@ -134,10 +158,11 @@ class Route:
     base_url: str | None
     api_key: str = field(repr=False)
     timeout: float = 120.0
-    temperature: float = 0.0
+    extra_headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    label: str = ""
 
     def __post_init__(self) -> None:
-        if self.provider not in config.PROVIDERS:
+        if self.provider not in LITELLM_PREFIXES:
             raise ValueError(f"Unknown provider {self.provider!r}")
         if not self.api_key:
             # litellm would fall back to HF_TOKEN/OPENAI_API_KEY from the environment.
@@ -145,15 +170,18 @@ class Route:
 
     @property
     def litellm_model(self) -> str:
-        """The model name as litellm wants it (``openai/<org>/<model>`` for the router)."""
-        if self.provider == "anthropic":
-            return self.model if self.model.startswith("anthropic/") else f"anthropic/{self.model}"
-        # Hugging Face's router and OpenAI both speak OpenAI's API.
-        return self.model if self.model.startswith("openai/") else f"openai/{self.model}"
+        """The model name as litellm wants it (``openai/<org>/<model>`` for the router,
+        ``anthropic/<model>``, ``openai/<model>`` for an OpenAI-compatible server…)."""
+        prefix = LITELLM_PREFIXES[self.provider]
+        return self.model if self.model.startswith(f"{prefix}/") else f"{prefix}/{self.model}"
+
+    def secrets(self) -> tuple[str, ...]:
+        """What must never be shown of this route: its key and its headers' values."""
+        return (self.api_key, *self.extra_headers.values())
 
     def describe(self) -> str:
-        """``provider:model`` for messages and logs."""
-        return f"{self.provider}:{self.model}"
+        """``provider:model`` (or ``label:model``) for messages and logs."""
+        return f"{self.label or self.provider}:{self.model}"
 
 
 def hf_route(*, model: str, token: str) -> Route:
@@ -201,15 +229,15 @@ def resolve_route(*, hf_token: str | None = None) -> Route:
 def litellm_kwargs(route: Route) -> dict[str, Any]:
     """The keyword arguments that send a litellm ``completion`` along ``route``.
 
-    Always: the route's key and endpoint, temperature, a timeout, the retry policy,
+    Always: the route's key, endpoint and extra headers, a timeout, the retry policy,
     no OpenAI-SDK retries of its own and no litellm cache (its key may ignore
     ``api_key``). ``num_retries`` is left out on purpose: litellm hands it to the OpenAI
-    SDK as ``max_retries``, which retries 5xx behind the policy's back.
+    SDK as ``max_retries``, which retries 5xx behind the policy's back. The sampling
+    arguments (temperature, …) are the caller's: τ²'s ``llm_args``.
     """
     kwargs: dict[str, Any] = {
         "model": route.litellm_model,
         "api_key": route.api_key,
-        "temperature": route.temperature,
         "timeout": route.timeout,
         "retry_policy": _RETRY_POLICY,
         "max_retries": 0,
@@ -217,6 +245,8 @@ def litellm_kwargs(route: Route) -> dict[str, Any]:
     }
     if route.base_url:
         kwargs["api_base"] = route.base_url
+    if route.extra_headers:
+        kwargs["extra_headers"] = dict(route.extra_headers)
     return kwargs
 
 
@@ -260,7 +290,7 @@ def routed_completion(*args: Any, **kwargs: Any) -> Any:
             f"LLM call for {role!r} made outside a conversation with credentials; refused "
             "rather than falling back to the server's environment keys"
         )
-    call = {k: v for k, v in kwargs.items() if k not in _ROUTE_KEYS}
+    call = {k: v for k, v in kwargs.items() if k not in ROUTE_KEYS}
     call.update(litellm_kwargs(route))
     try:
         return litellm.completion(**call)
@@ -381,7 +411,7 @@ def explain_error(
         kind, message = "missing_credentials", str(exc)
     else:
         kind, message = _explain_call(exc, route=route, base_var=base_var)
-    return Explained(kind, redact(message, route.api_key if route else None, *secrets))
+    return Explained(kind, redact(message, *(route.secrets() if route else ()), *secrets))
 
 
 def _explain_call(exc: BaseException, *, route: Route | None, base_var: str) -> tuple[str, str]:
@@ -418,6 +448,9 @@ def _explain_call(exc: BaseException, *, route: Route | None, base_var: str) -> 
             fix_credentials=(
                 "Sign out and sign in again."
                 if hf
+                else f"Check the key of the connection {route.label!r} (rotate it on the "
+                "Connections page)."
+                if route is not None and route.label
                 else "Check the key set for this provider on the server."
             ),
             model=route.model if route is not None else "?",

@@ -73,6 +73,7 @@ INSTALLED_APPS = [
     "apps.races",
     "apps.agents",
     "apps.inference",
+    "apps.connections",
     "apps.workers",
 ]
 
@@ -396,6 +397,22 @@ try:
 except tau2_config.ConfigError as exc:
     raise ImproperlyConfigured(str(exc)) from exc
 TAU2_AGENT_API_REQUIRE_KEY = envbool("TAU2_AGENT_API_REQUIRE_KEY", _SERVER_CREDENTIAL and not DEBUG)
+
+# --- Connections: models beyond Hugging Face's router (apps.connections) -----------------
+# Each kind's API when a connection names no base URL of its own (tests point them at
+# local scripted servers). An OpenAI-compatible endpoint always names its own.
+TAU2_PROVIDER_URLS = {
+    "openai": envstr("OPENAI_BASE_URL") or "https://api.openai.com/v1",
+    "anthropic": envstr("ANTHROPIC_BASE_URL") or "https://api.anthropic.com",
+    "gemini": envstr("GEMINI_BASE_URL") or "https://generativelanguage.googleapis.com",
+    "mistral": envstr("MISTRAL_BASE_URL") or "https://api.mistral.ai/v1",
+    "openrouter": envstr("OPENROUTER_BASE_URL") or "https://openrouter.ai/api/v1",
+    "together": envstr("TOGETHER_BASE_URL") or "https://api.together.xyz/v1",
+    "fireworks": envstr("FIREWORKS_BASE_URL") or "https://api.fireworks.ai/inference/v1",
+}
+# The customer models taubench.com's leaderboard uses: an evaluation whose customer is
+# one of them, at the leaderboard's settings, is marked comparable (names as OpenAI's).
+TAU2_LEADERBOARD_CUSTOMERS = envlist("TAU2_LEADERBOARD_CUSTOMERS", ["gpt-4.1", "gpt-5.2"])
 
 # --- Inference Providers catalogue (apps.inference) ---------------------------------------
 # The agent models: copied from {TAU2_HF_ROUTER_URL}/models by Celery beat every

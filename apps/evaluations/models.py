@@ -57,6 +57,24 @@ class Evaluation(models.Model):
     agent_model = models.CharField(max_length=255, help_text="org/model[:provider|:policy]")
     agent_provider = models.CharField(max_length=64, blank=True)
     user_model = models.CharField(max_length=255)
+    # As on each of its runs (apps.runs.models.Run): where each side runs, and τ²'s
+    # llm_args of each side. Evaluations with different arguments are not ranked together.
+    agent_connection = models.ForeignKey(
+        "connections.Connection",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    user_connection = models.ForeignKey(
+        "connections.Connection",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    agent_llm_args = models.JSONField(null=True, blank=True)
+    user_llm_args = models.JSONField(null=True, blank=True)
     num_trials = models.PositiveSmallIntegerField(default=1)
     seed = models.BigIntegerField(default=300, help_text="As `tau2 run --seed`.")
     trial_seeds = models.JSONField(default=list, help_text="Each trial's seed, as τ² derives.")

@@ -19,6 +19,14 @@ class Race(models.Model):
     )
     task = models.ForeignKey("tasks.Task", on_delete=models.PROTECT, related_name="races")
     user_model = models.CharField(max_length=255, help_text="The customer model of every lane.")
+    user_connection = models.ForeignKey(
+        "connections.Connection",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+        help_text="Where the customer runs (empty: Hugging Face's router).",
+    )
     seed = models.BigIntegerField(help_text="The seed every lane was given.")
     max_steps = models.PositiveIntegerField(default=100)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)

@@ -113,6 +113,26 @@ class Run(models.Model):
     agent_provider = models.CharField(max_length=64, blank=True)
     user_model = models.CharField(max_length=255)
     user_provider = models.CharField(max_length=32, default="hf")
+    # Where each side runs: a connection (apps.connections), or Hugging Face's router on
+    # the starter's own token when empty. A connection is never deleted under its runs.
+    agent_connection = models.ForeignKey(
+        "connections.Connection",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    user_connection = models.ForeignKey(
+        "connections.Connection",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    # τ²'s ``llm_args`` of each side, as ``tau2 run --agent-llm-args / --user-llm-args``
+    # pass them; empty (None) on runs from before they could be chosen: τ²'s default.
+    agent_llm_args = models.JSONField(null=True, blank=True)
+    user_llm_args = models.JSONField(null=True, blank=True)
     max_steps = models.PositiveIntegerField(default=100)
     # τ²'s own limit of tool errors (``tau2 run --max-errors``), its default τ²'s.
     max_errors = models.PositiveIntegerField(default=DEFAULT_MAX_ERRORS)

@@ -21,7 +21,8 @@ import random
 from django.conf import settings
 from django.db import close_old_connections
 
-from apps.accounts.vault import SignInRequired, hf_token_for
+from apps.accounts.vault import SignInRequired
+from apps.connections.routes import ConnectionUnavailable, route_for
 from apps.runs.events import LostRun, UnstorableMessage, events_publish
 from apps.runs.lifecycle import (
     INFRASTRUCTURE_ERRORS,
@@ -56,8 +57,8 @@ def run_execute(*, run_id: int, worker: str) -> str:
         close_old_connections()
         return RETRY
     try:
-        token = hf_token_for(user=run.created_by)
-    except SignInRequired as exc:
+        routes = run_routes(run)
+    except (SignInRequired, ConnectionUnavailable) as exc:
         run_finish(run=run, status=Run.Status.FAILED, worker=worker, error=str(exc))
         return Run.Status.FAILED
     except INFRASTRUCTURE_ERRORS as exc:
@@ -66,7 +67,7 @@ def run_execute(*, run_id: int, worker: str) -> str:
 
     try:
         with Heartbeat(run_id=run.pk, worker=worker) as heartbeat:
-            return _drive(run=run, worker=worker, token=token, heartbeat=heartbeat)
+            return _drive(run=run, worker=worker, routes=routes, heartbeat=heartbeat)
     except LostRun:
         logger.info("Run %s was taken over or stopped; %s lets go", run.pk, worker)
         return run_status(run.pk)
@@ -90,13 +91,26 @@ def run_execute(*, run_id: int, worker: str) -> str:
             run=run,
             status=Run.Status.FAILED,
             worker=worker,
-            error=llm.explain_error(exc, secrets=(token,)).message,
+            error=llm.explain_error(
+                exc, secrets=tuple(secret for r in routes for secret in r.secrets())
+            ).message,
             failure=Run.Failure.INFRASTRUCTURE,
         )
         return Run.Status.FAILED
 
 
-def _drive(*, run: Run, worker: str, token: str, heartbeat: Heartbeat) -> str:
+def run_routes(run: Run) -> tuple[llm.Route, llm.Route]:
+    """The (agent, customer) routes of a model run, on its starter's credentials: their
+    own Hugging Face token for the router, or the connection a side names. Raises
+    ``SignInRequired`` or ``ConnectionUnavailable`` with a message for the person."""
+    agent = route_for(connection=run.agent_connection, model=run.agent_model, user=run.created_by)
+    customer = route_for(connection=run.user_connection, model=run.user_model, user=run.created_by)
+    return agent, customer
+
+
+def _drive(
+    *, run: Run, worker: str, routes: tuple[llm.Route, llm.Route], heartbeat: Heartbeat
+) -> str:
     """τ²'s ``LLMAgent`` against the customer through the engine's one driver; this side
     only stores and publishes each hop, and honours Stop between hops."""
     stored = list(run.events.order_by("seq").values_list("message", flat=True))
@@ -105,8 +119,10 @@ def _drive(*, run: Run, worker: str, token: str, heartbeat: Heartbeat) -> str:
     episode = engine.Episode(
         domain=run.domain,
         task_id=run.task.task_id,
-        user_llm=llm.hf_route(model=run.user_model, token=token),
-        agent_llm=llm.hf_route(model=run.agent_model, token=token),
+        user_llm=routes[1],
+        agent_llm=routes[0],
+        agent_llm_args=run.agent_llm_args,
+        user_llm_args=run.user_llm_args,
         messages=stored,
         max_steps=run.max_steps,
         max_errors=run.max_errors,
