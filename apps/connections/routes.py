@@ -35,6 +35,8 @@ __all__ = [
     "can_use",
     "connection_value",
     "parse_value",
+    "prices_of",
+    "side_provenance",
     "route_for",
     "route_resolve",
     "usable_connections",
@@ -132,12 +134,14 @@ class ResolvedRoute:
 
     def provenance(self) -> dict:
         """Where a side ran, for a run's provenance and exports: never the key."""
-        if self.connection is None:
-            return {"model": self.model, "provider": "hf-inference-providers"}
-        return connection_provenance(self.connection, model=self.model)
+        return side_provenance(connection=self.connection, model=self.model)
 
 
-def connection_provenance(connection: Connection, *, model: str) -> dict:
+def side_provenance(*, connection: Connection | None, model: str) -> dict:
+    """Where a side of a run runs, for its provenance and exports (never a key): the
+    model, the provider and, for a connection, which one and its endpoint."""
+    if connection is None:
+        return {"model": model, "provider": "hf-inference-providers"}
     return {
         "model": model,
         "provider": connection.kind,

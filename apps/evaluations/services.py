@@ -21,6 +21,7 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from apps.accounts.vault import hf_token_for
+from apps.connections.routes import side_provenance
 from apps.evaluations import events
 from apps.evaluations.models import Evaluation
 from apps.evaluations.selectors import evaluation_metrics
@@ -36,6 +37,7 @@ from apps.tasks.models import Task
 from apps.tasks.selectors import catalogue_latest
 from tau2_env import catalog, config
 from tau2_env.evaluation import DEFAULT_SEED, trial_seeds
+from tau2_env.llm_args import DEFAULT_AGENT_ARGS, DEFAULT_USER_ARGS
 
 logger = logging.getLogger(__name__)
 
@@ -58,14 +60,24 @@ def evaluation_create(
     max_errors: int = 10,
     concurrency: int = 8,
     name: str = "",
+    agent_connection=None,
+    user_connection=None,
+    agent_llm_args: dict | None = None,
+    user_llm_args: dict | None = None,
 ) -> Evaluation:
     """Create an evaluation of ``agent_model`` over ``task_ids`` (default: all of
-    ``split``) × ``num_trials`` and start it. Runs on ``user``'s token.
+    ``split``) × ``num_trials`` and start it. Each side runs on its connection (None:
+    Hugging Face's router, on ``user``'s token) with its τ² ``llm_args`` (None: τ²'s
+    default).
 
-    Raises ``SignInRequired`` (from the vault) before anything is stored when ``user``
-    has no usable token, and ``ValidationError`` for anything else wrong.
+    Raises ``SignInRequired`` (from the vault) before anything is stored when a side is
+    on the router and ``user`` has no usable token, and ``ValidationError`` for anything
+    else wrong.
     """
-    hf_token_for(user=user)
+    if agent_connection is None or user_connection is None:
+        hf_token_for(user=user)
+    agent_llm_args = dict(DEFAULT_AGENT_ARGS) if agent_llm_args is None else agent_llm_args
+    user_llm_args = dict(DEFAULT_USER_ARGS) if user_llm_args is None else user_llm_args
     agent_model = model_run_validate(agent_model=agent_model, max_steps=max_steps)
     if not 1 <= num_trials <= MAX_TRIALS:
         raise ValidationError({"num_trials": f"Between 1 and {MAX_TRIALS} trials."})
@@ -106,8 +118,16 @@ def evaluation_create(
             query=query[:500],
             task_ids=ids,
             agent_model=agent_model,
-            agent_provider=agent_model.split(":", 1)[1] if ":" in agent_model else "",
+            agent_provider=(
+                agent_model.split(":", 1)[1]
+                if ":" in agent_model and agent_connection is None
+                else ""
+            ),
             user_model=user_model,
+            agent_connection=agent_connection,
+            user_connection=user_connection,
+            agent_llm_args=agent_llm_args,
+            user_llm_args=user_llm_args,
             num_trials=num_trials,
             seed=seed,
             trial_seeds=seeds,
@@ -119,6 +139,8 @@ def evaluation_create(
                 "task_set_hash": latest.task_set_hash if latest else catalog.catalogue_hash(),
                 "agent_prices": list(prices) if prices else None,
                 "source": "studio",
+                "agent": side_provenance(connection=agent_connection, model=agent_model),
+                "user": side_provenance(connection=user_connection, model=user_model),
             },
         )
         # Trial-major, as τ² runs them: every task's trial 0, then trial 1, …
@@ -135,6 +157,10 @@ def evaluation_create(
                 prices=prices,
                 max_errors=max_errors,
                 evaluation=evaluation,
+                agent_connection=agent_connection,
+                user_connection=user_connection,
+                agent_llm_args=agent_llm_args,
+                user_llm_args=user_llm_args,
             )
             for trial in range(num_trials)
             for task_id in ids

@@ -8,6 +8,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from apps.connections.routes import connection_value, prices_of, route_resolve, side_provenance
 from apps.inference.selectors import resolve_agent_model
 from apps.runs import queue
 from apps.runs.events import status_publish
@@ -16,6 +17,7 @@ from apps.tasks.models import Task
 from apps.tasks.selectors import catalogue_latest
 from tau2_env import catalog, config
 from tau2_env.evaluation import DEFAULT_SEED, trial_seeds
+from tau2_env.llm_args import DEFAULT_AGENT_ARGS, DEFAULT_USER_ARGS
 
 
 def run_provenance(
@@ -29,14 +31,24 @@ def run_provenance(
     trial: int | None = None,
     trial_seed: int | None = None,
     max_errors: int = DEFAULT_MAX_ERRORS,
+    user_connection=None,
+    user_llm_args: dict | None = None,
 ) -> dict:
     """Where a run's result comes from: τ² version, task set, who played which side, args.
 
     ``seed`` is the seed given (as to ``tau2 run --seed``); ``trial_seed`` the one trial
-    ``trial`` derives from it, which the orchestrator got. Never a key or token.
+    ``trial`` derives from it, which the orchestrator got. ``agent`` says who played the
+    agent (with its ``llm_args`` when a model did); the customer's side is
+    ``user_model`` on ``user_connection`` (None: the router) with ``user_llm_args``
+    (None: τ²'s default). ``args.temperature`` is the agent's, when it has one. Never a
+    key or token.
     """
     latest = catalogue_latest()
-    args = {"max_steps": max_steps, "seed": seed, "temperature": 0}
+    user_llm_args = dict(DEFAULT_USER_ARGS) if user_llm_args is None else user_llm_args
+    args = {"max_steps": max_steps, "seed": seed}
+    agent_args = agent.get("llm_args")
+    if agent_args is not None and "temperature" in agent_args:
+        args["temperature"] = agent_args["temperature"]
     if trial is not None:
         args.update(trial=trial, trial_seed=trial_seed, max_errors=max_errors)
     return {
@@ -47,8 +59,8 @@ def run_provenance(
         "agent": agent,
         "user": {
             "implementation": "tau2.user.user_simulator.UserSimulator",
-            "model": user_model,
-            "provider": "hf-inference-providers",
+            **side_provenance(connection=user_connection, model=user_model),
+            "llm_args": user_llm_args,
         },
         "args": args,
         "agent_prices": list(agent_prices) if agent_prices else None,
@@ -80,19 +92,46 @@ def model_run_build(
     prices: tuple | None,
     max_errors: int = DEFAULT_MAX_ERRORS,
     evaluation=None,
+    agent_connection=None,
+    user_connection=None,
+    agent_llm_args: dict | None = None,
+    user_llm_args: dict | None = None,
 ) -> Run:
-    """An unsaved model run of ``task`` (trial ``trial`` of ``seed``, run with ``trial_seed``)."""
+    """An unsaved model run of ``task`` (trial ``trial`` of ``seed``, run with ``trial_seed``).
+
+    Each side runs on its connection (None: Hugging Face's router) with its τ²
+    ``llm_args`` (None: τ²'s default, ``{"temperature": 0.0}``). A customer on a
+    connection is priced now, from the connection's price of that model.
+    """
     price_in, price_out = (
         Decimal(str(p)) if p is not None else None for p in prices or (None, None)
     )
+    agent_llm_args = dict(DEFAULT_AGENT_ARGS) if agent_llm_args is None else agent_llm_args
+    user_llm_args = dict(DEFAULT_USER_ARGS) if user_llm_args is None else user_llm_args
+    customer = {}
+    if user_connection is not None:
+        user_prices = prices_of(connection=user_connection, model=user_model)
+        customer = {
+            "user_prices_fixed": True,
+            "user_price_input": user_prices[0] if user_prices else None,
+            "user_price_output": user_prices[1] if user_prices else None,
+        }
     return Run(
+        agent_connection=agent_connection,
+        user_connection=user_connection,
+        agent_llm_args=agent_llm_args,
+        user_llm_args=user_llm_args,
+        **customer,
         kind=Run.Kind.MODEL,
         task=task,
         domain=task.domain_id,
         created_by=user,
         agent_model=agent_model,
-        agent_provider=agent_model.split(":", 1)[1] if ":" in agent_model else "",
+        agent_provider=(
+            agent_model.split(":", 1)[1] if ":" in agent_model and not agent_connection else ""
+        ),
         user_model=user_model,
+        user_provider=user_connection.kind if user_connection is not None else "hf",
         max_steps=max_steps,
         max_errors=max_errors,
         seed=trial_seed,
@@ -106,8 +145,8 @@ def model_run_build(
             task=task,
             agent={
                 "implementation": "tau2.agent.llm_agent.LLMAgent",
-                "model": agent_model,
-                "provider": "hf-inference-providers",
+                **side_provenance(connection=agent_connection, model=agent_model),
+                "llm_args": agent_llm_args,
             },
             user_model=user_model,
             max_steps=max_steps,
@@ -116,6 +155,8 @@ def model_run_build(
             trial=trial,
             trial_seed=trial_seed,
             max_errors=max_errors,
+            user_connection=user_connection,
+            user_llm_args=user_llm_args,
         ),
     )
 
@@ -135,8 +176,15 @@ def run_create(
     agent_prices: tuple | None = None,
     trial: int = 0,
     max_errors: int = DEFAULT_MAX_ERRORS,
+    agent_connection=None,
+    user_connection=None,
+    agent_llm_args: dict | None = None,
+    user_llm_args: dict | None = None,
 ) -> Run:
     """Queue a model run of ``task`` by ``user``. The worker gets only the run's id.
+
+    Each side on its connection (None: Hugging Face's router, on ``user``'s token) with
+    its τ² ``llm_args`` (None: τ²'s default); see :func:`model_run_build`.
 
     The run is trial ``trial`` (0 unless it repeats an evaluation's trial) of ``seed``
     (``tau2 run``'s default 300 when none is given): the orchestrator gets the seed
@@ -156,6 +204,10 @@ def run_create(
         trial_seed=trial_seeds(seed, trial + 1)[trial],
         prices=prices_for_storage(agent_prices),
         max_errors=max_errors,
+        agent_connection=agent_connection,
+        user_connection=user_connection,
+        agent_llm_args=agent_llm_args,
+        user_llm_args=user_llm_args,
     )
     run.dispatched_at = timezone.now()
     run.save()
@@ -175,6 +227,10 @@ def run_settings_of(run: Run) -> dict:
         "seed": run.given_seed,
         "trial": run.seed_trial,
         "max_errors": run.max_errors,
+        "agent_connection": run.agent_connection,
+        "user_connection": run.user_connection,
+        "agent_llm_args": run.agent_llm_args,
+        "user_llm_args": run.user_llm_args,
     }
 
 
@@ -188,8 +244,17 @@ def run_rerun(*, run: Run, by) -> Run:
     if run.kind != Run.Kind.MODEL or not run.is_final:
         raise ValidationError("Only a finished model run can be run again.")
     kept = run_settings_of(run)
+    agent_model = kept.pop("agent_model")
+    if run.agent_connection is not None:
+        try:
+            resolved = route_resolve(
+                connection_value(slug=run.agent_connection.slug, model=agent_model), user=by
+            )
+        except ValueError as exc:
+            raise ValidationError({"agent_model": str(exc)}) from exc
+        return run_create(user=by, agent_model=agent_model, agent_prices=resolved.prices, **kept)
     try:
-        model = resolve_agent_model(kept.pop("agent_model"))
+        model = resolve_agent_model(agent_model)
     except ValueError as exc:
         raise ValidationError({"agent_model": str(exc)}) from exc
     return run_create(user=by, agent_model=model.value, agent_prices=model.prices, **kept)
