@@ -1,0 +1,92 @@
+"""Connections for tests: stella (staff), and connections on the scripted LLM server.
+
+* ``staff`` / ``staff_client``: stella, staff (and superuser, so the admin opens for her),
+  committed with a Hugging Face token in the vault like alice and bob.
+* :func:`openai_compatible_connection`: a team (or, with ``owner=``, personal) connection
+  to the scripted server (``llm_server``) with :data:`CONNECTION_KEY`, offering
+  :data:`CONNECTION_MODEL` unless told otherwise; any keyword of
+  ``apps.connections.services.connection_create`` may be given.
+* ``connections_cleared``: no connection left over from an earlier test, before and
+  after (the suite's ``committed_db`` deletes people and runs: personal connections go
+  with their owners, team ones would stay).
+"""
+
+from __future__ import annotations
+
+import pytest
+from django.test import Client
+
+from tests.support.people import person, signed_in
+
+__all__ = [
+    "CONNECTION_KEY",
+    "CONNECTION_MODEL",
+    "STAFF_TOKEN",
+    "connections_cleared",
+    "openai_compatible_connection",
+    "staff",
+    "staff_client",
+]
+
+STAFF_TOKEN = "hf_oauth_stella_0011223344556677"
+# Shaped like an OpenAI key, so that the suite's redaction of key-shaped text is not what
+# keeps it out of pages and logs: tests look for its distinctive middle as well.
+CONNECTION_KEY = "sk-conn-CANARY-7d41c9e2b8a05f36"
+CONNECTION_MODEL = "our-finetune-7b"
+
+
+def openai_compatible_connection(
+    llm,
+    *,
+    by,
+    name: str = "Our vLLM",
+    api_key: str = CONNECTION_KEY,
+    models=(CONNECTION_MODEL,),
+    **kwargs,
+):
+    """A connection of kind ``openai_compatible`` at ``llm.base_url`` (the scripted
+    server's ``/v1``), created by ``by`` through the service, as the pages do."""
+    from apps.connections.services import connection_create
+
+    return connection_create(
+        by=by,
+        name=name,
+        kind="openai_compatible",
+        base_url=llm.base_url,
+        api_key=api_key,
+        models=list(models),
+        **kwargs,
+    )
+
+
+def _clear_connections() -> None:
+    from apps.connections.models import Connection
+    from apps.evaluations.models import Evaluation
+    from apps.races.models import Race
+    from apps.runs.models import Run
+
+    # What names a connection protects it: the rows that name one go first.
+    Race.objects.filter(user_connection__isnull=False).delete()
+    Evaluation.objects.exclude(agent_connection=None, user_connection=None).delete()
+    Run.objects.exclude(agent_connection=None, user_connection=None).delete()
+    Connection.objects.all().delete()
+
+
+@pytest.fixture
+def connections_cleared(committed_db):
+    _clear_connections()
+    yield
+    _clear_connections()
+
+
+@pytest.fixture
+def staff(committed_db, connections_cleared):
+    user = person("stella", STAFF_TOKEN)
+    user.is_staff = user.is_superuser = True
+    user.save(update_fields=["is_staff", "is_superuser"])
+    return user
+
+
+@pytest.fixture
+def staff_client(staff) -> Client:
+    return signed_in(staff)
