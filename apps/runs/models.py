@@ -34,7 +34,7 @@ class Run(models.Model):
         from its stored messages), COMPLETED (the conversation ended and τ² scored it),
         FAILED (a provider or system error; ``error`` says why, ``failure`` what kind)
         or STOPPED (someone pressed Stop). FAILED → QUEUED only through "retry the
-        failed runs" of an evaluation, for transient and infrastructure failures.
+        failed runs" of an evaluation, for the failures in :attr:`Run.RETRYABLE`.
         A play session (kind ``human``) is created RUNNING and stays so while the
         person plays; where it is in between is its :class:`PlayPhase`. An agent's
         episode (kind ``agent``) is created RUNNING and ends COMPLETED (scored), FAILED
@@ -53,13 +53,19 @@ class Run(models.Model):
     FINAL = (Status.COMPLETED, Status.FAILED, Status.STOPPED)
 
     class Failure(models.TextChoices):
-        """Why a failed run failed: only ``transient`` and ``infrastructure`` failures are
-        worth trying again ("retry the failed runs" re-queues those, never the others)."""
+        """Why a failed run failed: only ``transient``, ``infrastructure`` and ``budget``
+        failures are worth trying again (:attr:`Run.RETRYABLE`: "retry the failed runs"
+        re-queues those, never the others). ``budget``: a connection's (or its person's)
+        monthly budget had no room for the run when it was to start, or was reached
+        between two of its hops (``apps.runs.budgets``); its messages are kept."""
 
         PROVIDER = "provider", "the provider refused (401/402/403/404)"
         TRANSIENT = "transient", "rate limit, provider error or timeout, after retries"
         INFRASTRUCTURE = "infrastructure", "database, broker or worker trouble"
         CONVERSATION = "conversation", "the conversation or its scoring went wrong"
+        BUDGET = "budget", "a connection's monthly budget was reached"
+
+    RETRYABLE = frozenset({Failure.TRANSIENT, Failure.INFRASTRUCTURE, Failure.BUDGET})
 
     class Resumption(models.TextChoices):
         """Why a started model run was taken up again (``Run.resumptions``, one per time,
@@ -217,6 +223,22 @@ class Run(models.Model):
         null=True,
         blank=True,
         help_text="The customer's calls; empty when unpriced.",
+    )
+    # What admission to a budgeted connection held for each side while the run goes on
+    # (apps.runs.budgets: one run's estimated maximum); empty: not admitted to a budget.
+    agent_reserved_usd = models.DecimalField(
+        max_digits=12,
+        decimal_places=6,
+        null=True,
+        blank=True,
+        help_text="Held on the agent's budgeted connection while the run goes on.",
+    )
+    user_reserved_usd = models.DecimalField(
+        max_digits=12,
+        decimal_places=6,
+        null=True,
+        blank=True,
+        help_text="Held on the customer's budgeted connection while the run goes on.",
     )
     provenance = models.JSONField(default=dict, help_text="τ² version, task set, models, args.")
     # A fork (apps.runs.forks) continues its parent's conversation: its messages before

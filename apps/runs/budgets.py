@@ -1,0 +1,449 @@
+"""Budgets of connections: what they spent this month, and what they let start.
+
+A connection (``apps.connections``) may have a monthly budget for everyone together
+(``monthly_budget_usd``) and one for each person (``person_monthly_budget_usd``). This
+module lives in the runs app, not in ``apps.connections``, because spend is read from
+runs and the connections app sits below the runs app (it may not import it).
+
+**Spend** is derived from the runs, never kept in a second ledger that could drift: in a
+calendar month (UTC) a connection spent the agent's cost (``Run.cost_usd``) of the runs
+whose agent is on it plus the customer's cost (``Run.user_cost_usd``) of the runs whose
+customer is on it; a person, the same over the runs they started. A run is charged to
+the month it **started** in (``started_at``): a run queued but never started cost nothing,
+and one that started on the 31st and ends on the 1st stays in the month it started in.
+Unpriced calls cost nothing known: they are counted apart ("unpriced"), never as $0, and
+a budgeted connection refuses a model it has no price for.
+
+**Admission** (:func:`run_admit`, called by the runner after a model run is claimed and
+before its first hop): under ``SELECT … FOR UPDATE`` of the run's budgeted connections
+(in id order, one short transaction) the run is admitted iff what is committed — the
+month's spend, where every other admitted run still going counts for the larger of its
+cost so far and what it holds — plus what this run may cost is within the budget (the
+connection's, and its person's). What it may cost (:func:`side_reservation`) is one
+run's estimated maximum: the 95th percentile of what the team's last completed runs of
+the domain on that model took, at this run's prices, else :data:`DEFAULT_TOKENS` per
+run. It is held on the run (``Run.agent_reserved_usd`` / ``user_reserved_usd``) while the
+run goes on; a run resumed after a lost worker or a hand-back keeps it and is not
+admitted again; "retry the failed runs" clears it, so a retried run is admitted afresh.
+
+**Between hops** (:func:`budget_reached`) a run on a budgeted connection stops, failed
+with ``Run.Failure.BUDGET`` and the numbers, once the connection's (or its person's)
+spend this month reached the budget; its messages are kept and "retry the failed runs"
+takes it up again once there is room.
+
+**Requests in flight**: ``Connection.max_in_flight`` is kept by the evaluations'
+dispatcher (``apps.evaluations.services.evaluations_dispatch``), counting every run
+dispatched and not final that names the connection. Single runs (``run_create``) are
+sent to the workers at once, as before: they count toward the cap but are not held back.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+from django.contrib.auth import get_user_model
+from django.db import transaction
+from django.db.models import Case, Count, DecimalField, F, Q, Sum, Value, When
+from django.db.models.functions import Coalesce, Greatest
+from django.utils import timezone
+
+from apps.connections.models import Connection
+from apps.inference.pricing import PricePair, cost_usd, dollars
+from apps.runs.models import Run
+
+__all__ = [
+    "DEFAULT_TOKENS",
+    "ConnectionSpend",
+    "Spend",
+    "budget_reached",
+    "connection_spend",
+    "connection_spend_view",
+    "month_window",
+    "run_admit",
+    "side_reservation",
+]
+
+# (input, output) tokens of one side of one run when the team has no completed runs of
+# the domain on the model to go by: the high end of apps.evaluations.estimates' default
+# (a τ² conversation resends the policy, tools and conversation at every agent turn).
+DEFAULT_TOKENS = (400_000, 10_000)
+MIN_SAMPLE = 3
+SAMPLE = 200
+PERCENTILE = 0.95
+
+_MONEY = DecimalField(max_digits=14, decimal_places=6)
+_ZERO = Value(Decimal(0), output_field=_MONEY)
+# The two sides of a run, and the columns that say what each spent and holds.
+_SIDES = {
+    "agent": ("agent_connection_id", "cost_usd", "agent_reserved_usd", "prompt_tokens"),
+    "user": ("user_connection_id", "user_cost_usd", "user_reserved_usd", "user_prompt_tokens"),
+}
+
+
+def month_window(now: datetime | None = None) -> tuple[datetime, datetime]:
+    """The calendar month (UTC) holding ``now``: ``[start, end)``."""
+    now = (now or timezone.now()).astimezone(UTC)
+    start = now.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+    end = (start + timedelta(days=32)).replace(day=1)
+    return start, end
+
+
+@dataclass(frozen=True)
+class Spend:
+    """A connection's (or a person's on it) month: ``spent`` by priced calls,
+    ``committed`` (spent, with each admitted run still going counted at the larger of
+    its cost so far and what it holds), and ``unpriced_runs`` whose calls have no price."""
+
+    spent: Decimal
+    committed: Decimal
+    unpriced_runs: int = 0
+
+    @property
+    def held(self) -> Decimal:
+        """What runs in progress hold beyond what they spent so far."""
+        return self.committed - self.spent
+
+    def __add__(self, other: Spend) -> Spend:
+        return Spend(
+            spent=self.spent + other.spent,
+            committed=self.committed + other.committed,
+            unpriced_runs=self.unpriced_runs + other.unpriced_runs,
+        )
+
+
+NOTHING = Spend(spent=Decimal(0), committed=Decimal(0))
+
+
+def _month_runs(*, start: datetime, end: datetime, user=None, exclude_run: int | None = None):
+    runs = Run.objects.filter(started_at__gte=start, started_at__lt=end)
+    if user is not None:
+        runs = runs.filter(created_by=user)
+    if exclude_run is not None:
+        runs = runs.exclude(pk=exclude_run)
+    return runs
+
+
+def _side_aggregates(side: str) -> dict:
+    _, cost, reserved, tokens = _SIDES[side]
+    spent = Coalesce(F(cost), _ZERO)
+    holding = Q(**{f"{reserved}__isnull": False}) & ~Q(status__in=Run.FINAL)
+    return {
+        "spent": Coalesce(Sum(spent), _ZERO),
+        "committed": Coalesce(
+            Sum(Case(When(holding, then=Greatest(spent, F(reserved))), default=spent)), _ZERO
+        ),
+        "unpriced": Count("id", filter=Q(**{f"{cost}__isnull": True, f"{tokens}__gt": 0})),
+    }
+
+
+def connection_spend(
+    *, connection: Connection, user=None, now: datetime | None = None, exclude_run=None
+) -> Spend:
+    """What ``connection`` spent in ``now``'s month (UTC), by everyone or by ``user``,
+    leaving out the run ``exclude_run`` (an id)."""
+    start, end = month_window(now)
+    runs = _month_runs(start=start, end=end, user=user, exclude_run=exclude_run)
+    total = NOTHING
+    for side, (column, *_) in _SIDES.items():
+        found = runs.filter(**{column: connection.pk}).aggregate(**_side_aggregates(side))
+        total += Spend(
+            spent=found["spent"], committed=found["committed"], unpriced_runs=found["unpriced"]
+        )
+    return total
+
+
+def _spend_by_person(*, connection: Connection, now: datetime | None = None) -> dict[int, Spend]:
+    start, end = month_window(now)
+    runs = _month_runs(start=start, end=end)
+    out: dict[int, Spend] = defaultdict(lambda: NOTHING)
+    for side, (column, *_) in _SIDES.items():
+        rows = (
+            runs.filter(**{column: connection.pk})
+            .values("created_by")
+            .annotate(**_side_aggregates(side))
+            .order_by()
+        )
+        for row in rows:
+            out[row["created_by"]] += Spend(
+                spent=row["spent"], committed=row["committed"], unpriced_runs=row["unpriced"]
+            )
+    return dict(out)
+
+
+# ------------------------------------------------------------------ reservation
+
+
+def side_reservation(
+    *, domain: str, side: str, connection: Connection, model: str, prices: PricePair
+) -> tuple[Decimal, str]:
+    """What one side of one run of ``domain`` on ``connection``'s ``model`` may cost at
+    ``prices``, and where that comes from (for the reason a refusal gives).
+
+    The 95th percentile (nearest rank) of the side's tokens in the team's last
+    ``SAMPLE`` completed runs of the domain on that connection's model, priced at
+    ``prices``, when there are at least ``MIN_SAMPLE``; else :data:`DEFAULT_TOKENS`.
+    """
+    column, _, _, prompt = _SIDES[side]
+    completion = "completion_tokens" if side == "agent" else "user_completion_tokens"
+    model_column = "agent_model" if side == "agent" else "user_model"
+    sample = list(
+        Run.objects.filter(
+            kind=Run.Kind.MODEL,
+            domain=domain,
+            status=Run.Status.COMPLETED,
+            fork_seq__isnull=True,  # a fork's tokens are those of a part of a conversation
+            **{column: connection.pk, model_column: model, f"{prompt}__gt": 0},
+        )
+        .order_by("-finished_at", "-id")
+        .values_list(prompt, completion)[:SAMPLE]
+    )
+    if len(sample) >= MIN_SAMPLE:
+        costs = sorted(
+            cost_usd(prompt_tokens=p, completion_tokens=c, prices=prices) for p, c in sample
+        )
+        index = min(len(costs) - 1, max(0, round(PERCENTILE * (len(costs) - 1))))
+        return costs[index], f"the 95th percentile of the team's last {len(sample)} such runs"
+    tokens_in, tokens_out = DEFAULT_TOKENS
+    return (
+        cost_usd(prompt_tokens=tokens_in, completion_tokens=tokens_out, prices=prices),
+        f"{tokens_in // 1000}k input and {tokens_out // 1000}k output tokens, as the team has "
+        f"no completed runs of {domain} on {model} to go by",
+    )
+
+
+# -------------------------------------------------------------------- admission
+
+
+@dataclass(frozen=True)
+class _Side:
+    side: str  # "agent" or "user"
+    connection: Connection
+    model: str
+    prices: PricePair | None
+    cost: Decimal  # spent on it so far (a retried run's earlier hops)
+
+
+def _budgeted_sides(run: Run) -> list[_Side]:
+    """The run's sides on a connection with a budget, the connections read as they are now."""
+    ids = {run.agent_connection_id, run.user_connection_id} - {None}
+    if not ids:
+        return []
+    connections = {
+        c.pk: c
+        for c in Connection.objects.filter(pk__in=ids)
+        if c.monthly_budget_usd is not None or c.person_monthly_budget_usd is not None
+    }
+    sides = []
+    if run.agent_connection_id in connections:
+        sides.append(
+            _Side(
+                side="agent",
+                connection=connections[run.agent_connection_id],
+                model=run.agent_model,
+                prices=run.agent_prices,
+                cost=run.cost_usd or Decimal(0),
+            )
+        )
+    if run.user_connection_id in connections:
+        sides.append(
+            _Side(
+                side="user",
+                connection=connections[run.user_connection_id],
+                model=run.user_model,
+                prices=run.user_prices,
+                cost=run.user_cost_usd or Decimal(0),
+            )
+        )
+    return sides
+
+
+def _then(run: Run) -> str:
+    if run.evaluation_id is not None:
+        return "then retry the failed runs"
+    return "then run it again"
+
+
+def _who(user) -> str:
+    return getattr(user, "username", "") or "this person"
+
+
+def run_admit(*, run: Run) -> str | None:
+    """Admit the claimed model ``run`` to its budgeted connections, holding one run's
+    estimated maximum on each; returns ``None`` when admitted (or nothing is budgeted, or
+    it was admitted before: a resumed run), else why not, with the numbers.
+
+    Admissions to one connection are serialised by a row lock on it, so two runs can
+    never both take the last room (see the module's docstring).
+    """
+    if run.agent_reserved_usd is not None or run.user_reserved_usd is not None:
+        return None  # admitted before it was taken up again: it still holds its room
+    sides = _budgeted_sides(run)
+    if not sides:
+        return None
+    for side in sides:
+        if side.prices is None:
+            return (
+                f"The connection “{side.connection.name}” has a budget, and no price for "
+                f"{side.model}: staff must set a price for {side.model} on the Connections "
+                f"page before runs on it can be counted against the budget; {_then(run)}."
+            )
+    reserved: dict[str, Decimal] = {}
+    basis: dict[str, str] = {}
+    for side in sides:
+        reserved[side.side], basis[side.side] = side_reservation(
+            domain=run.domain,
+            side=side.side,
+            connection=side.connection,
+            model=side.model,
+            prices=side.prices,
+        )
+    with transaction.atomic():
+        ids = sorted({side.connection.pk for side in sides})
+        locked = list(Connection.objects.select_for_update().filter(pk__in=ids).order_by("pk"))
+        for connection in locked:
+            mine = [side for side in sides if side.connection.pk == connection.pk]
+            need = sum((max(side.cost, reserved[side.side]) for side in mine), start=Decimal(0))
+            why = " and ".join(basis[side.side] for side in mine)
+            checks = [(connection.monthly_budget_usd, None)]
+            checks.append((connection.person_monthly_budget_usd, run.created_by))
+            for budget, person in checks:
+                if budget is None:
+                    continue
+                spend = connection_spend(connection=connection, user=person, exclude_run=run.pk)
+                if spend.committed + need > budget:
+                    return _refusal(
+                        run=run,
+                        connection=connection,
+                        budget=budget,
+                        spend=spend,
+                        need=need,
+                        person=person,
+                        why=why,
+                    )
+        Run.objects.filter(pk=run.pk).update(
+            agent_reserved_usd=reserved.get("agent"), user_reserved_usd=reserved.get("user")
+        )
+    run.agent_reserved_usd, run.user_reserved_usd = reserved.get("agent"), reserved.get("user")
+    return None
+
+
+def _refusal(
+    *,
+    run: Run,
+    connection: Connection,
+    budget: Decimal,
+    spend: Spend,
+    need: Decimal,
+    person,
+    why: str,
+) -> str:
+    left = max(budget - spend.committed, Decimal(0))
+    whose = (
+        f"The connection “{connection.name}” has"
+        if person is None
+        else f"{_who(person)}'s budget on the connection “{connection.name}” has"
+    )
+    held = f", {dollars(spend.held)} of it held by runs in progress" if spend.held > 0 else ""
+    return (
+        f"{whose} {dollars(left)} left of its {dollars(budget)} budget this month "
+        f"({dollars(spend.spent)} spent{held}); this run may cost up to {dollars(need)} "
+        f"on it ({why}). Raise the budget or wait for next month; {_then(run)}."
+    )
+
+
+def budget_reached(*, run: Run) -> str | None:
+    """Why ``run`` must stop before its next hop — its budgeted connection's (or its
+    person's) spend this month reached the budget — or ``None``. Reads the connections
+    as they are now (a budget raised mid-run lets it go on). No query for a run that
+    names no connection."""
+    ids = {run.agent_connection_id, run.user_connection_id} - {None}
+    if not ids:
+        return None
+    for connection in Connection.objects.filter(pk__in=ids).order_by("pk"):
+        for budget, person in (
+            (connection.monthly_budget_usd, None),
+            (connection.person_monthly_budget_usd, run.created_by),
+        ):
+            if budget is None:
+                continue
+            spent = connection_spend(connection=connection, user=person).spent
+            if spent >= budget:
+                whose = (
+                    f"The connection “{connection.name}”"
+                    if person is None
+                    else f"{_who(person)}'s budget on the connection “{connection.name}”"
+                )
+                return (
+                    f"{whose} reached its {dollars(budget)} budget this month "
+                    f"({dollars(spent)} spent): the run stopped here, its messages kept. "
+                    f"Raise the budget or wait for next month; {_then(run)}."
+                )
+    return None
+
+
+# ------------------------------------------------------------------ for pages
+
+
+@dataclass(frozen=True)
+class PersonSpend:
+    username: str
+    spend: Spend
+
+
+@dataclass(frozen=True)
+class ConnectionSpend:
+    """What a connection's spend panel shows (``{% connection_spend connection %}``).
+
+    Amounts are ``Decimal``; a budget is ``None`` when there is none; ``people`` is
+    filled for staff only (who spent what on it this month).
+    """
+
+    connection: Connection
+    month: datetime
+    spend: Spend
+    budget: Decimal | None
+    person_budget: Decimal | None
+    mine: Spend | None
+    people: list[PersonSpend]
+
+    @property
+    def left(self) -> Decimal | None:
+        if self.budget is None:
+            return None
+        return max(self.budget - self.spend.spent, Decimal(0))
+
+    @property
+    def my_left(self) -> Decimal | None:
+        if self.person_budget is None or self.mine is None:
+            return None
+        return max(self.person_budget - self.mine.spent, Decimal(0))
+
+
+def connection_spend_view(
+    *, connection: Connection, viewer, now: datetime | None = None
+) -> ConnectionSpend:
+    """``connection``'s month for ``viewer``: its spend, budget and what is left; the
+    viewer's own spend and personal budget; each person's spend when ``viewer`` is staff."""
+    signed_in = viewer is not None and getattr(viewer, "is_authenticated", False)
+    people: list[PersonSpend] = []
+    if signed_in and viewer.is_staff:
+        by_person = _spend_by_person(connection=connection, now=now)
+        names = dict(
+            get_user_model().objects.filter(pk__in=by_person).values_list("pk", "username")
+        )
+        people = sorted(
+            (PersonSpend(username=names.get(pk, "?"), spend=s) for pk, s in by_person.items()),
+            key=lambda p: (-p.spend.spent, p.username),
+        )
+    return ConnectionSpend(
+        connection=connection,
+        month=month_window(now)[0],
+        spend=connection_spend(connection=connection, now=now),
+        budget=connection.monthly_budget_usd,
+        person_budget=connection.person_monthly_budget_usd,
+        mine=connection_spend(connection=connection, user=viewer, now=now) if signed_in else None,
+        people=people,
+    )
