@@ -46,6 +46,7 @@ from litellm.types.router import RetryPolicy
 
 # isort: on
 from tau2_env import config
+from tau2_env.llm_args import ROLE_KEY, ROUTE_KEYS
 
 __all__ = [
     "LITELLM_PREFIXES",
@@ -63,9 +64,9 @@ __all__ = [
     "routed_completion",
 ]
 
-# The extra keyword our callers put in τ²'s ``llm_args`` to say whose call it is. It is
-# removed before litellm sees the call. A call without it is the NL-assertion judge's.
-ROLE_KEY = "tau2_llm_role"
+# ROLE_KEY: the extra keyword our callers put in τ²'s ``llm_args`` to say whose call it
+# is (tau2_env.llm_args). It is removed before litellm sees the call. A call without it
+# is the NL-assertion judge's.
 ROLE_USER = "user"
 ROLE_AGENT = "agent"
 ROLE_JUDGE = "judge"
@@ -86,20 +87,6 @@ _RETRY_POLICY = RetryPolicy(
     DefaultRetries=0,
 )
 
-# Keys a caller must not choose: they are the route's.
-ROUTE_KEYS = (
-    "model",
-    "api_key",
-    "api_base",
-    "base_url",
-    "timeout",
-    "num_retries",
-    "retry_policy",
-    "max_retries",
-    "caching",
-    "extra_headers",
-    "custom_llm_provider",
-)
 
 _TOKEN_PATTERNS = re.compile(r"\b(hf_[A-Za-z0-9_]{6,}|sk-[A-Za-z0-9_\-]{8,})")
 # A URL's query may carry a key (``?api_key=…``, ``?token=…``): never shown.

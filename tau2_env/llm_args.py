@@ -19,13 +19,6 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-# isort: off
-from tau2_env._tau2 import registry  # noqa: F401
-from tau2.config import DEFAULT_LLM_ARGS_AGENT, DEFAULT_LLM_ARGS_USER
-
-# isort: on
-from tau2_env.llm import ROLE_KEY, ROUTE_KEYS
-
 __all__ = [
     "DEFAULT_AGENT_ARGS",
     "DEFAULT_USER_ARGS",
@@ -36,8 +29,28 @@ __all__ = [
     "llm_args_of",
 ]
 
-DEFAULT_AGENT_ARGS: dict[str, Any] = dict(DEFAULT_LLM_ARGS_AGENT)
-DEFAULT_USER_ARGS: dict[str, Any] = dict(DEFAULT_LLM_ARGS_USER)
+# τ²'s ``tau2.config.DEFAULT_LLM_ARGS_AGENT`` / ``DEFAULT_LLM_ARGS_USER`` (a test holds
+# them equal): written out so that pages and forms need not import τ² and litellm.
+DEFAULT_AGENT_ARGS: dict[str, Any] = {"temperature": 0.0}
+DEFAULT_USER_ARGS: dict[str, Any] = {"temperature": 0.0}
+
+# The extra keyword our callers put in τ²'s ``llm_args`` to say whose call it is
+# (``tau2_env.llm`` removes it before litellm sees the call).
+ROLE_KEY = "tau2_llm_role"
+# Keys a caller must not choose: they are the route's (``tau2_env.llm.Route``).
+ROUTE_KEYS = (
+    "model",
+    "api_key",
+    "api_base",
+    "base_url",
+    "timeout",
+    "num_retries",
+    "retry_policy",
+    "max_retries",
+    "caching",
+    "extra_headers",
+    "custom_llm_provider",
+)
 REASONING_EFFORTS = ("minimal", "low", "medium", "high")
 MAX_EXTRAS_BYTES = 4096
 _NAMED = ("temperature", "top_p", "max_tokens", "reasoning_effort")

@@ -16,6 +16,7 @@ key is opened.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from decimal import Decimal
 
@@ -45,6 +46,7 @@ __all__ = [
 # litellm needs a key even for an endpoint that takes none (a local vLLM, Ollama): this
 # one is sent instead, never a server-side key from the environment.
 NO_KEY = "no-key"
+_ROUTER_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+(:[\w.-]+)?$")
 
 
 class ConnectionUnavailable(Exception):
@@ -168,7 +170,14 @@ def route_resolve(value: str, *, user, role: str = "agent") -> ResolvedRoute:
     if slug is None:
         if not model:
             raise ValueError(f"Choose the {role} model.")
-        resolved = resolve_agent_model(model)
+        try:
+            resolved = resolve_agent_model(model)
+        except ValueError:
+            # The customer may be any router model id, as before it was a picker: the
+            # router says whether it serves it; it is unpriced until the catalogue knows it.
+            if role == "agent" or not _ROUTER_ID.match(model):
+                raise
+            return ResolvedRoute(connection=None, model=model, prices=None)
         return ResolvedRoute(connection=None, model=resolved.value, prices=resolved.prices)
     connection = Connection.objects.filter(slug=slug, deleted_at__isnull=True).first()
     if connection is None or not can_use(user, connection):

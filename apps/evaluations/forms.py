@@ -10,9 +10,9 @@ from django.conf import settings
 from django.utils.http import urlencode
 
 from apps.bounds import integer_field
+from apps.connections.picker import LLMArgsMixin, RouteField, for_user
 from apps.evaluations.estimates import CostEstimate, evaluation_cost_estimate
 from apps.evaluations.models import Evaluation
-from apps.inference.forms import AgentModelField
 from apps.runs.models import MAX_TRIALS
 from apps.tasks import selectors as task_selectors
 from apps.tasks.models import Task
@@ -49,7 +49,7 @@ class Plan:
         return f"the chosen tasks of {self.domain}"
 
 
-class EvaluationForm(forms.Form):
+class EvaluationForm(LLMArgsMixin, forms.Form):
     domain = forms.ChoiceField(label="Domain")
     split = forms.ChoiceField(label="Split")
     task_ids = forms.CharField(
@@ -72,12 +72,19 @@ class EvaluationForm(forms.Form):
         required=False,
         choices=[("", "all"), ("write", "changes the database"), ("read", "read-only")],
     )
-    agent_model = AgentModelField(
+    agent_model = RouteField(
+        role="agent",
         label="Agent model",
-        help_text="A model on Hugging Face Inference Providers; pin a provider, or let the "
-        "router pick the fastest or the cheapest.",
+        help_text="On Hugging Face Inference Providers (pin a provider, or let the router "
+        "pick the fastest or the cheapest), or on a connection.",
     )
-    user_model = forms.CharField(label="Customer model", max_length=255, required=False)
+    user_model = RouteField(
+        role="customer",
+        label="Customer model",
+        required=False,
+        help_text="The simulated customer. taubench.com's leaderboard uses gpt-4.1 (or "
+        "gpt-5.2): other customers give numbers that are not comparable with it.",
+    )
     num_trials = integer_field(
         Evaluation,
         "num_trials",
@@ -110,8 +117,10 @@ class EvaluationForm(forms.Form):
     )
     name = forms.CharField(label="Name", max_length=200, required=False)
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, user=None, **kwargs):
         super().__init__(*args, **kwargs)
+        self.add_llm_args()
+        for_user(self, user)
         self.domains = list(task_selectors.domain_list())
         self.fields["domain"].choices = [(d.name, d.name) for d in self.domains]
         self.fields["split"].choices = sorted(
@@ -133,6 +142,7 @@ class EvaluationForm(forms.Form):
 
     def clean(self):
         data = super().clean()
+        self.clean_llm_args(data)
         domain, split = data.get("domain"), data.get("split")
         if not domain or not split:
             return data
@@ -218,7 +228,7 @@ def preview_for(form: EvaluationForm) -> Preview:
     return Preview(
         plan=plan,
         trials=trials,
-        model_label=f"{model.value} · {model.price_label}" if model else "",
+        model_label=f"{model.value} · {model.where} · {model.price_label}" if model else "",
         estimate=estimate,
         errors=errors,
     )

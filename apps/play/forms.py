@@ -1,6 +1,7 @@
 from django import forms
 
 from apps.bounds import integer_field
+from apps.connections.picker import RouteField, for_user
 from apps.runs.models import Run
 from apps.tasks.models import Domain, Split, Task
 from tau2_env.arguments import parse_arguments
@@ -17,9 +18,18 @@ class PlayStartForm(forms.Form):
     seed = integer_field(
         Run, "given_seed", label="Seed", required=False, help_text="Picks the same task again."
     )
+    user_model = RouteField(
+        role="customer",
+        label="Customer model",
+        required=False,
+        optional=True,
+        empty_label="The server's default customer",
+        help_text="Who plays the customer: on Hugging Face (your own token) or a connection.",
+    )
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, user=None, **kwargs):
         super().__init__(*args, **kwargs)
+        for_user(self, user)
         self.fields["domain"].choices = [
             (name, name) for name in Domain.objects.values_list("name", flat=True)
         ]

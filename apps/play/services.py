@@ -22,15 +22,17 @@ from django.db.models import Q
 from django.utils import timezone
 
 from apps.accounts.vault import SignInRequired, hf_token_for
+from apps.connections.routes import route_for
 from apps.play import schemas, selectors
 from apps.play.selectors import Phase
 from apps.runs import queue
 from apps.runs.events import events_publish, status_publish
 from apps.runs.lifecycle import execution_id, run_finish
 from apps.runs.models import Run, RunEvent
-from apps.runs.services import run_provenance
+from apps.runs.services import customer_prices, run_provenance
 from apps.tasks.models import Task
 from tau2_env import config, engine, llm
+from tau2_env.llm_args import DEFAULT_USER_ARGS
 
 HUMAN_AGENT = "human"
 # What a session's end stores besides the run's own fields (``run_finish``).
@@ -61,7 +63,15 @@ def _tool_lease() -> timedelta:
     return timedelta(seconds=settings.TAU2_RUN_LEASE_SECONDS)
 
 
-def play_provenance(*, task: Task, user_model: str, max_steps: int, seed: int | None) -> dict:
+def play_provenance(
+    *,
+    task: Task,
+    user_model: str,
+    max_steps: int,
+    seed: int | None,
+    user_connection=None,
+    user_llm_args: dict | None = None,
+) -> dict:
     """A play session's provenance (``run_provenance``): a person plays the agent."""
     return run_provenance(
         task=task,
@@ -70,6 +80,8 @@ def play_provenance(*, task: Task, user_model: str, max_steps: int, seed: int | 
         max_steps=max_steps,
         seed=seed,
         agent_prices=None,
+        user_connection=user_connection,
+        user_llm_args=user_llm_args,
     )
 
 
@@ -85,14 +97,19 @@ def play_task_pick(*, domain: str, split: str, seed: int | None) -> Task:
     return task
 
 
-def play_start(*, user, task: Task, seed: int | None = None) -> Run:
+def play_start(
+    *, user, task: Task, seed: int | None = None, user_model: str = "", user_connection=None
+) -> Run:
     """Open a session of ``task`` for ``user`` and queue the customer's opening message.
+    The customer is ``user_model`` on ``user_connection`` (None: the router on the
+    player's own token; no model: the server's default customer).
 
-    Raises ``SignInRequired`` (from the vault) when ``user`` has no usable token, before
-    anything is stored.
+    Raises ``SignInRequired`` (from the vault) when the customer is on the router and
+    ``user`` has no usable token, before anything is stored.
     """
-    hf_token_for(user=user)  # fail here, with the vault's message, not later on a worker
-    user_model = config.provider_settings().model
+    if user_connection is None:
+        hf_token_for(user=user)  # fail here, with the vault's message, not on a worker
+    user_model = user_model or config.provider_settings().model
     max_steps = min(engine.DEFAULT_MAX_STEPS, settings.TAU2_RUN_MAX_STEPS)
     now = timezone.now()
     with transaction.atomic():
@@ -103,6 +120,10 @@ def play_start(*, user, task: Task, seed: int | None = None) -> Run:
             created_by=user,
             agent_model=HUMAN_AGENT,
             user_model=user_model,
+            user_connection=user_connection,
+            user_provider=user_connection.kind if user_connection is not None else "hf",
+            user_llm_args=dict(DEFAULT_USER_ARGS),
+            **customer_prices(user_connection=user_connection, user_model=user_model),
             max_steps=max_steps,
             seed=seed,
             given_seed=seed,
@@ -111,23 +132,30 @@ def play_start(*, user, task: Task, seed: int | None = None) -> Run:
             play_phase=Phase.CUSTOMER,
             lease_expires_at=now + pending_lease(),
             provenance=play_provenance(
-                task=task, user_model=user_model, max_steps=max_steps, seed=seed
+                task=task,
+                user_model=user_model,
+                user_connection=user_connection,
+                max_steps=max_steps,
+                seed=seed,
             ),
         )
         _queue_customer(run.pk, at=0)
     return run
 
 
-def play_fork_build(*, run: Run, by, user_model: str, seed, next_: RunEvent) -> Run:
+def play_fork_build(
+    *, run: Run, by, user_model: str, user_connection, seed, next_: RunEvent
+) -> Run:
     """The unsaved play session of ``by`` that takes over a fork of ``run`` before message
     ``next_`` (``apps.runs.forks.run_fork`` with ``as_play``, through the runs' fork
     takeover hook): the customer's turn first when ``next_`` was theirs (the runs app
     queues it once the fork is saved), else the person's. Raises ``ValidationError`` with the
     vault's reason when ``by`` has no usable token (here, not later on a worker)."""
-    try:
-        hf_token_for(user=by)
-    except SignInRequired as exc:
-        raise ValidationError(str(exc)) from exc
+    if user_connection is None:
+        try:
+            hf_token_for(user=by)
+        except SignInRequired as exc:
+            raise ValidationError(str(exc)) from exc
     seed = run.seed if seed is None else seed
     now = timezone.now()
     customer_next = next_.kind == RunEvent.Kind.CUSTOMER
@@ -138,6 +166,10 @@ def play_fork_build(*, run: Run, by, user_model: str, seed, next_: RunEvent) -> 
         created_by=by,
         agent_model=HUMAN_AGENT,
         user_model=user_model,
+        user_connection=user_connection,
+        user_provider=user_connection.kind if user_connection is not None else "hf",
+        user_llm_args=run.user_llm_args,
+        **customer_prices(user_connection=user_connection, user_model=user_model),
         max_steps=run.max_steps,
         seed=seed,
         given_seed=seed,
@@ -146,7 +178,12 @@ def play_fork_build(*, run: Run, by, user_model: str, seed, next_: RunEvent) -> 
         play_phase=Run.PlayPhase.CUSTOMER if customer_next else Run.PlayPhase.YOUR_TURN,
         lease_expires_at=now + pending_lease() if customer_next else None,
         provenance=play_provenance(
-            task=run.task, user_model=user_model, max_steps=run.max_steps, seed=seed
+            task=run.task,
+            user_model=user_model,
+            user_connection=user_connection,
+            max_steps=run.max_steps,
+            seed=seed,
+            user_llm_args=run.user_llm_args,
         ),
     )
 
@@ -281,7 +318,7 @@ def play_tool(*, run: Run, name: str, arguments: Any) -> list[RunEvent]:
     holder = _holder()
     _take(run=run, to=Phase.TOOL, allowed=(Phase.YOUR_TURN,), holder=holder)
     try:
-        episode = play_episode(run=run, token=_token(run), score_on_end=False)
+        episode = play_episode(run=run, route=play_route(run), score_on_end=False)
         before = len(episode.messages)
         episode.call_tool(name, arguments)
         events = events_publish(run=run, messages=episode.messages_json(before), worker=holder)
@@ -322,7 +359,13 @@ def play_retry(*, run: Run) -> None:
     _queue_customer(run.pk, at=count)
 
 
-def play_episode(*, run: Run, token: str, score_on_end: bool = True) -> engine.Episode:
+def play_route(run: Run) -> llm.Route:
+    """The customer's route of a play session: the router on the player's own token, or
+    the connection it runs on. Raises ``SignInRequired`` or ``ConnectionUnavailable``."""
+    return route_for(connection=run.user_connection, model=run.user_model, user=run.created_by)
+
+
+def play_episode(*, run: Run, route: llm.Route, score_on_end: bool = True) -> engine.Episode:
     """τ²'s episode of the session, rebuilt from its stored events.
 
     With ``score_on_end`` off, an action that ends the conversation (τ²'s limits) leaves
@@ -333,7 +376,8 @@ def play_episode(*, run: Run, token: str, score_on_end: bool = True) -> engine.E
     return engine.Episode(
         domain=run.domain,
         task_id=run.task.task_id,
-        user_llm=llm.hf_route(model=run.user_model, token=token),
+        user_llm=route,
+        user_llm_args=run.user_llm_args,
         messages=messages,
         termination_reason=run.termination_reason or None,
         max_steps=run.max_steps,
@@ -344,10 +388,6 @@ def play_episode(*, run: Run, token: str, score_on_end: bool = True) -> engine.E
 def _holder() -> str:
     """A plain id for the web request working on a session."""
     return execution_id("web:")
-
-
-def _token(run: Run) -> str:
-    return hf_token_for(user=run.created_by)
 
 
 def _queue_customer(run_id: int, *, at: int) -> None:

@@ -65,7 +65,7 @@ def _answer(request, run: Run, *, status: int = 200, **extra):
 
 @signin_required_to_start
 def play_index(request):
-    form = PlayStartForm(initial={"domain": "airline", "split": "base"})
+    form = PlayStartForm(initial={"domain": "airline", "split": "base"}, user=request.user)
     sessions = selectors.play_list_open(user=request.user)
     return render(request, "play/index.html", {"form": form, "sessions": sessions})
 
@@ -77,14 +77,21 @@ def play_new(request):
         "task_id": request.GET.get("task") or "",
         "split": request.GET.get("split") or "base",
     }
-    form = PlayStartForm(request.POST or None, initial=initial)
+    form = PlayStartForm(request.POST or None, initial=initial, user=request.user)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
             task = data.get("task") or services.play_task_pick(
                 domain=data["domain"], split=data["split"], seed=data.get("seed")
             )
-            run = services.play_start(user=request.user, task=task, seed=data.get("seed"))
+            customer = data.get("user_model")
+            run = services.play_start(
+                user=request.user,
+                task=task,
+                seed=data.get("seed"),
+                user_model=customer.model if customer else "",
+                user_connection=customer.connection if customer else None,
+            )
         except ValidationError as exc:
             for field, errors in exc.message_dict.items():
                 form.add_error(field if field in form.fields else None, errors)

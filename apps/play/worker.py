@@ -1,6 +1,7 @@
 """The worker side of a play session: the customer's turn and the scoring.
 
-Both run on a Celery worker with the player's own token (from the vault), rebuild τ²'s
+Both run on a Celery worker on the customer's route (the player's own token, or the
+connection the customer runs on), rebuild τ²'s
 episode from the stored events, and store what it adds in one write. Each first claims
 the session's queued work (:func:`apps.play.services.play_claim`), so a duplicated or
 redelivered task does nothing; a task whose claim was taken over (its lease ran out)
@@ -14,7 +15,8 @@ from __future__ import annotations
 
 import logging
 
-from apps.accounts.vault import SignInRequired, hf_token_for
+from apps.accounts.vault import SignInRequired
+from apps.connections.routes import ConnectionUnavailable
 from apps.play import services
 from apps.play.selectors import Phase
 from apps.runs.events import LostRun, UnstorableMessage, events_publish
@@ -25,10 +27,10 @@ from tau2_env import engine, llm
 logger = logging.getLogger(__name__)
 
 
-def _token_or_release(run: Run, holder: str, back_to: Phase) -> str | None:
+def _route_or_release(run: Run, holder: str, back_to: Phase) -> llm.Route | None:
     try:
-        return hf_token_for(user=run.created_by)
-    except SignInRequired as exc:
+        return services.play_route(run)
+    except (SignInRequired, ConnectionUnavailable) as exc:
         services.play_release(run_id=run.pk, holder=holder, to=back_to, error=str(exc))
         return None
 
@@ -43,11 +45,11 @@ def customer_turn(*, run_id: int, at: int, worker: str) -> str:
     run = services.play_claim(run_id=run_id, phase=Phase.CUSTOMER, at=at, worker=worker)
     if run is None:
         return "skipped"
-    token = _token_or_release(run, worker, Phase.NEEDS_CUSTOMER)
-    if token is None:
+    route = _route_or_release(run, worker, Phase.NEEDS_CUSTOMER)
+    if route is None:
         return "failed"
     try:
-        episode = services.play_episode(run=run, token=token)
+        episode = services.play_episode(run=run, route=route)
         before = run.n_messages
         episode.customer_turn()
         if episode.termination_reason == engine.TerminationReason.USER_ERROR:
@@ -72,7 +74,7 @@ def customer_turn(*, run_id: int, at: int, worker: str) -> str:
         return "failed"
     except Exception as exc:  # a bug, not a provider error: let the player ask again
         logger.exception("The customer's turn of play session %s failed", run.pk)
-        reason = llm.explain_error(exc, secrets=(token,)).message
+        reason = llm.explain_error(exc, secrets=route.secrets()).message
         services.play_release(run_id=run.pk, holder=worker, to=Phase.NEEDS_CUSTOMER, error=reason)
         return "failed"
 
@@ -85,11 +87,11 @@ def score(*, run_id: int, at: int, worker: str) -> str:
     run = services.play_claim(run_id=run_id, phase=Phase.SCORING, at=at, worker=worker)
     if run is None:
         return "skipped"
-    token = _token_or_release(run, worker, Phase.NEEDS_SCORING)
-    if token is None:
+    route = _route_or_release(run, worker, Phase.NEEDS_SCORING)
+    if route is None:
         return "failed"
     try:
-        episode = services.play_episode(run=run, token=token)
+        episode = services.play_episode(run=run, route=route)
         before = run.n_messages
         episode.finish()  # τ²'s stop if still open; then τ²'s evaluator
         if episode.reward_info is None:
@@ -103,7 +105,7 @@ def score(*, run_id: int, at: int, worker: str) -> str:
         return "skipped"
     except Exception as exc:
         logger.exception("Scoring play session %s failed", run.pk)
-        reason = llm.explain_error(exc, secrets=(token,)).message
+        reason = llm.explain_error(exc, secrets=route.secrets()).message
         services.play_release(run_id=run.pk, holder=worker, to=Phase.NEEDS_SCORING, error=reason)
         return "failed"
 

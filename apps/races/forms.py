@@ -1,6 +1,6 @@
 from django import forms
 
-from apps.inference.selectors import resolve_agent_model
+from apps.connections.routes import route_resolve
 from apps.races.services import lanes_validate
 from apps.runs.forms import RunForm
 
@@ -15,9 +15,10 @@ class ModelListWidget(forms.Widget):
 
 class AgentModelsField(forms.Field):
     """2–4 different agent models, each cleaned as the run form's agent model is (a
-    :class:`~apps.inference.selectors.ResolvedModel`)."""
+    :class:`~apps.connections.routes.ResolvedRoute`)."""
 
     widget = ModelListWidget
+    user = None  # set by the form: who may use which connection
 
     def clean(self, value):
         try:
@@ -27,7 +28,7 @@ class AgentModelsField(forms.Field):
         resolved, errors = [], []
         for text in picked:
             try:
-                resolved.append(resolve_agent_model(text))
+                resolved.append(route_resolve(text, user=self.user))
             except ValueError as exc:
                 errors.append(str(exc))
         if errors:
@@ -41,3 +42,7 @@ class RaceForm(RunForm):
 
     agent_model = AgentModelsField(label="Agent models")
     trial = None  # every lane is trial 0 of the seed
+
+    def __init__(self, *args, user=None, **kwargs):
+        super().__init__(*args, user=user, **kwargs)
+        self.fields["agent_model"].user = user

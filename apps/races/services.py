@@ -38,24 +38,42 @@ def race_create(
     user_model: str | None = None,
     max_steps: int = 100,
     seed: int | None = None,
+    agent_connections: list | None = None,
+    user_connection=None,
+    agent_llm_args: dict | None = None,
+    user_llm_args: dict | None = None,
 ) -> Race:
     """Queue a race of ``agent_models`` (2–4, in lane order) on ``task`` by ``user``.
 
     Every lane is a model run made by :func:`apps.runs.services.run_create` with the same
     customer model, step limit, seed and trial 0, so the orchestrators get one trial seed
     and the customer opens every lane the same way. The workers get the runs once the
-    race is committed.
+    race is committed. Lane i's agent runs on ``agent_connections[i]`` (None: the
+    router), the customer on ``user_connection``; every lane has the same LLM arguments.
     """
-    agent_models = lanes_validate(agent_models)
+    connections = list(agent_connections or [None] * len(agent_models))
+    lanes_validate(
+        [
+            f"@{c.slug}/{m}" if c is not None else m
+            for m, c in zip(agent_models, connections, strict=True)
+        ]
+    )
+    agent_models = [m.strip() for m in agent_models]
     for model in agent_models:
         run_services.model_run_validate(agent_model=model, max_steps=max_steps)
     prices = list(agent_prices or [None] * len(agent_models))
     user_model = (user_model or "").strip() or config.provider_settings().model
     seed = DEFAULT_SEED if seed is None else seed
     race = Race.objects.create(
-        created_by=user, task=task, user_model=user_model, seed=seed, max_steps=max_steps
+        created_by=user,
+        task=task,
+        user_model=user_model,
+        user_connection=user_connection,
+        seed=seed,
+        max_steps=max_steps,
     )
-    for position, (model, price) in enumerate(zip(agent_models, prices, strict=True)):
+    lanes = zip(agent_models, prices, connections, strict=True)
+    for position, (model, price, connection) in enumerate(lanes):
         run = run_services.run_create(
             user=user,
             task=task,
@@ -64,6 +82,10 @@ def race_create(
             max_steps=max_steps,
             seed=seed,
             agent_prices=price,
+            agent_connection=connection,
+            user_connection=user_connection,
+            agent_llm_args=agent_llm_args,
+            user_llm_args=user_llm_args,
         )
         RaceLane.objects.create(race=race, run=run, position=position)
     return race

@@ -8,6 +8,7 @@ from django.shortcuts import get_object_or_404, redirect, render
 from django.views.decorators.http import require_safe
 
 from apps.accounts.access import can_view_runs, signin_required_to_start, signin_url
+from apps.connections.picker import connection_groups, sides_of
 from apps.inference.selectors import model_choices
 from apps.races import selectors, services
 from apps.races.forms import RaceForm
@@ -49,7 +50,7 @@ def race_list(request):
 def race_new(request):
     """``GET``: the form (``?domain=&task=&model=`` preselect, as on the run form);
     ``POST``: start the race and open its page."""
-    form = RaceForm(request.POST or None, initial=run_form_initial(request.GET))
+    form = RaceForm(request.POST or None, initial=run_form_initial(request.GET), user=request.user)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         models = data["agent_model"]
@@ -57,11 +58,12 @@ def race_new(request):
             race = services.race_create(
                 user=request.user,
                 task=data["task"],
-                agent_models=[m.value for m in models],
+                agent_models=[m.model for m in models],
                 agent_prices=[m.prices for m in models],
-                user_model=data.get("user_model"),
+                agent_connections=[m.connection for m in models],
                 max_steps=data["max_steps"],
                 seed=data.get("seed"),
+                **sides_of(data, with_agent=False),
             )
         except ValidationError as exc:
             for field, errors in exc.message_dict.items():
@@ -82,6 +84,8 @@ def race_new(request):
             "picker": picker,
             "lanes": _lane_pickers(picked or []),
             "choices": model_choices(),
+            "connections": connection_groups(request.user),
+            "args_fields": form.llm_args_fields,
         },
         status=400 if form.errors else 200,  # a refused start is a client error
     )

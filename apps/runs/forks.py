@@ -28,7 +28,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from apps.accounts.access import can_start
-from apps.inference.selectors import resolve_agent_model
+from apps.connections.routes import can_use, route_resolve
 from apps.runs import hooks, queue
 from apps.runs.models import Run, RunEvent
 from apps.runs.services import model_run_build, model_run_validate, prices_for_storage
@@ -100,19 +100,44 @@ def run_fork(
     if not can_start(by):
         raise PermissionDenied("Sign in to fork runs.")
     point = fork_point(run=run, at_seq=at_seq)
-    user_model = (user_model or "").strip() or run.user_model
-    if " " in user_model:
-        raise ValidationError({"user_model": "Pick a customer model, e.g. org/model."})
+    wanted = (user_model or "").strip()
+    if wanted:
+        try:
+            customer = route_resolve(wanted, user=by, role="customer")
+        except ValueError as exc:
+            raise ValidationError({"user_model": str(exc)}) from exc
+        user_model, user_connection = customer.model, customer.connection
+    else:  # the run's own customer goes on, where it ran (if ``by`` may use it)
+        user_model, user_connection = run.user_model, run.user_connection
+        if user_connection is not None and not can_use(by, user_connection):
+            raise ValidationError(
+                {
+                    "user_model": f"You may not use the connection {user_connection.name!r}: "
+                    "pick another customer model."
+                }
+            )
     prefix = list(run.events.filter(seq__lt=point.seq).order_by("seq"))
     takeover = hooks.fork_takeover() if as_play else None
     if as_play and takeover is None:
         raise ValidationError("Taking a fork over as play is not available on this server.")
     with transaction.atomic():
         if takeover is not None:
-            fork = takeover(run=run, by=by, user_model=user_model, seed=seed, next_=point)
+            fork = takeover(
+                run=run,
+                by=by,
+                user_model=user_model,
+                user_connection=user_connection,
+                seed=seed,
+                next_=point,
+            )
         else:
             fork = _model_fork(
-                run=run, by=by, agent_model=agent_model, user_model=user_model, seed=seed
+                run=run,
+                by=by,
+                agent_model=agent_model,
+                user_model=user_model,
+                user_connection=user_connection,
+                seed=seed,
             )
         fork.parent, fork.fork_seq = run, point.seq
         fork.provenance = {**fork.provenance, "fork": {"parent": run.pk, "at_seq": point.seq}}
@@ -128,15 +153,17 @@ def run_fork(
     return fork
 
 
-def _model_fork(*, run: Run, by, agent_model, user_model: str, seed) -> Run:
-    chosen = agent_model or (run.agent_model if run.kind == Run.Kind.MODEL else "")
+def _model_fork(*, run: Run, by, agent_model, user_model: str, user_connection, seed) -> Run:
+    """A model run that continues ``run``: ``agent_model`` (a picker's value; default the
+    run's own, where it ran) with the run's LLM arguments."""
+    chosen = agent_model or (run.agent_value if run.kind == Run.Kind.MODEL else "")
     if not chosen:
         raise ValidationError({"agent_model": "Pick the agent model that continues it."})
     try:
-        model = resolve_agent_model(chosen)
+        model = route_resolve(chosen, user=by)
     except ValueError as exc:
         raise ValidationError({"agent_model": str(exc)}) from exc
-    model_run_validate(agent_model=model.value, max_steps=run.max_steps)
+    model_run_validate(agent_model=model.model, max_steps=run.max_steps)
     if seed is None:  # the parent's own trial of its seed: the orchestrator gets run.seed
         given, trial, trial_seed = run.given_seed, run.seed_trial, run.seed
     else:
@@ -144,8 +171,12 @@ def _model_fork(*, run: Run, by, agent_model, user_model: str, seed) -> Run:
     fork = model_run_build(
         user=by,
         task=run.task,
-        agent_model=model.value,
+        agent_model=model.model,
+        agent_connection=model.connection,
         user_model=user_model,
+        user_connection=user_connection,
+        agent_llm_args=run.agent_llm_args if run.kind == Run.Kind.MODEL else None,
+        user_llm_args=run.user_llm_args,
         max_steps=run.max_steps,
         seed=given,
         trial=trial,

@@ -2,15 +2,16 @@ from django import forms
 from django.conf import settings
 
 from apps.bounds import integer_field
-from apps.inference.forms import AgentModelField
+from apps.connections.picker import LLMArgsMixin, RouteField, for_user
 from apps.runs.models import MAX_TRIALS, ReviewLabel, Run, RunEvent
 from apps.tasks import selectors as task_selectors
 from apps.tasks.models import Task
 
 
-class RunForm(forms.Form):
+class RunForm(LLMArgsMixin, forms.Form):
     """One model run: a task (chosen by domain and id; the split only narrows the picker),
-    the agent and customer models, the step limit and the seed."""
+    the agent and customer models (each on the router or a connection the person may
+    use) with τ²'s LLM arguments, the step limit and the seed. Pass ``user``."""
 
     domain = forms.ChoiceField(label="Domain")
     split = forms.CharField(label="Split", max_length=32, required=False)
@@ -19,12 +20,19 @@ class RunForm(forms.Form):
         max_length=255,
         help_text="Type words of its title or its id, then pick it from the list.",
     )
-    agent_model = AgentModelField(
+    agent_model = RouteField(
+        role="agent",
         label="Agent model",
-        help_text="A model on Hugging Face Inference Providers; pin a provider, or let the "
-        "router pick the fastest or the cheapest.",
+        help_text="On Hugging Face Inference Providers (pin a provider, or let the router "
+        "pick the fastest or the cheapest), or on a connection.",
     )
-    user_model = forms.CharField(label="Customer model", max_length=255, required=False)
+    user_model = RouteField(
+        role="customer",
+        label="Customer model",
+        required=False,
+        help_text="The simulated customer. taubench.com's leaderboard uses gpt-4.1 (or "
+        "gpt-5.2): other customers give numbers that are not comparable with it.",
+    )
     max_steps = integer_field(Run, "max_steps", label="Step limit", min_value=1, initial=100)
     seed = integer_field(Run, "given_seed", label="Seed", required=False)
     # Set only when the form repeats an evaluation's trial ("run with another model"), so
@@ -38,8 +46,10 @@ class RunForm(forms.Form):
         max_value=MAX_TRIALS - 1,
     )
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, user=None, **kwargs):
         super().__init__(*args, **kwargs)
+        self.add_llm_args()
+        for_user(self, user)
         self.fields["domain"].choices = [(d.name, d.name) for d in task_selectors.domain_list()]
         self.fields["domain"].widget.attrs["data-testid"] = "domain"
         self.fields["task_id"].widget.attrs.update(
@@ -67,6 +77,7 @@ class RunForm(forms.Form):
                     "the domain it belongs to.",
                 )
             data["task"] = task
+        self.clean_llm_args(data)
         return data
 
 
@@ -91,7 +102,7 @@ class LabelForm(forms.Form):
 
 class ForkForm(forms.Form):
     """A fork of a finished run at one of its messages (``apps.runs.forks``): who goes on
-    in the agent's place, and the customer's model (empty: the run's own)."""
+    in the agent's place, and the customer's model (empty: the run's own). Pass ``user``."""
 
     MODEL, SEED, PLAY = "model", "seed", "play"
 
@@ -106,14 +117,20 @@ class ForkForm(forms.Form):
             (PLAY, "me: take over as a play session"),
         ],
     )
-    agent_model = AgentModelField(label="Agent model", required=False)
+    agent_model = RouteField(role="agent", label="Agent model", required=False, optional=True)
     seed = integer_field(Run, "given_seed", label="Seed", required=False, min_value=0)
-    user_model = forms.CharField(
+    user_model = RouteField(
+        role="customer",
         label="Customer model",
-        max_length=255,
         required=False,
+        optional=True,
+        empty_label="The run's own customer model",
         help_text="Empty: the run's own customer model goes on.",
     )
+
+    def __init__(self, *args, user=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        for_user(self, user)
 
     def clean(self):
         data = super().clean()

@@ -55,7 +55,14 @@ class ForkTakeover(Protocol):
     the person ``by`` (raising ``ValidationError`` when they cannot, e.g. no token)."""
 
     def __call__(
-        self, *, run: Run, by, user_model: str, seed: int | None, next_: RunEvent
+        self,
+        *,
+        run: Run,
+        by,
+        user_model: str,
+        user_connection,
+        seed: int | None,
+        next_: RunEvent,
     ) -> Run: ...
 
 

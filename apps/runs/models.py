@@ -278,6 +278,17 @@ class Run(models.Model):
         return reverse("runs:detail", kwargs={"pk": self.pk})
 
     @property
+    def agent_value(self) -> str:
+        """The agent model as pickers and APIs name it: ``org/model[:…]`` on the router,
+        ``@connection/model`` on a connection."""
+        return _side_value(self.agent_connection, self.agent_model)
+
+    @property
+    def user_value(self) -> str:
+        """The customer model as pickers and APIs name it (see :attr:`agent_value`)."""
+        return _side_value(self.user_connection, self.user_model)
+
+    @property
     def agent_prices(self) -> tuple[Decimal, Decimal] | None:
         """The agent model's (input, output) price per 1M tokens, or ``None`` if unpriced."""
         if self.agent_price_input is None or self.agent_price_output is None:
@@ -315,6 +326,10 @@ class Run(models.Model):
 
         end = self.finished_at or timezone.now()
         return (end - self.started_at).total_seconds()
+
+
+def _side_value(connection, model: str) -> str:
+    return f"@{connection.slug}/{model}" if connection is not None else model
 
 
 class RunEvent(models.Model):

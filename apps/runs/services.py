@@ -67,6 +67,20 @@ def run_provenance(
     }
 
 
+def customer_prices(*, user_connection, user_model: str) -> dict:
+    """A new run's customer prices as ``Run`` fields: fixed now from the connection's
+    price of ``user_model``; none for the router (looked up at the first message,
+    ``apps.runs.events.customer_prices``)."""
+    if user_connection is None:
+        return {}
+    prices = prices_of(connection=user_connection, model=user_model)
+    return {
+        "user_prices_fixed": True,
+        "user_price_input": prices[0] if prices else None,
+        "user_price_output": prices[1] if prices else None,
+    }
+
+
 def model_run_validate(*, agent_model: str, max_steps: int) -> str:
     """The agent model id, stripped; raises ``ValidationError`` for what no run may have."""
     agent_model = (agent_model or "").strip()
@@ -108,14 +122,7 @@ def model_run_build(
     )
     agent_llm_args = dict(DEFAULT_AGENT_ARGS) if agent_llm_args is None else agent_llm_args
     user_llm_args = dict(DEFAULT_USER_ARGS) if user_llm_args is None else user_llm_args
-    customer = {}
-    if user_connection is not None:
-        user_prices = prices_of(connection=user_connection, model=user_model)
-        customer = {
-            "user_prices_fixed": True,
-            "user_price_input": user_prices[0] if user_prices else None,
-            "user_price_output": user_prices[1] if user_prices else None,
-        }
+    customer = customer_prices(user_connection=user_connection, user_model=user_model)
     return Run(
         agent_connection=agent_connection,
         user_connection=user_connection,

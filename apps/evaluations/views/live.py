@@ -11,6 +11,7 @@ from django.views.decorators.http import require_POST
 
 from apps.accounts.access import can_control, can_start, can_view_runs, signin_url
 from apps.accounts.vault import SignInRequired
+from apps.connections.picker import sides_of
 from apps.evaluations import presenters, selectors, services
 from apps.evaluations.forms import EvaluationForm, preview_for
 from apps.evaluations.models import Evaluation
@@ -18,6 +19,12 @@ from apps.tasks.selectors import TaskFilters
 
 # Settings a link may prefill (the explorer's query, a task page's ids) besides the tasks.
 _PREFILLED = ("agent_model", "num_trials", "seed", "max_steps", "max_errors", "concurrency")
+# The customer and τ²'s LLM arguments of both sides may be preselected by a link too.
+_ARG_PREFILLS = ("user_model",) + tuple(
+    f"{side}_{name}"
+    for side in ("agent", "user")
+    for name in ("temperature", "top_p", "max_tokens", "reasoning_effort", "extras")
+)
 
 
 def _get_evaluation_for_user(request, pk: int) -> Evaluation:
@@ -33,6 +40,7 @@ def _initial(params) -> dict[str, str]:
     filters = TaskFilters.from_params(params)
     form = EvaluationForm()
     initial = {name: field.initial for name, field in form.fields.items()}
+    initial.update({name: params[name] for name in _ARG_PREFILLS if params.get(name)})
     splits = [s["name"] for s in form.split_options() if s["domain"] == filters.domain]
     split = (
         filters.split
@@ -56,6 +64,7 @@ def _page(request, form: EvaluationForm, preview):
             "chosen_domain": chosen.get("domain", ""),
             "chosen_split": chosen.get("split", ""),
             "tasks_fields": [form["task_ids"], form["q"], form["kind"]],
+            "args_fields": form.llm_args_fields,
             "field_groups": [
                 ("Models", [form["agent_model"], form["user_model"]]),
                 ("Trials and limits", [form[n] for n in (*_PREFILLED[1:], "name")]),
@@ -70,13 +79,13 @@ def evaluation_new(request):
     if not can_start(request.user):
         return redirect(signin_url(next_url=request.get_full_path(), reason="start"))
     if request.GET.get("preview"):
-        preview = preview_for(EvaluationForm(request.GET))
+        preview = preview_for(EvaluationForm(request.GET, user=request.user))
         return render(request, "includes/evaluation_preview.html", {"preview": preview})
     if request.method != "POST":
         initial = _initial(request.GET)
-        form = EvaluationForm(initial=initial)
-        return _page(request, form, preview_for(EvaluationForm(initial)))
-    form = EvaluationForm(request.POST)
+        form = EvaluationForm(initial=initial, user=request.user)
+        return _page(request, form, preview_for(EvaluationForm(initial, user=request.user)))
+    form = EvaluationForm(request.POST, user=request.user)
     preview = preview_for(form)
     if form.is_valid():
         try:
@@ -93,16 +102,15 @@ def evaluation_new(request):
 
 
 def _start(user, data: dict) -> Evaluation:
-    plan, model = data["plan"], data["agent_model"]  # model: a ResolvedModel
+    plan, model = data["plan"], data["agent_model"]  # model: a ResolvedRoute
     return services.evaluation_create(
         user=user,
         domain=plan.domain,
         split=plan.split,
         task_ids=plan.task_ids,
         query=plan.query,
-        agent_model=model.value,
         agent_prices=model.prices,
-        user_model=data.get("user_model"),
+        **sides_of(data),
         num_trials=data["num_trials"],
         seed=data.get("seed"),
         max_steps=data["max_steps"],

@@ -7,7 +7,6 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 
 from apps.accounts.access import signin_required_to_start
-from apps.inference.selectors import model_choices
 from apps.runs import forks, presenters
 from apps.runs.forms import ForkForm
 from apps.runs.models import Run
@@ -26,7 +25,7 @@ def run_fork(request, pk: int):
     except ValidationError as exc:
         context = {"run": run, "refusal": " ".join(exc.messages)}
         return render(request, "runs/fork.html", context, status=400)
-    form = ForkForm(request.POST or None, initial={"at": point.seq})
+    form = ForkForm(request.POST or None, initial={"at": point.seq}, user=request.user)
     if request.method == "POST" and form.is_valid():
         data, how = form.cleaned_data, form.cleaned_data["continue_with"]
         try:
@@ -34,9 +33,13 @@ def run_fork(request, pk: int):
                 run=run,
                 at_seq=point.seq,
                 by=request.user,
-                agent_model=data["agent_model"].value if how == ForkForm.MODEL else None,
+                agent_model=(
+                    data["agent_model"].value
+                    if how == ForkForm.MODEL and data["agent_model"]
+                    else None
+                ),
                 seed=data["seed"] if how == ForkForm.SEED else None,
-                user_model=data["user_model"],
+                user_model=data["user_model"].value if data["user_model"] else None,
                 as_play=how == ForkForm.PLAY,
             )
         except ValidationError as exc:
@@ -50,6 +53,5 @@ def run_fork(request, pk: int):
         "run": run,
         "form": form,
         "e": presenters.event_view(point),
-        "choices": model_choices(),  # the agent-model picker's
     }
     return render(request, "runs/fork.html", context, status=400 if form.errors else 200)

@@ -13,6 +13,7 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
 
 from apps.accounts.access import can_start, signin_required_to_start
+from apps.connections.picker import llm_args_initial, sides_of
 from apps.runs import selectors, services
 from apps.runs.forms import RunForm
 from apps.runs.models import Run
@@ -33,6 +34,12 @@ _PREFILLS = {
     "seed": "seed",
     "trial": "trial",
 }
+# τ²'s LLM arguments a link may preselect too ("run it again with another model").
+_ARG_PREFILLS = tuple(
+    f"{side}_{name}"
+    for side in ("agent", "user")
+    for name in ("temperature", "top_p", "max_tokens", "reasoning_effort", "extras")
+)
 
 
 def query_text(value) -> str:
@@ -101,6 +108,7 @@ def task_picker(*, domain: str, split: str, q: str, keep: dict | None = None) ->
 
 def run_form_initial(params) -> dict:
     given = {field: query_text(params.get(name)) for name, field in _PREFILLS.items()}
+    given.update({name: str(params.get(name) or "")[:4096] for name in _ARG_PREFILLS})
     return {
         "domain": settings.TAU2_DOMAIN,
         "user_model": config.provider_settings().model,
@@ -112,20 +120,19 @@ def run_form_initial(params) -> dict:
 def run_new(request):
     """``GET``: the form, preselected by ``?domain=&split=&task=&model=&user_model=&max_steps=
     &seed=&trial=``; ``POST``: start the run."""
-    form = RunForm(request.POST or None, initial=run_form_initial(request.GET))
+    form = RunForm(request.POST or None, initial=run_form_initial(request.GET), user=request.user)
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
-        model = data["agent_model"]  # a ResolvedModel: what to send, what to charge
+        model = data["agent_model"]  # a ResolvedRoute: where it runs, what to charge
         try:
             run = services.run_create(
                 user=request.user,
                 task=data["task"],
-                agent_model=model.value,
-                user_model=data.get("user_model"),
                 max_steps=data["max_steps"],
                 seed=data.get("seed"),
                 trial=data.get("trial") or 0,
                 agent_prices=model.prices,
+                **sides_of(data),
             )
         except ValidationError as exc:
             for field, errors in exc.message_dict.items():
@@ -140,7 +147,12 @@ def run_new(request):
     return render(
         request,
         "runs/new.html",
-        {"form": form, "picker": picker, "model_fields": model_fields},
+        {
+            "form": form,
+            "picker": picker,
+            "model_fields": model_fields,
+            "args_fields": form.llm_args_fields,
+        },
         status=400 if form.errors else 200,  # a refused start is a client error
     )
 
@@ -162,11 +174,13 @@ def rerun_query(run: Run) -> dict:
     query = {
         "domain": run.domain,
         "task": run.task.task_id,
-        "model": kept["agent_model"],
-        "user_model": kept["user_model"],
+        "model": run.agent_value,
+        "user_model": run.user_value,
         "max_steps": kept["max_steps"],
         "seed": kept["seed"],
         "trial": kept["trial"] or None,
+        **llm_args_initial(run.agent_llm_args, side="agent"),
+        **llm_args_initial(run.user_llm_args, side="user"),
     }
     return {name: value for name, value in query.items() if value is not None}
 
