@@ -126,6 +126,10 @@ class Credentials:
     ``check``: asks again whether these credentials still stand (raises
     :class:`CredentialsRefused`: a revoked key, a signed-out session), called every few
     seconds while a session is open; ``None``: nothing can revoke them.
+    ``customer``: the route of a customer model the client chose at reset (a picker id:
+    ``org/model`` on the router, ``@connection/model``), raising ``ValueError`` with a
+    reason for one it may not use; ``None``: the client cannot choose (no studio key),
+    its customer is the server's.
     """
 
     client: str
@@ -134,6 +138,7 @@ class Credentials:
     owner: str = ""
     limit: int | None = None
     check: Callable[[], None] | None = field(repr=False, default=None, compare=False)
+    customer: Callable[[str], Any] | None = field(repr=False, default=None, compare=False)
 
     @property
     def holder(self) -> str:

@@ -37,6 +37,28 @@ RESPOND_TO_USER = "respond_to_user"
 DONE = "done"
 
 
+def _customer_route(credentials: access.Credentials, user_model: str | None) -> llm.Route:
+    """The customer's route: the one the client chose (if its credentials let it choose),
+    else the server's default for these credentials."""
+    if user_model:
+        if credentials.customer is None:
+            raise BadRequest(
+                "Choosing the customer model (user_model) needs a studio API key "
+                "(Authorization: Bearer <key>); without one the customer is the server's.",
+                status=403,
+            )
+        try:
+            return credentials.customer(user_model)
+        except llm.MissingCredentialsError as exc:
+            raise BadRequest(str(exc), status=401) from None
+        except ValueError as exc:
+            raise BadRequest(str(exc)) from None
+    try:
+        return llm.resolve_route(hf_token=credentials.hf_token)
+    except llm.MissingCredentialsError as exc:
+        raise BadRequest(str(exc), status=401) from None
+
+
 class BadRequest(ValueError):
     """A client's input cannot be used; ``str()`` says why, ``status`` is the HTTP status
     it deserves (400, or 401 for missing or refused credentials)."""
@@ -138,25 +160,26 @@ class AgentSession:
         split: Any = None,
         task_id: Any = None,
         seed: Any = None,
+        user_model: Any = None,
     ) -> dict[str, Any]:
         """End any open episode (unscored) and start one; returns its opening:
         ``user_message``, ``policy``, ``task_id``, ``domain``, ``split``,
-        ``episode_id``, ``user_model``. Raises :class:`BadRequest` for an unknown
-        domain, split or task, a mistyped value, or no credentials for the customer."""
+        ``episode_id``, ``user_model``. ``user_model`` chooses the customer (a picker id,
+        for clients whose credentials allow it: a studio key). Raises
+        :class:`BadRequest` for an unknown domain, split or task, a mistyped value, a
+        customer model the client may not use, or no credentials for the customer."""
         self.close("Replaced by a new reset().")
         self.steps = 0
         domain = _optional("domain", domain, (str,), "a string") or config.default_domain()
         split = _optional("split", split, (str,), "a string") or config.default_split()
         task_id = _optional("task_id", task_id, (str, int), "a string or an integer")
         seed = _optional("seed", seed, (int,), "an integer")
+        user_model = _optional("user_model", user_model, (str,), "a string")
         if domain not in catalog.domain_names():
             raise BadRequest(
                 f"Unknown domain {domain!r}; known: {', '.join(catalog.domain_names())}"
             )
-        try:
-            route = llm.resolve_route(hf_token=credentials.hf_token)
-        except llm.MissingCredentialsError as exc:
-            raise BadRequest(str(exc), status=401) from None
+        route = _customer_route(credentials, user_model)
         try:
             if task_id is None or split not in catalog.get_domain(domain).splits:
                 task_id = engine.pick_task_id(domain=domain, split=split, seed=seed)

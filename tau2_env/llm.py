@@ -29,6 +29,7 @@ Tests point :class:`Route` at a local scripted server through ``TAU2_HF_ROUTER_U
 from __future__ import annotations
 
 import contextvars
+import json
 import re
 import socket
 from collections.abc import Iterator, Mapping
@@ -147,6 +148,9 @@ class Route:
     timeout: float = 120.0
     extra_headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     label: str = ""
+    # How pickers and APIs name this route (``@connection/model``), for records; "" for
+    # the router and the server's own provider.
+    origin: str = ""
 
     def __post_init__(self) -> None:
         if self.provider not in LITELLM_PREFIXES:
@@ -286,7 +290,7 @@ def routed_completion(*args: Any, **kwargs: Any) -> Any:
         raise LLMCallError(
             f"{route.describe()} failed: {message}",
             status_code=getattr(exc, "status_code", None),
-            transient=is_transient(exc),
+            transient=is_transient(exc) and kind not in PERMANENT_KINDS,
             kind=kind,
         ) from None
 
@@ -313,8 +317,15 @@ class Explained(NamedTuple):
     message: str
 
 
+# Kinds that waiting will not cure, whatever status litellm gave them: a reply that could
+# not be read (litellm calls it a 500) and a model that cannot call tools come back the
+# same next time, so a run fails at once instead of retrying.
+PERMANENT_KINDS = frozenset({"bad_reply", "no_tools"})
+
 # The status codes a provider answers, named for what happened and what to do. 401/402
 # are never retried (see _RETRY_POLICY); 429 and 5xx were, before the call gave up.
+# _CONNECTION_HINTS says it for a connection's route (a team's or a person's own key and
+# endpoint, set on the Connections page) where it differs from the router's words.
 _STATUS_HINTS: dict[int, tuple[str, str]] = {
     401: (
         "unauthorized",
@@ -341,17 +352,62 @@ _STATUS_HINTS: dict[int, tuple[str, str]] = {
         "choose another provider",
     ),
 }
+_CONNECTION_HINTS: dict[int, str] = {
+    402: (
+        "the account behind the connection {name!r} has no credits left (HTTP 402): add "
+        "credits with the provider, or choose another model"
+    ),
+    403: (
+        "the key of the connection {name!r} may not call {model!r} (HTTP 403): check what "
+        "the account may use with the provider, or choose another model"
+    ),
+    404: (
+        "{where} does not know the model {model!r} (HTTP 404): check the model's name "
+        "among the connection's models, and its base URL, on the Connections page"
+    ),
+    429: (
+        "rate limited (HTTP 429), still after retries: wait a minute and try again; if it "
+        "keeps happening, lower the connection's runs in flight on the Connections page, "
+        "or raise the account's limit with the provider"
+    ),
+}
 
 _BASE_VARS = {
     "hf": "TAU2_HF_ROUTER_URL",
     "openai": "OPENAI_BASE_URL",
     "anthropic": "ANTHROPIC_BASE_URL",
 }
+# What a connection's person checks instead of a server setting.
+_CONNECTION_URL = "check its base URL on the Connections page"
 
+# What a reply should have been, for the kinds whose API is not OpenAI's.
+_API_REPLIES = {"anthropic": "an Anthropic Messages reply", "gemini": "a Gemini reply"}
 
 # httpx's and the OpenAI SDK's names for a connection that could not be made or was lost
-# (litellm's own APIConnectionError is not one: it also wraps errors it cannot map).
+# (litellm's own APIConnectionError is not one: it also wraps errors it cannot map, such
+# as a reply it could not read).
 _CONNECTION_ERRORS = frozenset({"ConnectError", "RemoteProtocolError", "APIConnectionError"})
+
+# litellm's words for a reply it could not read: not JSON, or JSON of another shape.
+_BAD_REPLY = re.compile(
+    r"Empty or invalid response from LLM endpoint|Invalid response object"
+    r"|response with no 'choices'|Unable to get json response|Received response - <APIResponse"
+)
+
+# A provider's words for "this model cannot call tools" (Ollama: "… does not support
+# tools"; vLLM: "auto" tool choice requires --enable-auto-tool-choice …; OpenAI: "tools
+# is not supported in this model"; OpenRouter: "No endpoints found that support tool use").
+_TOOLS_WORDS = (
+    r"(?:tools?|tool[ _-]?(?:calls?|calling|use|choice)|function[ _-]?(?:calls?|calling)|functions)"
+)
+_NO_TOOLS = re.compile(
+    r"enable-auto-tool-choice"
+    rf"|(?:not|n't)\s+support(?:s|ed)?\s+(?:the\s+)?{_TOOLS_WORDS}\b"
+    rf"|found\s+that\s+supports?\s+{_TOOLS_WORDS}\b"
+    rf"|\b{_TOOLS_WORDS}\s+(?:is|are)\s+not\s+(?:supported|available|enabled)"
+    rf"|\b{_TOOLS_WORDS}\s+(?:are\s+|is\s+)?unsupported",
+    re.IGNORECASE,
+)
 
 
 def _causes(exc: BaseException) -> Iterator[BaseException]:
@@ -364,16 +420,30 @@ def _causes(exc: BaseException) -> Iterator[BaseException]:
         current = current.__cause__ or current.__context__
 
 
-def _where(route: Route | None) -> str:
+def _is_connection_error(exc: BaseException) -> bool:
+    if type(exc).__module__.startswith("litellm"):
+        return False
+    return isinstance(exc, ConnectionError) or type(exc).__name__ in _CONNECTION_ERRORS
+
+
+def _endpoint(route: Route) -> str:
     """The endpoint as ``scheme://host:port``: no user, path or query (a key may hide there)."""
-    if route is None:
-        return "the provider"
     base = route.base_url or ("https://api.anthropic.com" if route.provider == "anthropic" else "")
     parts = urlsplit(base or "https://api.openai.com")
-    host = parts.hostname or "?"
     port = f":{parts.port}" if parts.port else ""
-    name = "the router" if route.provider == "hf" else f"the {route.provider} API"
-    return f"{name} at {parts.scheme}://{host}{port}"
+    return f"{parts.scheme}://{parts.hostname or '?'}{port}"
+
+
+def _where(route: Route | None) -> str:
+    """Where the call went, for people: the router, a connection by its name, or a
+    provider's API, each with its endpoint (never a path or query: a key may hide there)."""
+    if route is None:
+        return "the provider"
+    if route.provider == "hf":
+        return f"the router at {_endpoint(route)}"
+    if route.label:
+        return f"the endpoint of the connection {route.label!r} ({_endpoint(route)})"
+    return f"the {route.provider} API at {_endpoint(route)}"
 
 
 def explain_error(
@@ -383,12 +453,16 @@ def explain_error(
 
     ``kind`` is one of ``unreachable`` (refused, or no such host), ``timeout``,
     ``unauthorized`` (401), ``no_credits`` (402), ``forbidden`` (403), ``unknown_model``
-    (404), ``rate_limited`` (429), ``provider_error`` (5xx), ``bad_request`` (another
-    4xx), ``missing_credentials`` or ``error`` (anything else: a bug, said as an
-    internal error). An
-    :class:`LLMCallError` was explained when raised: its own kind and message. The
-    message never holds the route's key, the given ``secrets``, anything shaped like a
-    token, nor a URL's query.
+    (404), ``rate_limited`` (429), ``provider_error`` (5xx), ``no_tools`` (the model
+    cannot call tools), ``bad_reply`` (an answer that is not the API's JSON: a web page,
+    a proxy's, another API), ``bad_request`` (another 4xx), ``missing_credentials`` or
+    ``error`` (anything else: a bug, said as an internal error). An
+    :class:`LLMCallError` was explained when raised: its own kind and message.
+
+    A connection's route (one with a ``label``) is named by its connection, and what to
+    do is said in the Connections page's words (its key, its base URL, its models), not
+    as a server setting. The message never holds the route's key or headers, the given
+    ``secrets``, anything shaped like a token, nor a URL's query.
     """
     provider = route.provider if route is not None else "hf"
     base_var = _BASE_VARS.get(provider, "the provider's URL")
@@ -405,30 +479,73 @@ def _explain_call(exc: BaseException, *, route: Route | None, base_var: str) -> 
     causes = list(_causes(exc))
     status = getattr(exc, "status_code", None)
     timeout = route.timeout if route is not None else None
+    named = route is not None and bool(route.label) and route.provider != "hf"
+    where = _where(route)
     if any(isinstance(c, litellm.Timeout | TimeoutError) for c in causes):
         within = f" within {timeout:g} s" if timeout else ""
+        if named:
+            return "timeout", (
+                f"no answer{within} from {where}: the server is slow, overloaded or still "
+                "loading the model; try again later"
+            )
         return "timeout", (
-            f"no answer{within} from {_where(route)}: the provider is slow or overloaded; "
+            f"no answer{within} from {where}: the provider is slow or overloaded; "
             "try again later, or choose a faster provider"
         )
     if any(isinstance(c, socket.gaierror) for c in causes):
-        return "unreachable", (
-            f"{_where(route)} could not be found (no such host): is {base_var} right?"
-        )
+        fix = f"{_CONNECTION_URL}." if named else f"is {base_var} right?"
+        return "unreachable", f"{where} could not be found (no such host): {fix}"
     if any(isinstance(c, ConnectionRefusedError) for c in causes):
-        return "unreachable", (
-            f"{_where(route)} refused the connection: is {base_var} right, and is it running?"
+        fix = (
+            f"{_CONNECTION_URL}, and that the server is running."
+            if named
+            else f"is {base_var} right, and is it running?"
         )
-    if any(
-        isinstance(c, ConnectionError) or type(c).__name__ in _CONNECTION_ERRORS for c in causes
-    ):
+        return "unreachable", f"{where} refused the connection: {fix}"
+    if any(_is_connection_error(c) for c in causes):
+        fix = f"{_CONNECTION_URL}." if named else f"check {base_var}"
         return "unreachable", (
-            f"the connection to {_where(route)} failed: try again later; if it keeps "
-            f"failing, check {base_var}"
+            f"the connection to {where} failed: try again later; if it keeps failing, {fix}"
         )
-    detail = " ".join(str(exc).split())[:200]
+    # The provider's words, short; litellm appends a traceback to some of its messages.
+    detail = " ".join(str(exc).split("Traceback (most recent call last)")[0].split())[:200]
+    if _is_bad_reply(exc, causes, status):
+        provider = route.provider if route is not None else "hf"
+        api = _API_REPLIES.get(provider, "an OpenAI-compatible reply")
+        text = str(exc)
+        if "<html" in text.lower():
+            what = "an HTML page"
+        elif any(isinstance(c, json.JSONDecodeError) for c in causes) or "json" in text.lower():
+            what = "something that is not JSON"
+        else:
+            what = "a reply of another shape"
+        root = "the API's root"
+        if provider not in _API_REPLIES:
+            root += " (most OpenAI-compatible servers serve it under /v1)"
+        fix = (
+            f"{_CONNECTION_URL}; it must be {root}, not a web page or a proxy's"
+            if named
+            else f"is {base_var} right? It must be {root}, not a web page or a proxy's"
+        )
+        return "bad_reply", f"{where} answered with {what} instead of {api}: {fix}. {detail}"
+    if isinstance(status, int) and 400 <= status < 500 and _NO_TOOLS.search(str(exc)):
+        model = route.model if route is not None else "?"
+        fix = "choose a model that calls tools"
+        if route is not None and route.provider == "openai_compatible":
+            fix += (
+                ", or turn tool calling on in the server (vLLM: --enable-auto-tool-choice "
+                "and a --tool-call-parser)"
+            )
+        elif route is None or route.provider == "hf":
+            fix += " (/models/ lists those whose providers do)"
+        return "no_tools", (
+            f"the model {model!r} cannot call tools (HTTP {status}): τ²'s agent works "
+            f"through tools, so {fix}. {detail}"
+        )
     if isinstance(status, int) and status in _STATUS_HINTS:
         kind, hint = _STATUS_HINTS[status]
+        if named and status in _CONNECTION_HINTS:
+            hint = _CONNECTION_HINTS[status]
         hf = route is None or route.provider == "hf"
         message = hint.format(
             who="your Hugging Face token" if hf else "the API key",
@@ -437,21 +554,50 @@ def _explain_call(exc: BaseException, *, route: Route | None, base_var: str) -> 
                 if hf
                 else f"Check the key of the connection {route.label!r} (rotate it on the "
                 "Connections page)."
-                if route is not None and route.label
+                if named
                 else "Check the key set for this provider on the server."
             ),
             model=route.model if route is not None else "?",
             base_var=base_var,
+            name=route.label if route is not None else "",
+            where=where,
         )
         return kind, f"{message}. {detail}"
     if isinstance(status, int) and status >= 500:
+        if named:
+            return "provider_error", (
+                f"{where} failed (HTTP {status}): usually temporary; try again later, and "
+                f"if it keeps failing, check the server. {detail}"
+            )
         return "provider_error", (
             f"the provider failed (HTTP {status}): usually temporary; try again later, or "
             f"choose another provider. {detail}"
         )
     if isinstance(status, int) and 400 <= status < 500:
+        if named:
+            return "bad_request", (
+                f"{where} refused the request (HTTP {status}): check the model's name on the "
+                f"Connections page and the run's LLM arguments (a provider may refuse one "
+                f"of them). {detail}"
+            )
         return "bad_request", f"the provider refused the request (HTTP {status}). {detail}"
     return "error", f"Internal error: {type(exc).__name__}: {detail}"
+
+
+def _is_bad_reply(exc: BaseException, causes: list[BaseException], status: object) -> bool:
+    """True when the endpoint answered but litellm could not read the answer (it says
+    500 for it, or an APIConnectionError of its own with no connection trouble)."""
+    if isinstance(status, int) and 400 <= status < 500:
+        return False
+    if any(isinstance(c, json.JSONDecodeError) for c in causes):
+        return True
+    if any(getattr(c, "status_code", None) == 200 for c in causes):
+        return True  # litellm's provider error for a 200 it could not use
+    if _BAD_REPLY.search(str(exc)):
+        return True
+    # litellm's own APIConnectionError wraps what it could not map (a KeyError on a reply
+    # of the wrong shape); the real connection errors were recognised above.
+    return isinstance(exc, litellm.APIConnectionError)
 
 
 def redact(text: str, *secrets: str | None) -> str:

@@ -72,7 +72,7 @@ INSTRUCTIONS = (
     "their reply) and call `done()` when the conversation is over; the episode is then "
     "scored by τ²-bench's evaluator. One MCP session plays one episode."
 )
-_QUERY_KEYS = ("domain", "split", "task_id", "seed")
+_QUERY_KEYS = ("domain", "split", "task_id", "seed", "user_model")
 
 _T = TypeVar("_T")
 
@@ -93,6 +93,11 @@ def _start_tool() -> types.Tool:
                 "split": {"type": "string", "description": "train, test or base"},
                 "task_id": {"type": "string", "description": "τ²-bench task id"},
                 "seed": {"type": "integer", "description": "Seed of the task draw"},
+                "user_model": {
+                    "type": "string",
+                    "description": "The customer model (with a studio API key): a model "
+                    "id of the studio's picker, org/model or @connection/model",
+                },
             },
         },
     )

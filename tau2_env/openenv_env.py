@@ -214,12 +214,18 @@ class Tau2Environment(MCPEnvironment):
         hf_token: str | None = None,
         domain: str | None = None,
         split: str | None = None,
+        user_model: str | None = None,
         **kwargs: Any,
     ) -> Observation:
         """Blocking reset (in-process use); the servers call :meth:`reset_async`."""
         credentials = _resolved(_reset_request(hf_token))
         return self._reset(
-            credentials=credentials, seed=seed, task_id=task_id, domain=domain, split=split
+            credentials=credentials,
+            seed=seed,
+            task_id=task_id,
+            domain=domain,
+            split=split,
+            user_model=user_model,
         )
 
     async def reset_async(
@@ -230,12 +236,15 @@ class Tau2Environment(MCPEnvironment):
         hf_token: str | None = None,
         domain: str | None = None,
         split: str | None = None,
+        user_model: str | None = None,
         **kwargs: Any,
     ) -> Observation:
         """End any open conversation and start one on a task; returns the customer's opening.
 
-        ``observation.metadata``: ``user_message``, ``policy``, ``task_id``, ``domain``,
-        ``split``, ``episode_id``, ``user_model``. Raises
+        ``user_model`` chooses the customer model (a picker id: ``org/model`` on the
+        router, ``@connection/model``), for a client with a studio key; without a key the
+        customer is the server's. ``observation.metadata``: ``user_message``, ``policy``,
+        ``task_id``, ``domain``, ``split``, ``episode_id``, ``user_model``. Raises
         :class:`~tau2_env.agent_session.BadRequest` (a ``ValueError``: sent to the
         client as an error, 4xx over HTTP) for an unknown domain, split or task, a
         mistyped value, and when there are no credentials for the customer. The
@@ -250,6 +259,7 @@ class Tau2Environment(MCPEnvironment):
             task_id=task_id,
             domain=domain,
             split=split,
+            user_model=user_model,
         )
 
     def step(self, action: Any, timeout_s: float | None = None, **kwargs: Any) -> Observation:
@@ -293,9 +303,15 @@ class Tau2Environment(MCPEnvironment):
         task_id: Any,
         domain: Any,
         split: Any,
+        user_model: Any = None,
     ) -> Observation:
         metadata = self._session.start(
-            credentials=credentials, domain=domain, split=split, task_id=task_id, seed=seed
+            credentials=credentials,
+            domain=domain,
+            split=split,
+            task_id=task_id,
+            seed=seed,
+            user_model=user_model,
         )
         if self._session.episode is not None and self._session.episode.done:
             return self._final(Observation, metadata=metadata)

@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.db import InterfaceError, OperationalError, close_old_connections
 
 from apps.accounts.vault import SignInRequired, hf_credential_check, hf_token_for
@@ -123,7 +124,25 @@ def _studio_credentials(request: access.ClientRequest) -> access.Credentials:
         hf_token=token,
         hooks=recorder,
         check=functools.partial(_key_check, key_id),
+        customer=functools.partial(customer_route, user_id),
     )
+
+
+def customer_route(user_id: int, value: str):
+    """The route of the customer model ``value`` (a picker id: ``org/model`` on the
+    router, ``@connection/model``) that a keyed or signed-in client chose at reset, on
+    its owner's credentials; raises ``ValueError`` saying why it may not be used (an
+    unknown model, a connection not theirs). Runs in the episode's worker thread."""
+    # On first use, not at start-up: the routes import the engine's LLM door (litellm).
+    from apps.connections.routes import ConnectionUnavailable, route_for, route_resolve
+
+    close_old_connections()
+    user = get_user_model().objects.get(pk=user_id)
+    chosen = route_resolve(value, user=user, role="customer")
+    try:
+        return route_for(connection=chosen.connection, model=chosen.model, user=user)
+    except (SignInRequired, ConnectionUnavailable) as exc:
+        raise ValueError(str(exc)) from None
 
 
 def _key_check(key_id: str) -> None:
@@ -165,6 +184,7 @@ def _browser_credentials(request: access.ClientRequest) -> access.Credentials | 
         owner=f"browser:{fingerprint}",
         hf_token=token,
         check=functools.partial(_session_check, session_key),
+        customer=functools.partial(customer_route, user_id),
     )
 
 

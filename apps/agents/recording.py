@@ -30,10 +30,12 @@ from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
 
+from apps.connections.models import Connection
+from apps.connections.routes import parse_value
 from apps.runs.events import LostRun, events_publish
 from apps.runs.lifecycle import run_finish
 from apps.runs.models import Run
-from apps.runs.services import run_provenance
+from apps.runs.services import customer_prices, run_provenance
 from apps.tasks.models import Task
 from tau2_env import config
 from tau2_env.engine import DEFAULT_MAX_STEPS, Episode, TerminationReason
@@ -62,6 +64,7 @@ class Opening:
     user_model: str
     user_provider: str
     seed: int | None
+    user_origin: str  # "@connection/model" when the customer runs on a connection
     face: str
     messages: list[dict[str, Any]]
 
@@ -116,8 +119,12 @@ def agent_run_start(*, user_id: int, key_id: str, agent: str, opening: Opening) 
         )
         return None
     now = timezone.now()
+    slug, _ = parse_value(opening.user_origin) if opening.user_origin else (None, "")
+    user_connection = Connection.objects.filter(slug=slug).first() if slug else None
     run = Run.objects.create(
         kind=Run.Kind.AGENT,
+        user_connection=user_connection,
+        **customer_prices(user_connection=user_connection, user_model=opening.user_model),
         status=Run.Status.RUNNING,
         task=task,
         domain=opening.domain,
@@ -144,6 +151,7 @@ def agent_run_start(*, user_id: int, key_id: str, agent: str, opening: Opening) 
             max_steps=DEFAULT_MAX_STEPS,
             seed=opening.seed,
             agent_prices=None,
+            user_connection=user_connection,
         ),
     )
     events_publish(run=run, messages=opening.messages, worker=run.worker)
@@ -234,6 +242,7 @@ class AgentRunRecorder:
             task_id=str(episode.task.id),
             user_model=episode.user_llm.model,
             user_provider=episode.user_llm.provider,
+            user_origin=episode.user_llm.origin,
             seed=episode.seed,
             face=face,
             messages=episode.messages_json(),

@@ -252,7 +252,11 @@ def add_llm_args_fields(form: forms.Form, *, side: str, who: str) -> list[str]:
 
 def llm_args_from(form: forms.Form, data: dict, *, side: str) -> dict | None:
     """τ²'s ``llm_args`` for ``side`` from cleaned ``data``; adds the form's errors and
-    returns ``None`` when they are wrong."""
+    returns ``None`` when they are wrong. A submission that holds none of the side's
+    fields (an API client's, an old link's) gets ``None`` too: τ²'s default, as
+    ``tau2 run`` without the flag. A page's form always sends them (empty: left out)."""
+    if form.is_bound and not any(f"{side}_{name}" in form.data for name in _ARG_FIELDS):
+        return None
     given = {name: data.get(f"{side}_{name}") for name in _ARG_FIELDS}
     try:
         return llm_args_clean(**given)

@@ -239,6 +239,7 @@ def route_for(*, connection: Connection | None, model: str, user) -> llm.Route:
         timeout=config.llm_timeout(),
         extra_headers=headers,
         label=connection.name,
+        origin=connection_value(slug=connection.slug, model=model),
     )
 
 

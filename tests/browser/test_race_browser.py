@@ -43,7 +43,7 @@ def test_alice_races_three_models_and_watches_the_lanes_fill_live(
     page.locator("#id_task_id").fill("27")
     for lane, model in enumerate((FAST, EXTRA, WRONG), 1):
         page.locator(f"#id_agent_model_{lane}").select_option(model)
-    page.locator("#id_user_model").fill(CUSTOMER)
+    page.locator("#id_user_model").select_option(CUSTOMER)
     page.locator("#id_seed").fill("11")
     page.get_by_test_id("start-race").click()
 
