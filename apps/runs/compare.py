@@ -84,6 +84,7 @@ def _column(run: Run, *, start: int = 0) -> dict[str, Any]:
     done = {u.item.anchor for u in shared if u.item is not None and u.item.anchor is not None}
     return {
         "run": run,
+        "sides": presenters.side_views(run),  # where each side ran, with its llm_args
         "result": presenters.reward_view(run.reward_info),
         "diagnosis": _summary(view),
         "units": _units(stored[start:], events[start:]),
@@ -118,7 +119,7 @@ def _units(stored: list, events: list[dict[str, Any]]) -> list[Unit]:
         if not view["tool_calls"]:
             talk.append(view)
             continue
-        if view["content"] or view["ended"]:
+        if view["content"] or view["ended"] or view["reasoning"]:
             talk.append({**view, "tool_calls": []})
         raw = (event.message or {}).get("tool_calls") or []
         for call, raw_call in zip(view["tool_calls"], raw, strict=False):

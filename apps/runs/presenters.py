@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
@@ -13,6 +14,7 @@ from apps.accounts.access import can_control
 from apps.inference.pricing import money_label
 from apps.runs.models import Run, RunEvent
 from tau2_env import jsonbounds
+from tau2_env.llm_args import DEFAULT_AGENT_ARGS, DEFAULT_USER_ARGS, llm_args_label
 
 # τ²'s markers that end a conversation (``tau2.user.base`` STOP, TRANSFER, OUT_OF_SCOPE;
 # an agent's stop, ``tau2_env.engine.AGENT_STOP``, is STOP too), and how the page says
@@ -55,15 +57,64 @@ def _pretty(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False)
 
 
+def reasoning_of(message: dict[str, Any]) -> str:
+    """A model's reasoning behind ``message`` (τ²'s message JSON), or ``""``.
+
+    τ² keeps the provider's reply in ``raw_data``: litellm's choice (``to_dict()``), whose
+    ``message`` has ``reasoning_content`` (OpenAI-style reasoning models, and litellm's
+    join of Anthropic's thinking) and, for Anthropic, ``thinking_blocks``. A whole
+    response (``choices[0]``) is read too, as some files hold one. Model output: the
+    templates escape it.
+    """
+    raw = message.get("raw_data")
+    if not isinstance(raw, dict):
+        return ""
+    reply = raw.get("message")
+    if not isinstance(reply, dict):
+        choices = raw.get("choices")
+        first = choices[0] if isinstance(choices, list) and choices else None
+        reply = first.get("message") if isinstance(first, dict) else None
+    if not isinstance(reply, dict):
+        return ""
+    text = reply.get("reasoning_content")
+    if isinstance(text, str) and text.strip():
+        return text.strip()
+    blocks = reply.get("thinking_blocks")
+    if not isinstance(blocks, list):
+        return ""
+    parts, redacted = [], 0
+    for block in blocks:
+        if not isinstance(block, dict):
+            continue
+        if block.get("type") == "redacted_thinking":
+            redacted += 1
+        elif isinstance(block.get("thinking"), str) and block["thinking"].strip():
+            parts.append(block["thinking"].strip())
+    if redacted:
+        parts.append(
+            f"({redacted} thinking block{'s' if redacted > 1 else ''} redacted by the provider)"
+        )
+    return "\n\n".join(parts)
+
+
+# Scripts written without spaces between words (Chinese, Japanese): counted in characters.
+_UNSPACED = re.compile("[\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff]")
+
+
+def reasoning_size(text: str) -> str:
+    """``120 words`` (or ``1,204 characters`` for text not written in words, such as
+    Chinese), for the collapsed reasoning's summary."""
+    if _UNSPACED.search(text):
+        return f"{len(text):,} character{'' if len(text) == 1 else 's'}"
+    words = len(text.split())
+    return f"{words:,} word{'' if words == 1 else 's'}"
+
+
 def event_view(event: RunEvent) -> dict[str, Any]:
-    """One event as the templates want it: who speaks, text, tool calls, tool result."""
+    """One event as the templates want it: who speaks, text, tool calls, tool result, and
+    the model's reasoning behind it (``reasoning``, ``""`` for none)."""
     message = event.message or {}
-    raw = message.get("raw_data") or {}
-    reasoning = ""
-    try:
-        reasoning = raw["choices"][0]["message"].get("reasoning_content") or ""
-    except (KeyError, IndexError, TypeError, AttributeError):
-        reasoning = ""
+    reasoning = reasoning_of(message) if message.get("role") != "tool" else ""
     content, ended = ("", "")
     if message.get("role") != "tool":
         content, ended = split_stop_marker(message.get("content") or "")
@@ -80,6 +131,7 @@ def event_view(event: RunEvent) -> dict[str, Any]:
         "result_for": message.get("id") if message.get("role") == "tool" else "",
         "error": bool(message.get("error")),
         "reasoning": reasoning,
+        "reasoning_size": reasoning_size(reasoning) if reasoning else "",
         "latency_ms": event.latency_ms,
         "tokens": event.prompt_tokens + event.completion_tokens,
         "cost": event.cost_usd,
@@ -166,3 +218,95 @@ def cost_view(run: Run) -> dict[str, Any]:
         "label": label,
         "judged": bool((run.reward_info or {}).get("nl_assertions")),
     }
+
+
+def reasoning_roles(run: Run) -> list[str]:
+    """The roles (``agent``, ``customer``) of ``run`` with a message a model reasoned
+    for: their completion tokens, as providers count them, include the reasoning's, and
+    the cost prices them (one query)."""
+    kinds = set(
+        RunEvent.objects.filter(
+            run_id=run.pk,
+            kind__in=(RunEvent.Kind.AGENT, RunEvent.Kind.CUSTOMER),
+            message__raw_data__message__reasoning_content__gt="",
+        )
+        .values_list("kind", flat=True)
+        .distinct()
+    )
+    return [role for kind, role in _ROLES if kind in kinds]
+
+
+_ROLES = ((RunEvent.Kind.AGENT, "agent"), (RunEvent.Kind.CUSTOMER, "customer"))
+# Where a side ran when it names no connection.
+ROUTER = "Hugging Face Inference Providers"
+IMPORTED = "as an imported tau2 run file names it"
+
+
+@dataclass(frozen=True)
+class SideView:
+    """Where one side of a run or an evaluation ran, for pages (never a key).
+
+    ``model`` as its provider names it (``""`` for a person or an outside agent);
+    ``where`` the connection (``Our vLLM (OpenAI-compatible endpoint)``), Hugging Face's
+    router, or who played it; ``connection`` its name (``""``: none); ``llm_args`` τ²'s
+    arguments it ran with (τ²'s default for rows from before they could be chosen),
+    ``args_label`` them for people, ``default_args`` whether they are τ²'s default.
+    """
+
+    role: str
+    model: str
+    where: str
+    connection: str = ""
+    llm_args: dict[str, Any] | None = None
+    args_label: str = ""
+    default_args: bool = False
+
+    @property
+    def played_by_model(self) -> bool:
+        return bool(self.model)
+
+
+def _side(*, role: str, model: str, connection, llm_args, default, imported: bool) -> SideView:
+    args = dict(default) if llm_args is None else dict(llm_args)
+    if connection is not None:
+        where = connection.where_label + (" — deleted since" if connection.is_deleted else "")
+    else:
+        where = IMPORTED if imported else ROUTER
+    return SideView(
+        role=role,
+        model=model,
+        where=where,
+        connection=connection.name if connection is not None else "",
+        llm_args=args,
+        args_label=llm_args_label(args),
+        default_args=args == dict(default),  # 0 and 0.0 are one temperature
+    )
+
+
+def side_views(row) -> list[SideView]:
+    """The agent's and the customer's :class:`SideView` of ``row``, a run or an
+    evaluation (both name each side's model, connection and τ² llm_args alike)."""
+    kind = getattr(row, "kind", Run.Kind.MODEL)
+    imported = (row.provenance or {}).get("source") == "tau2 run import"
+    if kind == Run.Kind.HUMAN:
+        agent = SideView(role="agent", model="", where="a person")
+    elif kind == Run.Kind.AGENT:
+        agent = SideView(role="agent", model="", where="an outside agent, over the API")
+    else:
+        agent = _side(
+            role="agent",
+            model=row.agent_model,
+            connection=row.agent_connection,
+            llm_args=row.agent_llm_args,
+            default=DEFAULT_AGENT_ARGS,
+            imported=imported,
+        )
+    customer = _side(
+        role="customer",
+        model=row.user_model,
+        connection=row.user_connection,
+        llm_args=row.user_llm_args,
+        default=DEFAULT_USER_ARGS,
+        imported=imported,
+    )
+    return [agent, customer]

@@ -7,7 +7,10 @@ headers are real and only the model is scripted.
 * ``POST /v1/chat/completions`` (and ``/chat/completions``): answers with the next reply
   of :attr:`ScriptedLLM.script`, or, when :attr:`ScriptedLLM.responder` is set, with what
   it returns for the request. A reply is text (``str``), :func:`tool_call` /
-  :func:`tool_calls`, :func:`error` (an HTTP error status), optionally :func:`delayed`.
+  :func:`tool_calls`, :func:`error` (an HTTP error status), optionally :func:`delayed`;
+  ``text("…", reasoning="…")`` or :func:`with_reasoning` add a reasoning model's
+  ``reasoning_content`` to the message, its tokens counted in ``completion_tokens`` (as
+  providers count them) and in ``completion_tokens_details.reasoning_tokens``.
   ``stream=True`` is answered as server-sent events with a final usage chunk.
 * ``GET /api/whoami-v2``: the Hub's answer about a token (``TAU2_HF_HUB_URL`` points
   here): a token starting ``hf_`` is a user's (:attr:`ScriptedLLM.hf_accounts` names it,
@@ -41,6 +44,7 @@ __all__ = [
     "text",
     "tool_call",
     "tool_calls",
+    "with_reasoning",
 ]
 
 DEFAULT_CATALOGUE: dict[str, Any] = {
@@ -89,10 +93,37 @@ class Reply:
     error_message: str = ""
     delay: float = 0.0
     usage: tuple[int, int] = (10, 5)  # prompt, completion tokens
+    # A reasoning model's reasoning (``message.reasoning_content``) and how many of the
+    # completion tokens it took (included in ``usage``'s completion tokens).
+    reasoning: str | None = None
+    reasoning_tokens: int = 0
 
 
-def text(content: str, *, delay: float = 0.0) -> Reply:
-    return Reply(content=content, delay=delay)
+def text(
+    content: str,
+    *,
+    delay: float = 0.0,
+    reasoning: str | None = None,
+    reasoning_tokens: int | None = None,
+) -> Reply:
+    reply = Reply(content=content, delay=delay)
+    return reply if reasoning is None else with_reasoning(reply, reasoning, tokens=reasoning_tokens)
+
+
+def with_reasoning(reply: Reply | str, reasoning: str, *, tokens: int | None = None) -> Reply:
+    """``reply`` with ``reasoning`` as its ``reasoning_content``; its ``tokens`` (default:
+    one per word) are added to the completion tokens, as providers count them."""
+    reply = text(reply) if isinstance(reply, str) else reply
+    tokens = len(reasoning.split()) if tokens is None else tokens
+    prompt, completion = reply.usage
+    return Reply(
+        **{
+            **reply.__dict__,
+            "reasoning": reasoning,
+            "reasoning_tokens": tokens,
+            "usage": (prompt, completion + tokens),
+        }
+    )
 
 
 def tool_call(name: str, /, **arguments: Any) -> Reply:
@@ -257,7 +288,8 @@ def _completion_body(reply: Reply, model: str) -> dict[str, Any]:
             }
             for name, arguments in reply.calls
         ]
-    prompt, completion = reply.usage
+    if reply.reasoning is not None:
+        message["reasoning_content"] = reply.reasoning
     return {
         "id": f"chatcmpl-{uuid.uuid4().hex[:20]}",
         "object": "chat.completion",
@@ -270,12 +302,20 @@ def _completion_body(reply: Reply, model: str) -> dict[str, Any]:
                 "finish_reason": "tool_calls" if reply.calls else "stop",
             }
         ],
-        "usage": {
-            "prompt_tokens": prompt,
-            "completion_tokens": completion,
-            "total_tokens": prompt + completion,
-        },
+        "usage": _usage(reply),
     }
+
+
+def _usage(reply: Reply) -> dict[str, Any]:
+    prompt, completion = reply.usage
+    usage: dict[str, Any] = {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+    }
+    if reply.reasoning is not None:
+        usage["completion_tokens_details"] = {"reasoning_tokens": reply.reasoning_tokens}
+    return usage
 
 
 def _stream_chunks(reply: Reply, model: str) -> list[dict[str, Any]]:
@@ -286,6 +326,9 @@ def _stream_chunks(reply: Reply, model: str) -> list[dict[str, Any]]:
         "model": model,
     }
     chunks: list[dict[str, Any]] = []
+    if reply.reasoning is not None:
+        delta = {"role": "assistant", "reasoning_content": reply.reasoning}
+        chunks.append({**base, "choices": [{"index": 0, "delta": delta}]})
     if reply.calls:
         for index, (name, arguments) in enumerate(reply.calls):
             call = {
@@ -303,13 +346,7 @@ def _stream_chunks(reply: Reply, model: str) -> list[dict[str, Any]]:
             chunks.append({**base, "choices": [{"index": 0, "delta": {"content": piece}}]})
     finish = "tool_calls" if reply.calls else "stop"
     chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
-    prompt, completion = reply.usage
-    usage = {
-        "prompt_tokens": prompt,
-        "completion_tokens": completion,
-        "total_tokens": prompt + completion,
-    }
-    chunks.append({**base, "choices": [], "usage": usage})
+    chunks.append({**base, "choices": [], "usage": _usage(reply)})
     return chunks
 
 
