@@ -1,5 +1,6 @@
-"""τ²-bench results files (what ``tau2 run`` writes): read them with τ²'s own model, and
-score their conversations again with τ²'s evaluator through the one driver.
+"""τ²-bench results files (what ``tau2 run`` writes): read them with τ²'s own model, write
+their sides' info with it, score their conversations again with τ²'s evaluator through
+the one driver, and the settings taubench.com's leaderboard runs them with.
 
 Framework-free. Re-scoring never calls an LLM: a task whose reward needs τ²'s
 NL-assertion judge is reported as not re-scored instead.
@@ -7,20 +8,79 @@ NL-assertion judge is reported as not re-scored instead.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 # isort: off
 from tau2_env._tau2 import registry  # noqa: F401  (τ² through its quiet import, first)
 from pydantic import ValidationError
-from tau2.data_model.simulation import Results, SimulationRun
+from tau2.data_model.simulation import AgentInfo, Results, RunConfig, SimulationRun, UserInfo
 from tau2.data_model.tasks import Task
 from tau2.evaluator.evaluator import EvaluationType
 
 # isort: on
 from tau2_env import catalog, engine, jsonbounds, llm
 
-__all__ = ["Rescore", "Results", "ResultsFileError", "read_results", "rescore", "same_task"]
+__all__ = [
+    "LEADERBOARD",
+    "LeaderboardSettings",
+    "Rescore",
+    "Results",
+    "ResultsFileError",
+    "agent_info",
+    "read_results",
+    "rescore",
+    "same_task",
+    "user_info",
+]
+
+
+@dataclass(frozen=True)
+class LeaderboardSettings:
+    """What a run on taubench.com's leaderboard uses: ``tau2 run``'s own defaults (τ²'s
+    ``RunConfig``) for the split, the limits and the customer's LLM arguments, and
+    ``trials`` enough for the pass^1 … pass^4 it publishes."""
+
+    split: str
+    max_steps: int
+    max_errors: int
+    user_llm_args: Mapping[str, Any]
+    trials: int = 4
+
+
+def _default(field: str) -> Any:
+    info = RunConfig.model_fields[field]
+    return info.default_factory() if info.default_factory is not None else info.default
+
+
+LEADERBOARD = LeaderboardSettings(
+    split=_default("task_split_name"),
+    max_steps=_default("max_steps"),
+    max_errors=_default("max_errors"),
+    user_llm_args=dict(_default("llm_args_user")),
+)
+
+
+def agent_info(*, llm: str | None, llm_args: Mapping[str, Any] | None) -> dict[str, Any]:
+    """τ²'s ``AgentInfo`` as a results file holds it: τ²'s ``llm_agent`` on ``llm`` (the
+    model as litellm names it) with ``llm_args``, or a person (``llm=None``): ``human``
+    with no model and no arguments. Built with τ²'s own model, so ``Results.load`` reads
+    it; the caller passes no key or endpoint in ``llm_args``."""
+    if llm is None:
+        return AgentInfo(implementation="human").model_dump(mode="json")
+    return AgentInfo(implementation="llm_agent", llm=llm, llm_args=dict(llm_args or {})).model_dump(
+        mode="json"
+    )
+
+
+def user_info(*, llm: str, llm_args: Mapping[str, Any]) -> dict[str, Any]:
+    """τ²'s ``UserInfo`` of the user simulator on ``llm`` with ``llm_args`` (as
+    :func:`agent_info`; τ²'s global simulation guidelines are left out, as before)."""
+    return UserInfo(implementation="user_simulator", llm=llm, llm_args=dict(llm_args)).model_dump(
+        mode="json", exclude={"global_simulation_guidelines"}
+    )
+
 
 # Scoring without the judge needs no LLM, but an episode needs a customer route: this
 # one has no credential and leads nowhere (the discard port), so nothing can leave.

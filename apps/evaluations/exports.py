@@ -1,7 +1,8 @@
 """An evaluation as downloads: the studio's own JSON, τ²-bench's results format, a CSV.
 
-Nothing here ever writes a key or a token: models are named with ``{"temperature": 0}``
-as their only argument, and provenance goes out through :func:`scrub`.
+Nothing here ever writes a key or a token: models are named as τ² names them with the
+τ² llm_args each side ran with (chosen and checked without keys or endpoints), and
+provenance goes out through :func:`scrub`.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from django.urls import reverse
 
 from apps.evaluations import selectors
 from apps.evaluations.models import Evaluation
-from apps.runs.exports import tau2_info, tau2_simulation, tau2_tasks
+from apps.runs.exports import llm_args_export, tau2_info, tau2_llm, tau2_simulation, tau2_tasks
 from apps.runs.models import Run, RunEvent
+from tau2_env.llm_args import DEFAULT_AGENT_ARGS, DEFAULT_USER_ARGS
 
 EXPORT_VERSION = 1
 
@@ -93,6 +95,11 @@ def evaluation_export(evaluation: Evaluation, *, url: Callable[[str], str] = str
         "task_ids": evaluation.task_ids,
         "agent_model": evaluation.agent_model,
         "user_model": evaluation.user_model,
+        # Where each side ran (a connection by name, never its key) and τ²'s llm_args.
+        "agent_connection": _connection_name(evaluation.agent_connection),
+        "user_connection": _connection_name(evaluation.user_connection),
+        "agent_llm_args": agent_llm_args(evaluation),
+        "user_llm_args": user_llm_args(evaluation),
         "num_trials": evaluation.num_trials,
         "seed": evaluation.seed,
         "trial_seeds": evaluation.trial_seeds,
@@ -103,6 +110,21 @@ def evaluation_export(evaluation: Evaluation, *, url: Callable[[str], str] = str
         "metrics": selectors.evaluation_metrics(evaluation, runs),
         "runs": [_run_row(run, url) for run in runs],
     }
+
+
+def _connection_name(connection) -> str | None:
+    return connection.name if connection is not None else None
+
+
+def agent_llm_args(evaluation: Evaluation) -> dict[str, Any]:
+    """The agent's τ² llm_args (τ²'s default on rows from before they could be chosen),
+    never a key or an endpoint (an imported file's are scrubbed again)."""
+    return scrub(llm_args_export(evaluation.agent_llm_args, default=DEFAULT_AGENT_ARGS))
+
+
+def user_llm_args(evaluation: Evaluation) -> dict[str, Any]:
+    """The customer's τ² llm_args, as :func:`agent_llm_args`."""
+    return scrub(llm_args_export(evaluation.user_llm_args, default=DEFAULT_USER_ARGS))
 
 
 def _messages_by_run(run_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
@@ -136,8 +158,12 @@ def evaluation_export_tau2(evaluation: Evaluation) -> dict[str, Any]:
         "timestamp": _iso(evaluation.finished_at or evaluation.created_at),
         "info": tau2_info(
             domain=evaluation.domain,
-            agent_model=evaluation.agent_model,
-            user_model=evaluation.user_model,
+            agent_llm=tau2_llm(
+                connection=evaluation.agent_connection, model=evaluation.agent_model
+            ),
+            agent_llm_args=agent_llm_args(evaluation),
+            user_llm=tau2_llm(connection=evaluation.user_connection, model=evaluation.user_model),
+            user_llm_args=user_llm_args(evaluation),
             num_trials=evaluation.num_trials,
             max_steps=evaluation.max_steps,
             max_errors=evaluation.max_errors,

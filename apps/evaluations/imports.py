@@ -29,6 +29,7 @@ from apps.tasks.models import Domain, Task
 from apps.tasks.selectors import catalogue_latest
 from tau2_env import catalog
 from tau2_env.evaluation import DEFAULT_SEED, trial_seeds
+from tau2_env.llm import ROUTE_KEYS
 from tau2_env.results import Rescore, ResultsFileError, read_results, rescore, same_task
 
 _CENT = Decimal("0.000001")
@@ -98,6 +99,10 @@ def evaluation_import(*, user, data: bytes, name: str = "") -> Evaluation:
     our_hash = latest.task_set_hash if latest else catalog.catalogue_hash()
     agent_model = (info.agent_info.llm or info.agent_info.implementation or "unknown")[:255]
     user_model = (info.user_info.llm or info.user_info.implementation or "unknown")[:255]
+    # Each side's τ² llm_args as the file records them, without what names a key or an
+    # endpoint (tau2 run writes api_base and api_key there): ranked by them, exported again.
+    agent_llm_args = _llm_args(info.agent_info.llm_args)
+    user_llm_args = _llm_args(info.user_info.llm_args)
 
     with transaction.atomic():
         evaluation = Evaluation.objects.create(
@@ -112,6 +117,8 @@ def evaluation_import(*, user, data: bytes, name: str = "") -> Evaluation:
             agent_model=agent_model,
             agent_provider=agent_model.split(":", 1)[1] if ":" in agent_model else "",
             user_model=user_model,
+            agent_llm_args=agent_llm_args,
+            user_llm_args=user_llm_args,
             num_trials=info.num_trials,
             seed=seed,
             trial_seeds=seeds,
@@ -338,6 +345,12 @@ def _money(value: float | None, field: str) -> Decimal | None:
     return amount
 
 
+def _llm_args(args: dict | None) -> dict | None:
+    if args is None:
+        return None
+    return {k: v for k, v in scrub(args).items() if k not in ROUTE_KEYS}
+
+
 def _usage(message) -> tuple[int, int]:
     usage = getattr(message, "usage", None) or {}
     return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
@@ -366,6 +379,8 @@ def _run(evaluation: Evaluation, task: Task, sim, trial: int, score: Rescore, in
         agent_provider=evaluation.agent_provider,
         user_model=evaluation.user_model,
         user_provider="import",
+        agent_llm_args=evaluation.agent_llm_args,
+        user_llm_args=evaluation.user_llm_args,
         max_steps=info.max_steps,
         max_errors=info.max_errors,
         seed=sim.seed,

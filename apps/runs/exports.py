@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
+from apps.connections.routes import side_provenance
 from apps.runs import diagnosis, presenters
 from apps.runs.models import Run
 from tau2_env import catalog
+from tau2_env.llm_args import DEFAULT_AGENT_ARGS, DEFAULT_USER_ARGS
+from tau2_env.results import agent_info, user_info
 
 EXPORT_VERSION = 1
 
@@ -23,6 +28,49 @@ def _role_usage(prompt: int, completion: int, cost) -> dict[str, Any]:
     return {"prompt_tokens": prompt, "completion_tokens": completion, "cost_usd": _money(cost)}
 
 
+def tau2_llm(*, connection, model: str) -> str:
+    """A side's model as τ² names it in a results file: the litellm model string
+    ``tau2 run --agent-llm`` would be given (``openai/<model>`` on an OpenAI or
+    OpenAI-compatible connection, ``anthropic/<model>``…); a router model as it is."""
+    if connection is None:
+        return model
+    return side_provenance(connection=connection, model=model)["litellm_model"]
+
+
+def llm_args_export(value: Mapping[str, Any] | None, *, default: Mapping[str, Any]) -> dict:
+    """A side's stored τ² llm_args as a results file holds them: τ²'s ``default`` for a
+    row from before they could be chosen (None). Stored arguments were checked when
+    chosen (``tau2_env.llm_args``): no key, endpoint or header can be among them."""
+    return dict(default) if value is None else dict(value)
+
+
+def public_url(url: str) -> str:
+    """``url`` without what may carry a secret: its query, fragment and user info."""
+    parts = urlsplit(url or "")
+    host = parts.netloc.rpartition("@")[2]
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def public_side(side: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A side of a run's provenance as it may leave the server: its connection's
+    endpoint without query or user info (never a key: provenance holds none)."""
+    side = dict(side or {})
+    if isinstance(side.get("connection"), Mapping):
+        connection = dict(side["connection"])
+        if connection.get("base_url"):
+            connection["base_url"] = public_url(connection["base_url"])
+        side["connection"] = connection
+    return side
+
+
+def public_provenance(provenance: Mapping[str, Any] | None) -> dict[str, Any]:
+    provenance = dict(provenance or {})
+    for role in ("agent", "user"):
+        if role in provenance:
+            provenance[role] = public_side(provenance[role])
+    return provenance
+
+
 def run_export(run: Run) -> dict[str, Any]:
     """Everything about a run that can leave the server — never a token or key."""
     return {
@@ -36,6 +84,15 @@ def run_export(run: Run) -> dict[str, Any]:
         "started_by": run.created_by.get_username(),
         "agent_model": run.agent_model,
         "user_model": run.user_model,
+        # Where each side ran (a connection by name, never its key) and τ²'s llm_args.
+        "agent_connection": _connection_name(run.agent_connection),
+        "user_connection": _connection_name(run.user_connection),
+        "agent_llm_args": (
+            llm_args_export(run.agent_llm_args, default=DEFAULT_AGENT_ARGS)
+            if run.kind == Run.Kind.MODEL
+            else None
+        ),
+        "user_llm_args": llm_args_export(run.user_llm_args, default=DEFAULT_USER_ARGS),
         "max_steps": run.max_steps,
         "seed": run.seed,
         # A fork's parent run and the parent's message it replaced (apps.runs.forks).
@@ -64,7 +121,7 @@ def run_export(run: Run) -> dict[str, Any]:
             # Every priced call; null when a role that made calls has no price.
             "total_cost_usd": _money(presenters.cost_view(run)["total"]),
         },
-        "provenance": run.provenance,
+        "provenance": public_provenance(run.provenance),
         # Database diff and expected-action trace, beside τ²'s verdict (null: no score).
         "diagnosis": diagnosis.run_diagnosis(run),
         "messages": [e.message for e in run.events.order_by("seq")],
@@ -96,11 +153,17 @@ def tau2_simulation(run: Run, messages: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _connection_name(connection) -> str | None:
+    return connection.name if connection is not None else None
+
+
 def tau2_info(
     *,
     domain: str,
-    agent_model: str | None,
-    user_model: str,
+    agent_llm: str | None,
+    agent_llm_args: Mapping[str, Any] | None,
+    user_llm: str,
+    user_llm_args: Mapping[str, Any],
     num_trials: int,
     max_steps: int,
     max_errors: int,
@@ -108,24 +171,16 @@ def tau2_info(
     tau2_version: str = "",
     studio: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """τ²'s ``Info`` of a results file: models with ``{"temperature": 0}`` as their only
-    argument (never a key, a token or an endpoint), limits, the seed given to the run.
-    ``agent_model=None`` is a person playing the agent."""
+    """τ²'s ``Info`` of a results file: each side's model as τ² names it (:func:`tau2_llm`)
+    with the τ² llm_args it ran with (never a key, a token or an endpoint), limits, the
+    seed given to the run. ``agent_llm=None`` is a person playing the agent."""
     return {
         "git_commit": tau2_version,
         "num_trials": num_trials,
         "max_steps": max_steps,
         "max_errors": max_errors,
-        "user_info": {
-            "implementation": "user_simulator",
-            "llm": user_model,
-            "llm_args": {"temperature": 0},
-        },
-        "agent_info": {
-            "implementation": "llm_agent" if agent_model else "human",
-            "llm": agent_model or None,
-            "llm_args": {"temperature": 0} if agent_model else None,
-        },
+        "user_info": user_info(llm=user_llm, llm_args=user_llm_args),
+        "agent_info": agent_info(llm=agent_llm, llm_args=agent_llm_args),
         "environment_info": {
             "domain_name": domain,
             "policy": catalog.get_domain(domain).policy,
@@ -150,8 +205,12 @@ def run_export_tau2(run: Run) -> dict[str, Any]:
         "timestamp": _iso(run.created_at),
         "info": tau2_info(
             domain=run.domain,
-            agent_model=run.agent_model if model else None,
-            user_model=run.user_model,
+            agent_llm=(
+                tau2_llm(connection=run.agent_connection, model=run.agent_model) if model else None
+            ),
+            agent_llm_args=llm_args_export(run.agent_llm_args, default=DEFAULT_AGENT_ARGS),
+            user_llm=tau2_llm(connection=run.user_connection, model=run.user_model),
+            user_llm_args=llm_args_export(run.user_llm_args, default=DEFAULT_USER_ARGS),
             num_trials=1,
             max_steps=run.max_steps,
             max_errors=run.max_errors,
@@ -160,8 +219,8 @@ def run_export_tau2(run: Run) -> dict[str, Any]:
             tau2_version=provenance.get("tau2_version", ""),
             studio={
                 "run_id": run.pk,
-                "agent": provenance.get("agent") or {},
-                "user": provenance.get("user") or {},
+                "agent": public_side(provenance.get("agent")),
+                "user": public_side(provenance.get("user")),
             },
         ),
         "tasks": tau2_tasks(run.domain, [run.task.task_id]),
@@ -176,6 +235,7 @@ def compare_columns(runs: list[Run]) -> list[dict[str, Any]]:
         columns.append(
             {
                 "run": run,
+                "sides": presenters.side_views(run),
                 "events": events,
                 "result": presenters.reward_view(run.reward_info),
                 # DB changes and first divergent write; marks the events' tool calls too.

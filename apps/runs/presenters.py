@@ -266,8 +266,18 @@ class SideView:
         return bool(self.model)
 
 
+_NAMED_ARGS = ("temperature", "top_p", "max_tokens", "reasoning_effort")
+
+
+def ordered_args(args: dict[str, Any]) -> dict[str, Any]:
+    """``args`` in the order people read them: the named arguments as the forms list them,
+    then the provider extras by name (PostgreSQL's jsonb keeps its own order)."""
+    named = [k for k in _NAMED_ARGS if k in args]
+    return {k: args[k] for k in [*named, *sorted(k for k in args if k not in _NAMED_ARGS)]}
+
+
 def _side(*, role: str, model: str, connection, llm_args, default, imported: bool) -> SideView:
-    args = dict(default) if llm_args is None else dict(llm_args)
+    args = ordered_args(dict(default) if llm_args is None else dict(llm_args))
     if connection is not None:
         where = connection.where_label + (" — deleted since" if connection.is_deleted else "")
     else:
