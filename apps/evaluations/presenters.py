@@ -8,10 +8,12 @@ as small HTML fragments.
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from django.conf import settings
 from django.core.cache import cache
 from django.db.models import Count, F, Max, Q, Sum
 from django.template.loader import render_to_string
@@ -22,6 +24,9 @@ from apps.evaluations.estimates import dollars
 from apps.evaluations.models import Evaluation
 from apps.evaluations.summary import EvaluationSummary
 from apps.runs.models import Run
+from apps.tasks.models import Split
+from tau2_env.llm_args import DEFAULT_USER_ARGS
+from tau2_env.results import LEADERBOARD
 
 # A cell of the matrix: [run id, status letter, reward or null] (null: no run).
 STATUS_LETTERS = {
@@ -204,3 +209,156 @@ def _money(value: Decimal | None) -> str:
     if value is None:
         return ""
     return dollars(value)
+
+
+# --- comparable to taubench.com's leaderboard -----------------------------------------
+
+IMPORTED_SOURCE = "tau2 run import"
+
+
+@dataclass(frozen=True)
+class Comparability:
+    """Whether an evaluation's numbers can stand beside taubench.com's leaderboard.
+
+    ``reasons`` says, in words, every way it differs (empty when ``comparable``);
+    ``via`` names the connection when the customer is one of the leaderboard's models
+    on a connection other than OpenAI's (the same name, another door).
+    """
+
+    comparable: bool
+    reasons: tuple[str, ...] = ()
+    via: str = ""
+
+    @property
+    def label(self) -> str:
+        if not self.comparable:
+            return "not comparable to taubench.com"
+        return "comparable to taubench.com" + (f" (customer via {self.via})" if self.via else "")
+
+
+def either(names: Sequence[str]) -> str:
+    """``gpt-4.1 or gpt-5.2``."""
+    names = list(names)
+    if len(names) <= 1:
+        return names[0] if names else "the leaderboard's customer"
+    return ", ".join(names[:-1]) + " or " + names[-1]
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, int | str) and not isinstance(value, bool):
+        return str(value)
+    return json.dumps(value)
+
+
+def leaderboard_split_size(domain: str) -> int | None:
+    """How many tasks ``domain``'s leaderboard split has (``None``: no such split)."""
+    return (
+        Split.objects.filter(domain_id=domain, name=LEADERBOARD.split)
+        .values_list("size", flat=True)
+        .first()
+    )
+
+
+def comparability(
+    evaluation: Evaluation,
+    *,
+    split_size: int | None = None,
+    customers: Sequence[str] | None = None,
+) -> Comparability:
+    """Whether ``evaluation`` ran as taubench.com's leaderboard runs, and if not, why not.
+
+    Comparable when all of these hold (anything else is a reason, each said):
+
+    * the customer is one of ``customers`` (``settings.TAU2_LEADERBOARD_CUSTOMERS``) on
+      an OpenAI connection — or on another connection under exactly that name (then
+      ``via`` names it) — or, in an imported ``tau2 run`` file, named so by litellm's
+      name for OpenAI's model (``gpt-4.1`` or ``openai/gpt-4.1``);
+    * the customer's τ² llm_args are τ²'s default (``{"temperature": 0.0}``; None on
+      older rows is that default);
+    * the tasks are the domain's whole leaderboard split (τ²'s default split, ``base``;
+      ``split_size`` its size, read from the catalogue when not given), as this server's
+      catalogue defines them;
+    * the limits are ``tau2 run``'s defaults (200 steps, 10 tool errors);
+    * at least as many trials as the leaderboard's pass^1 … pass^4 take (4).
+    """
+    customers = list(settings.TAU2_LEADERBOARD_CUSTOMERS if customers is None else customers)
+    wanted = either(customers)
+    provenance = evaluation.provenance or {}
+    imported = provenance.get("source") == IMPORTED_SOURCE
+    reasons: list[str] = []
+    via = ""
+
+    model, connection = evaluation.user_model, evaluation.user_connection
+    if connection is not None:
+        if connection.kind == "openai":
+            if model not in customers:
+                reasons.append(f"customer is {model} on {connection.name}, not {wanted}")
+        elif model in customers:
+            via = connection.name
+        else:
+            reasons.append(
+                f"customer is {model} on {connection.where_label}, not {wanted} on OpenAI"
+            )
+    elif imported:
+        if model.removeprefix("openai/") not in customers:
+            reasons.append(f"customer is {model} (as the imported file names it), not {wanted}")
+    else:
+        reasons.append(f"customer is {model} on Hugging Face, not {wanted}")
+
+    args = dict(DEFAULT_USER_ARGS) if evaluation.user_llm_args is None else evaluation.user_llm_args
+    expected = LEADERBOARD.user_llm_args
+    for key, want in expected.items():
+        if key not in args:
+            reasons.append(
+                f"customer {key} not set (the provider's default), the leaderboard uses "
+                f"{_value(want)}"
+            )
+        elif args[key] != want:
+            reasons.append(
+                f"customer {key} {_value(args[key])}, the leaderboard uses {_value(want)}"
+            )
+    for key, value in args.items():
+        if key not in expected:
+            reasons.append(f"customer {key} {_value(value)}, the leaderboard sets none")
+
+    split = LEADERBOARD.split
+    if split_size is None:
+        split_size = leaderboard_split_size(evaluation.domain)
+    tasks = len(evaluation.task_ids)
+    if split_size is None:
+        reasons.append(f"{evaluation.domain} has no {split} split, which the leaderboard uses")
+    elif not (evaluation.full_split and evaluation.split == split):
+        if evaluation.full_split:
+            reasons.append(
+                f"the whole {evaluation.split} split ({tasks} tasks), the leaderboard uses "
+                f"the {split} split ({split_size} tasks)"
+            )
+        else:
+            reasons.append(
+                f"{tasks} of {split_size} tasks (the leaderboard uses the whole {split} split)"
+            )
+    differ = (provenance.get("import") or {}).get("tasks_differ") or []
+    if differ:
+        reasons.append(
+            f"the file's definitions of {len(differ)} task{'s' if len(differ) != 1 else ''} "
+            "differ from τ²'s"
+        )
+
+    if evaluation.max_steps != LEADERBOARD.max_steps:
+        reasons.append(
+            f"step limit {evaluation.max_steps}, the leaderboard uses τ²'s {LEADERBOARD.max_steps}"
+        )
+    if evaluation.max_errors != LEADERBOARD.max_errors:
+        reasons.append(
+            f"error limit {evaluation.max_errors}, the leaderboard uses τ²'s "
+            f"{LEADERBOARD.max_errors}"
+        )
+    if evaluation.num_trials < LEADERBOARD.trials:
+        trials = evaluation.num_trials
+        reasons.append(
+            f"{trials} trial{'s' if trials != 1 else ''}, the leaderboard runs "
+            f"{LEADERBOARD.trials} (pass^1 … pass^{LEADERBOARD.trials})"
+        )
+    return Comparability(comparable=not reasons, reasons=tuple(reasons), via=via)
