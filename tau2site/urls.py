@@ -24,6 +24,7 @@ urlpatterns = [
     path("accounts/keys/", include("apps.agents.key_urls")),
     path("accounts/", include("apps.accounts.urls")),
     path("agents/", include("apps.agents.urls")),
+    path("connections/", include("apps.connections.urls")),
     path("auth/", include("social_django.urls", namespace="social")),
     path("admin/login/", accounts_views.admin_login, name="admin_login"),
     path("", include("apps.inference.urls")),  # /models/, /api/models/

@@ -1,24 +1,54 @@
-"""Writes of connections: create (keys sealed in the vault), list models, prices.
+"""Writes of connections: create, update, rotate the key, delete; their models and prices,
+typed or read from the endpoint; the last Test's outcome.
 
 A key is sealed the moment it arrives and never stored, logged or returned in the clear;
-only ``apps.connections.routes.route_for`` opens it, for a run.
+only ``apps.connections.routes.route_for`` opens it (for a run, the Test, or reading the
+models an endpoint lists). Extra headers are sealed the same way: their names are kept in
+the clear, their values never shown again.
+
+Who may do what is checked here as well as in the views: staff manage team connections,
+a person their own ones (``apps.connections.selectors.can_manage``).
 """
 
 from __future__ import annotations
 
 import json
+import socket
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
+from urllib.parse import urlsplit
 
-from django.core.exceptions import ValidationError
+import httpx
+from django.conf import settings
+from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
+from django.utils import timezone
 from django.utils.text import slugify
 
 from apps.accounts import crypto
 from apps.connections.models import Connection, ConnectionModel
-from tau2_env.llm import LITELLM_PREFIXES, litellm
+from apps.connections.routes import ConnectionUnavailable, connection_base_url, route_for
+from apps.connections.selectors import can_manage
+from tau2_env.llm import LITELLM_PREFIXES, litellm, redact
 
-__all__ = ["connection_create", "key_hint", "litellm_prices", "models_set"]
+__all__ = [
+    "ModelsReadError",
+    "connection_create",
+    "connection_delete",
+    "connection_key_rotate",
+    "connection_test_record",
+    "connection_update",
+    "key_hint",
+    "litellm_prices",
+    "models_read",
+    "models_read_for",
+    "models_replace",
+    "models_set",
+]
+
+# "Leave it as it is" for the fields of connection_update that may also be set to None.
+KEEP = object()
+ANTHROPIC_VERSION = "2023-06-01"
 
 
 def key_hint(key: str) -> str:
@@ -84,6 +114,13 @@ def connection_create(
         raise ValidationError({"base_url": "An OpenAI-compatible endpoint needs its base URL."})
     if owner is None and not getattr(by, "is_staff", False):
         raise ValidationError("Only staff add team connections; add a personal one instead.")
+    if owner is not None and owner.pk != getattr(by, "pk", None):
+        raise ValidationError("A personal connection is added by its owner only.")
+    _check_limits(
+        monthly_budget_usd=monthly_budget_usd,
+        person_monthly_budget_usd=person_monthly_budget_usd,
+        max_in_flight=max_in_flight,
+    )
     api_key = (api_key or "").strip()
     headers = {str(k): str(v) for k, v in (headers or {}).items()}
     connection = Connection.objects.create(
@@ -134,3 +171,279 @@ def models_set(
         )
         out.append(row)
     return out
+
+
+def models_replace(
+    *, connection: Connection, models: Iterable[str | tuple[str, tuple | None]]
+) -> list[ConnectionModel]:
+    """The connection offers exactly ``models`` (as :func:`models_set` takes them): the
+    others are removed. Runs name their model in their own row, so none loses it."""
+    with transaction.atomic():
+        rows = models_set(connection=connection, models=models)
+        connection.models.exclude(pk__in=[row.pk for row in rows]).delete()
+    return rows
+
+
+def _check_limits(*, monthly_budget_usd, person_monthly_budget_usd, max_in_flight) -> None:
+    errors = {}
+    for field, value in (
+        ("monthly_budget_usd", monthly_budget_usd),
+        ("person_monthly_budget_usd", person_monthly_budget_usd),
+    ):
+        if value is not None and Decimal(value) < 0:
+            errors[field] = "A budget cannot be negative (leave it empty for none)."
+    if max_in_flight is not None and int(max_in_flight) < 1:
+        errors["max_in_flight"] = "At least one run at a time (leave it empty for no limit)."
+    if errors:
+        raise ValidationError(errors)
+
+
+def _check_manager(*, connection: Connection, by) -> None:
+    if not can_manage(by, connection):
+        raise PermissionDenied(
+            "Only staff change a team connection, and only its owner a personal one."
+        )
+
+
+def _sealed_headers(headers: Mapping[str, str]) -> tuple[str, list[str]]:
+    headers = {str(k): str(v) for k, v in headers.items()}
+    return (crypto.seal(json.dumps(headers)) if headers else ""), sorted(headers)
+
+
+@transaction.atomic
+def connection_update(
+    *,
+    connection: Connection,
+    by,
+    name: str | None = None,
+    base_url: str | None = None,
+    api_key: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    models: Iterable[str | tuple[str, tuple | None]] | None = None,
+    access: str | None = None,
+    allowed_users: Iterable | None = None,
+    monthly_budget_usd=KEEP,
+    person_monthly_budget_usd=KEEP,
+    max_in_flight=KEEP,
+) -> Connection:
+    """Change what ``by`` may change of ``connection``; ``None`` (or :data:`KEEP` for the
+    limits, which may be set to ``None``) leaves a field as it is.
+
+    ``api_key``: a new key rotates it (:func:`connection_key_rotate`), empty keeps it.
+    ``headers``: replace them all (``{}`` removes them). ``models``: exactly these
+    (:func:`models_replace`). Who may use it and its limits are a team connection's only.
+    Its kind and slug never change: runs and pickers name it by them.
+    Raises ``PermissionDenied`` (not theirs to change) or ``ValidationError``.
+    """
+    _check_manager(connection=connection, by=by)
+    if connection.is_deleted:
+        raise ValidationError("This connection was deleted.")
+    fields = []
+    if name is not None:
+        if not name.strip():
+            raise ValidationError({"name": "A connection needs a name."})
+        connection.name = name.strip()[:80]
+        fields.append("name")
+    if base_url is not None:
+        base_url = base_url.strip()
+        if connection.kind == Connection.Kind.OPENAI_COMPATIBLE and not base_url:
+            raise ValidationError({"base_url": "An OpenAI-compatible endpoint needs its base URL."})
+        connection.base_url = base_url
+        fields.append("base_url")
+    if headers is not None:
+        connection.headers_enc, connection.header_names = _sealed_headers(headers)
+        fields += ["headers_enc", "header_names"]
+    if connection.is_team:
+        if access is not None:
+            if access not in Connection.Access.values:
+                raise ValidationError({"access": f"Unknown access {access!r}."})
+            connection.access = access
+            fields.append("access")
+        limits = {
+            "monthly_budget_usd": monthly_budget_usd,
+            "person_monthly_budget_usd": person_monthly_budget_usd,
+            "max_in_flight": max_in_flight,
+        }
+        given = {field: value for field, value in limits.items() if value is not KEEP}
+        _check_limits(**{field: given.get(field) for field in limits})
+        for field, value in given.items():
+            setattr(connection, field, value)
+            fields.append(field)
+    if fields:
+        connection.save(update_fields=fields)
+    if connection.is_team and allowed_users is not None:
+        connection.allowed_users.set(list(allowed_users))
+    if api_key:
+        connection_key_rotate(connection=connection, by=by, api_key=api_key)
+    if models is not None:
+        models_replace(connection=connection, models=models)
+    return connection
+
+
+def connection_key_rotate(*, connection: Connection, by, api_key: str) -> Connection:
+    """Seal ``api_key`` as the connection's key from now on (the old one is gone), with
+    its hint and ``key_rotated_at``. Runs that start from now on use the new key."""
+    _check_manager(connection=connection, by=by)
+    api_key = (api_key or "").strip()
+    if not api_key:
+        raise ValidationError({"api_key": "Enter the new key."})
+    connection.api_key_enc = crypto.seal(api_key)
+    connection.key_hint = key_hint(api_key)
+    connection.key_rotated_at = timezone.now()
+    connection.save(update_fields=["api_key_enc", "key_hint", "key_rotated_at"])
+    return connection
+
+
+def connection_delete(*, connection: Connection, by) -> Connection:
+    """Delete ``connection`` softly: its key and headers are wiped and it serves no new
+    run (a queued one fails saying so: ``routes.route_for``); the row stays, so the runs
+    that name it keep saying where they ran."""
+    _check_manager(connection=connection, by=by)
+    Connection.objects.filter(pk=connection.pk, deleted_at__isnull=True).update(
+        deleted_at=timezone.now(), api_key_enc="", headers_enc=""
+    )
+    connection.refresh_from_db()
+    return connection
+
+
+def connection_test_record(*, connection: Connection, outcome: Mapping) -> None:
+    """Keep the last Test's outcome (``{ok, kind, message, model, at, …}``, no secret)."""
+    Connection.objects.filter(pk=connection.pk).update(last_test=dict(outcome))
+    connection.last_test = dict(outcome)
+
+
+# --------------------------------------------------------------- models an endpoint lists
+
+
+class ModelsReadError(Exception):
+    """The endpoint's models could not be read; ``str()`` says why, for the person (no
+    secret in it)."""
+
+
+def _models_url(*, kind: str, base: str) -> str:
+    base = base.rstrip("/")
+    if kind == Connection.Kind.ANTHROPIC:
+        return f"{base}/models" if base.endswith("/v1") else f"{base}/v1/models"
+    if kind == Connection.Kind.GEMINI:
+        return f"{base}/models" if base.endswith(("/v1", "/v1beta")) else f"{base}/v1beta/models"
+    return f"{base}/models"
+
+
+def _models_headers(*, kind: str, api_key: str, headers: Mapping[str, str]) -> dict:
+    sent = dict(headers)
+    if kind == Connection.Kind.ANTHROPIC:
+        sent.update({"x-api-key": api_key, "anthropic-version": ANTHROPIC_VERSION})
+    elif kind == Connection.Kind.GEMINI:
+        sent["x-goog-api-key"] = api_key
+    elif api_key:
+        sent["Authorization"] = f"Bearer {api_key}"
+    return sent
+
+
+def _model_names(payload) -> list[str] | None:
+    """The model ids of a models list: OpenAI's ``{"data": [{"id"}]}`` (also Anthropic's,
+    Mistral's, OpenRouter's, Fireworks', vLLM's, TGI's, Ollama's), Together's bare list,
+    Gemini's ``{"models": [{"name": "models/…"}]}`` (those that generate content)."""
+    if isinstance(payload, dict) and isinstance(payload.get("models"), list):
+        names = []
+        for item in payload["models"]:
+            if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+                continue
+            methods = item.get("supportedGenerationMethods")
+            if isinstance(methods, list) and "generateContent" not in methods:
+                continue
+            names.append(item["name"].removeprefix("models/"))
+        return names
+    items = payload.get("data") if isinstance(payload, dict) else payload
+    if not isinstance(items, list):
+        return None
+    names = [item["id"] for item in items if isinstance(item, dict) and item.get("id")]
+    return [str(name) for name in names]
+
+
+def models_read(
+    *, kind: str, base_url: str = "", api_key: str = "", headers: Mapping[str, str] | None = None
+) -> list[str]:
+    """The names of the models the endpoint lists (sorted, without repeats), read with
+    ``api_key`` and ``headers`` within ``TAU2_CONNECTION_TEST_TIMEOUT`` seconds: OpenAI's
+    ``GET {base}/models`` with a bearer key (every kind but two), Anthropic's
+    ``GET /v1/models`` with ``x-api-key`` and ``anthropic-version``, Gemini's
+    ``GET /v1beta/models`` with ``x-goog-api-key``.
+
+    Raises :class:`ModelsReadError` saying what happened, never with the key or a header.
+    """
+    secrets = (api_key, *(headers or {}).values())
+    base = connection_base_url(Connection(kind=kind, base_url=base_url or ""))
+    if not base:
+        raise ModelsReadError("Enter the endpoint's base URL first.")
+    url = _models_url(kind=kind, base=base)
+    parts = urlsplit(url)
+    where = f"{parts.scheme}://{parts.hostname}{f':{parts.port}' if parts.port else ''}"
+    timeout = settings.TAU2_CONNECTION_TEST_TIMEOUT
+    try:
+        response = httpx.get(
+            url,
+            headers=_models_headers(kind=kind, api_key=api_key, headers=headers or {}),
+            timeout=timeout,
+            follow_redirects=False,
+        )
+    except httpx.TimeoutException:
+        raise ModelsReadError(f"{where} did not answer within {timeout:g} s.") from None
+    except httpx.HTTPError as exc:
+        raise ModelsReadError(_unreachable(exc, where=where)) from None
+    if response.status_code in (401, 403):
+        raise ModelsReadError(
+            f"{where} refused the key (HTTP {response.status_code}): check it, or type "
+            "the models' names instead."
+        )
+    if response.status_code == 404:
+        raise ModelsReadError(
+            f"{where} has no list of models at {parts.path} (HTTP 404): check the base "
+            "URL (an OpenAI-compatible one usually ends in /v1), or type the models' names."
+        )
+    if response.status_code != 200:
+        raise ModelsReadError(
+            f"{where} answered HTTP {response.status_code} for its list of models: type "
+            "the models' names instead."
+        )
+    try:
+        payload = response.json()
+    except ValueError:
+        kind_of = response.headers.get("content-type", "").split(";")[0] or "no type"
+        raise ModelsReadError(
+            f"{where} answered with something that is not JSON ({kind_of}): is this an "
+            "OpenAI-compatible API? Check the base URL."
+        ) from None
+    names = _model_names(payload)
+    if names is None:
+        raise ModelsReadError(
+            redact(f"{where} answered, but not with a list of models: type their names.", *secrets)
+        )
+    return sorted(set(names))
+
+
+def _unreachable(exc: BaseException, *, where: str) -> str:
+    current: BaseException | None = exc
+    while current is not None:
+        if isinstance(current, socket.gaierror):
+            return f"{where} could not be found (no such host): check the base URL."
+        if isinstance(current, ConnectionRefusedError):
+            return f"{where} refused the connection: is it running, and is the base URL right?"
+        current = current.__cause__ or current.__context__
+    return f"The connection to {where} failed ({type(exc).__name__}): check the base URL."
+
+
+def models_read_for(*, connection: Connection, by) -> list[str]:
+    """:func:`models_read` with the connection's own key and headers (for its editor)."""
+    _check_manager(connection=connection, by=by)
+    try:
+        route = route_for(connection=connection, model="-", user=by)
+    except ConnectionUnavailable as exc:
+        raise ModelsReadError(str(exc)) from None
+    key = route.api_key if connection.api_key_enc else ""
+    return models_read(
+        kind=connection.kind,
+        base_url=connection.base_url,
+        api_key=key,
+        headers=route.extra_headers,
+    )

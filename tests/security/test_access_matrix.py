@@ -130,6 +130,18 @@ MATRIX: dict[str, dict[str, tuple[str, str, str]]] = {
     # Connect an agent is public; the playground plays on the person's own session.
     "agents/": {"GET": same("200"), "POST": same("200")},
     "agents/playground/": {"GET": (SIGNIN, "200", "200"), "POST": (SIGNIN, "200", "200")},
+    # Connections: signed-in people only; one's personal connection (alice's here) is
+    # nobody else's, staff included: 404, as if it did not exist.
+    "connections/": {"GET": (SIGNIN, "200", "200"), "POST": (SIGNIN, "405", "405")},
+    "connections/new/": {"GET": (SIGNIN, "200", "200"), "POST": (SIGNIN, "400", "400")},
+    "connections/base-url/": {"GET": (SIGNIN, "200", "200"), "POST": (SIGNIN, "405", "405")},
+    "connections/<int:pk>/": {"GET": (SIGNIN, "404", "404"), "POST": (SIGNIN, "405", "405")},
+    "connections/<int:pk>/edit/": {"GET": (SIGNIN, "404", "404"), "POST": (SIGNIN, "404", "404")},
+    "connections/<int:pk>/delete/": {
+        "GET": (SIGNIN, "404", "404"),
+        "POST": (SIGNIN, "404", "404"),
+    },
+    "connections/<int:pk>/test/": {"GET": (SIGNIN, "405", "405"), "POST": (SIGNIN, "404", "404")},
     "auth/login/<str:backend>/": {"GET": same("405"), "POST": same("302 {provider}")},
     "auth/complete/<str:backend>/": {"GET": same("400"), "POST": same("400")},
     "auth/idp-launch/<str:backend>/": {"GET": same("404"), "POST": same("405")},
@@ -160,7 +172,7 @@ MATRIX: dict[str, dict[str, tuple[str, str, str]]] = {
         "GET": (ADMIN_LOGIN, ADMIN_LOGIN, "302 http://testserver/runs/{run}/")
     },
     "admin/auth/user/<id>/password/": {"GET": (ADMIN_LOGIN, ADMIN_LOGIN, "200")},
-    "admin/^(?P<app_label>auth|accounts|social_django|tasks|runs|inference)/$": {
+    "admin/^(?P<app_label>auth|accounts|social_django|tasks|runs|inference|connections)/$": {
         "GET": (ADMIN_LOGIN, ADMIN_LOGIN, "200")
     },
     "admin/(?P<url>.*)$": {"GET": (ADMIN_LOGIN, ADMIN_LOGIN, "404")},
@@ -253,6 +265,12 @@ def _values(route: Route, work, alice) -> dict[str, str]:
             )
             lane = RaceLane.objects.create(race=race, run=work["run"], position=0)
         pk = lane.race_id
+    elif route.route.startswith("connections/"):  # alice's personal connection
+        from apps.connections.services import connection_create
+
+        pk = connection_create(
+            by=alice, owner=alice, name="matrix", kind="openai_compatible", base_url="http://x/v1"
+        ).pk
     elif route.route.startswith("accounts/keys/"):  # alice's own key: nobody else revokes it
         from apps.agents.services import api_key_create
 
