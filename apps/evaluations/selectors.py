@@ -174,10 +174,7 @@ def evaluation_summary(
         queued=queued - (running - statuses[Run.Status.RUNNING]),
         final=final,
         retryable=sum(
-            1
-            for r in runs
-            if r["status"] == Run.Status.FAILED
-            and r["failure"] in (Run.Failure.TRANSIENT, Run.Failure.INFRASTRUCTURE)
+            1 for r in runs if r["status"] == Run.Status.FAILED and r["failure"] in Run.RETRYABLE
         ),
         eta_seconds=eta,
         avg_reward=metrics.avg_reward,

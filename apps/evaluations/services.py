@@ -5,14 +5,23 @@ not yet handed to the workers). :func:`evaluations_dispatch` hands them to the C
 queue within three caps — the evaluation's own concurrency, ``TAU2_EVAL_PER_PERSON``
 and ``TAU2_EVAL_MAX_IN_FLIGHT`` — one run at a time to whoever has the fewest in flight,
 so people share the workers fairly and single runs (which never wait for the
-dispatcher) always find a free worker. It runs when an evaluation starts or resumes,
-whenever one of its runs ends, and from beat.
+dispatcher) always find a free worker. A connection's ``max_in_flight`` (τ²'s
+``--provider-limit``) caps the runs calling it at once: no run is handed out whose agent
+or customer connection already has that many runs in flight (dispatched and not final,
+single runs included — they are sent at once and count, but are never held back). It
+runs when an evaluation starts or resumes, whenever one of its runs ends (or a single
+run on a connection does), and from beat.
+
+An evaluation with a side on a connection that has a monthly budget is refused before
+anything is stored when its estimated cost is more than the budget has left this month
+(``apps.runs.budgets``); each of its runs is then admitted to the budget as it starts.
 """
 
 from __future__ import annotations
 
 import logging
 from collections import Counter, defaultdict
+from decimal import Decimal
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
@@ -21,11 +30,14 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from apps.accounts.vault import hf_token_for
-from apps.connections.routes import side_provenance
+from apps.connections.models import Connection
+from apps.connections.routes import prices_of, side_provenance
 from apps.evaluations import events
+from apps.evaluations.estimates import evaluation_cost_estimate
 from apps.evaluations.models import Evaluation
 from apps.evaluations.selectors import evaluation_metrics
-from apps.runs import queue
+from apps.inference.pricing import dollars
+from apps.runs import budgets, queue
 from apps.runs.models import MAX_TRIALS, Run
 from apps.runs.services import (
     model_run_build,
@@ -72,7 +84,8 @@ def evaluation_create(
 
     Raises ``SignInRequired`` (from the vault) before anything is stored when a side is
     on the router and ``user`` has no usable token, and ``ValidationError`` for anything
-    else wrong.
+    else wrong — a side on a budgeted connection with no price, or whose estimated cost
+    is more than the budget (the connection's, or ``user``'s on it) has left this month.
     """
     if agent_connection is None or user_connection is None:
         hf_token_for(user=user)
@@ -107,6 +120,16 @@ def evaluation_create(
     seeds = trial_seeds(seed, num_trials)
     user_model = (user_model or "").strip() or config.provider_settings().model
     prices = prices_for_storage(agent_prices)
+    _refuse_over_budget(
+        user=user,
+        domain=domain,
+        runs=len(ids) * num_trials,
+        agent_connection=agent_connection,
+        agent_model=agent_model,
+        agent_prices=prices,
+        user_connection=user_connection,
+        user_model=user_model,
+    )
     latest = catalogue_latest()
     with transaction.atomic():
         evaluation = Evaluation.objects.create(
@@ -169,6 +192,68 @@ def evaluation_create(
     return evaluation
 
 
+def _refuse_over_budget(
+    *,
+    user,
+    domain: str,
+    runs: int,
+    agent_connection: Connection | None,
+    agent_model: str,
+    agent_prices: tuple | None,
+    user_connection: Connection | None,
+    user_model: str,
+) -> None:
+    """Raise ``ValidationError`` (on the side's field) when a side is on a budgeted
+    connection that has no price for its model, or when the LOW end of the evaluation's
+    estimated cost on a budgeted connection is more than a budget of it has left this
+    month; the message says the range and what is left. The agent's calls are estimated
+    as the evaluation's page estimates them (``evaluation_cost_estimate``); a customer on
+    a budgeted connection from the customer's tokens in the team's runs
+    (``budgets.side_cost_range``)."""
+    sides = []
+    if agent_connection is not None and agent_connection.budgeted:
+        priced = None
+        if agent_prices and None not in agent_prices:
+            priced = tuple(Decimal(p) for p in agent_prices)
+        sides.append(("agent_model", agent_connection, agent_model, priced))
+    if user_connection is not None and user_connection.budgeted:
+        priced = prices_of(connection=user_connection, model=user_model)
+        sides.append(("user_model", user_connection, user_model, priced))
+    on: dict[int, list] = {}  # connection id → [connection, field, low, high]
+    for field, connection, model, priced in sides:
+        if priced is None:
+            refusal = budgets.unpriced_refusal(connection=connection, model=model)
+            raise ValidationError({field: f"{refusal}."})
+        if field == "agent_model":
+            estimate = evaluation_cost_estimate(domain=domain, runs=runs, prices=priced)
+            low, high = estimate.low, estimate.high
+        else:
+            low, high = budgets.side_cost_range(
+                domain=domain, side="user", connection=connection, model=model, prices=priced
+            )
+            low, high = low * runs, high * runs
+        entry = on.setdefault(connection.pk, [connection, field, Decimal(0), Decimal(0)])
+        entry[2], entry[3] = entry[2] + low, entry[3] + high
+    for connection, field, low, high in on.values():
+        for room in budgets.rooms(connection=connection, user=user):
+            if low > room.left:
+                raise ValidationError(
+                    {
+                        field: (
+                            f"{room.sentence()}; this evaluation's {runs} run"
+                            f"{'s' if runs != 1 else ''} are estimated to cost "
+                            f"{dollars(low)} – {dollars(high)} on it. Raise the budget, wait "
+                            "for next month, or evaluate fewer tasks or trials."
+                        )
+                    }
+                )
+
+
+def _limited_connections(evaluation: Evaluation, limits: dict[int, int]) -> set[int]:
+    """The connections of ``evaluation``'s sides that cap their runs in flight."""
+    return {evaluation.agent_connection_id, evaluation.user_connection_id} & limits.keys()
+
+
 def evaluations_dispatch() -> list[int]:
     """Hand queued runs of running evaluations to the workers, within the caps, fairly
     across people; returns the ids queued. Safe to call from anywhere at any time: the
@@ -201,6 +286,21 @@ def evaluations_dispatch() -> list[int]:
                 )
             by_person[person] += n
         budget = settings.TAU2_EVAL_MAX_IN_FLIGHT - sum(in_flight.values())
+        # Connections that cap the runs calling them at once, and how many do now (each
+        # run once, whether one side or both are on it; single runs count too).
+        named = {e.agent_connection_id for e in active} | {e.user_connection_id for e in active}
+        limits = dict(
+            Connection.objects.filter(
+                pk__in=named - {None}, max_in_flight__isnull=False
+            ).values_list("pk", "max_in_flight")
+        )
+        calling: Counter = Counter()
+        if limits:
+            sides = Run.objects.filter(IN_FLIGHT).filter(
+                Q(agent_connection_id__in=limits) | Q(user_connection_id__in=limits)
+            )
+            for pair in sides.values_list("agent_connection_id", "user_connection_id"):
+                calling.update(set(pair) & limits.keys())
         waiting: dict[int, list[Evaluation]] = defaultdict(list)
         for evaluation in active:
             waiting[evaluation.created_by_id].append(evaluation)
@@ -227,7 +327,13 @@ def evaluations_dispatch() -> list[int]:
             taken = None
             for person in people:
                 for evaluation in waiting[person]:
-                    if pending[evaluation.pk] and in_flight[evaluation.pk] < evaluation.concurrency:
+                    if (
+                        pending[evaluation.pk]
+                        and in_flight[evaluation.pk] < evaluation.concurrency
+                        and all(
+                            calling[c] < limits[c] for c in _limited_connections(evaluation, limits)
+                        )
+                    ):
                         taken = (person, evaluation, pending[evaluation.pk].pop(0))
                         break
                 if taken:
@@ -237,6 +343,7 @@ def evaluations_dispatch() -> list[int]:
             person, evaluation, run_id = taken
             queued.append(run_id)
             in_flight[evaluation.pk] += 1
+            calling.update(_limited_connections(evaluation, limits))
             by_person[person] += 1
             budget -= 1
         if queued:
@@ -253,9 +360,12 @@ def evaluations_dispatch() -> list[int]:
 
 def evaluation_run_ended(run: Run) -> None:
     """What the runs' settled hook (``apps.runs.hooks.on_run_settled``, registered by
-    ``EvaluationsConfig.ready``) does: a run of an evaluation lets its evaluation go on."""
+    ``EvaluationsConfig.ready``) does: a run of an evaluation lets its evaluation go on;
+    a single run on a connection may free a place an evaluation waits for on it."""
     if run.evaluation_id is not None:
         evaluation_run_settled(run_id=run.pk)
+    elif run.agent_connection_id is not None or run.user_connection_id is not None:
+        evaluations_dispatch()
 
 
 def evaluation_run_settled(*, run_id: int) -> None:
@@ -356,19 +466,18 @@ def evaluation_stop(*, evaluation: Evaluation) -> Evaluation:
     return evaluation
 
 
-RETRYABLE = (Run.Failure.TRANSIENT, Run.Failure.INFRASTRUCTURE)
-
-
 def evaluation_retry_failed(*, evaluation: Evaluation) -> int:
-    """Queue again the runs that failed on a transient or infrastructure error (never
-    completed ones, never a provider refusal); they resume from their stored messages.
-    Returns how many; the evaluation runs again if any."""
+    """Queue again the runs that failed on a transient or infrastructure error, or for a
+    connection's budget (``Run.RETRYABLE``; never completed ones, never a provider
+    refusal); they resume from their stored messages, and a budget's run is admitted to
+    the budget afresh as it starts again. Returns how many; the evaluation runs again if
+    any."""
     if evaluation.status == Evaluation.Status.IMPORTED:
         raise ValidationError("An imported evaluation has nothing to run again.")
     hf_token_for(user=evaluation.created_by)
     with transaction.atomic():
         count = Run.objects.filter(
-            evaluation=evaluation, status=Run.Status.FAILED, failure__in=RETRYABLE
+            evaluation=evaluation, status=Run.Status.FAILED, failure__in=Run.RETRYABLE
         ).update(
             status=Run.Status.QUEUED,
             failure="",
@@ -379,6 +488,8 @@ def evaluation_retry_failed(*, evaluation: Evaluation) -> int:
             attempts=0,
             worker="",
             lease_expires_at=None,
+            agent_reserved_usd=None,
+            user_reserved_usd=None,
         )
         if count:
             Evaluation.objects.filter(pk=evaluation.pk).update(

@@ -55,21 +55,29 @@ from apps.inference.pricing import PricePair, cost_usd, dollars
 from apps.runs.models import Run
 
 __all__ = [
+    "DEFAULT_RANGE",
     "DEFAULT_TOKENS",
     "ConnectionSpend",
+    "Room",
     "Spend",
     "budget_reached",
     "connection_spend",
     "connection_spend_view",
     "month_window",
+    "rooms",
     "run_admit",
+    "side_cost_range",
     "side_reservation",
+    "unpriced_refusal",
 ]
 
 # (input, output) tokens of one side of one run when the team has no completed runs of
 # the domain on the model to go by: the high end of apps.evaluations.estimates' default
 # (a τ² conversation resends the policy, tools and conversation at every agent turn).
 DEFAULT_TOKENS = (400_000, 10_000)
+# (low, high) (input, output) tokens of one side of one run, for an evaluation's estimate:
+# apps.evaluations.estimates' default.
+DEFAULT_RANGE = ((50_000, 1_000), DEFAULT_TOKENS)
 MIN_SAMPLE = 3
 SAMPLE = 200
 PERCENTILE = 0.95
@@ -176,20 +184,13 @@ def _spend_by_person(*, connection: Connection, now: datetime | None = None) -> 
 # ------------------------------------------------------------------ reservation
 
 
-def side_reservation(
-    *, domain: str, side: str, connection: Connection, model: str, prices: PricePair
-) -> tuple[Decimal, str]:
-    """What one side of one run of ``domain`` on ``connection``'s ``model`` may cost at
-    ``prices``, and where that comes from (for the reason a refusal gives).
-
-    The 95th percentile (nearest rank) of the side's tokens in the team's last
-    ``SAMPLE`` completed runs of the domain on that connection's model, priced at
-    ``prices``, when there are at least ``MIN_SAMPLE``; else :data:`DEFAULT_TOKENS`.
-    """
+def _side_sample(*, domain: str, side: str, connection: Connection, model: str) -> list:
+    """(input, output) tokens of ``side`` in the team's last ``SAMPLE`` completed model
+    runs of ``domain`` with that side on ``connection``'s ``model``."""
     column, _, _, prompt = _SIDES[side]
     completion = "completion_tokens" if side == "agent" else "user_completion_tokens"
     model_column = "agent_model" if side == "agent" else "user_model"
-    sample = list(
+    return list(
         Run.objects.filter(
             kind=Run.Kind.MODEL,
             domain=domain,
@@ -200,17 +201,108 @@ def side_reservation(
         .order_by("-finished_at", "-id")
         .values_list(prompt, completion)[:SAMPLE]
     )
+
+
+def _quantile(values: list[Decimal], q: float) -> Decimal:
+    """The nearest-rank ``q`` quantile of sorted ``values``."""
+    return values[min(len(values) - 1, max(0, round(q * (len(values) - 1))))]
+
+
+def side_reservation(
+    *, domain: str, side: str, connection: Connection, model: str, prices: PricePair
+) -> tuple[Decimal, str]:
+    """What one side (``"agent"`` or ``"user"``) of one run of ``domain`` on
+    ``connection``'s ``model`` may cost at ``prices``, and where that comes from (for
+    the reason a refusal gives): the 95th percentile (nearest rank) of that side's
+    tokens in the team's last completed runs of the domain on that model, priced at
+    ``prices``, when there are at least ``MIN_SAMPLE``; else :data:`DEFAULT_TOKENS`."""
+    sample = _side_sample(domain=domain, side=side, connection=connection, model=model)
     if len(sample) >= MIN_SAMPLE:
         costs = sorted(
             cost_usd(prompt_tokens=p, completion_tokens=c, prices=prices) for p, c in sample
         )
-        index = min(len(costs) - 1, max(0, round(PERCENTILE * (len(costs) - 1))))
-        return costs[index], f"the 95th percentile of the team's last {len(sample)} such runs"
+        return (
+            _quantile(costs, PERCENTILE),
+            f"the 95th percentile of the team's last {len(sample)} such runs",
+        )
     tokens_in, tokens_out = DEFAULT_TOKENS
     return (
         cost_usd(prompt_tokens=tokens_in, completion_tokens=tokens_out, prices=prices),
         f"{tokens_in // 1000}k input and {tokens_out // 1000}k output tokens, as the team has "
         f"no completed runs of {domain} on {model} to go by",
+    )
+
+
+def side_cost_range(
+    *, domain: str, side: str, connection: Connection, model: str, prices: PricePair
+) -> tuple[Decimal, Decimal]:
+    """(low, high) USD of one side of one run, as :func:`side_reservation` reads the
+    team's runs: their 10th and 90th percentiles, else :data:`DEFAULT_RANGE`. What an
+    evaluation's customer on a budgeted connection is estimated at (the evaluation's own
+    estimate, ``apps.evaluations.estimates``, counts the agent's calls only)."""
+    sample = _side_sample(domain=domain, side=side, connection=connection, model=model)
+    if len(sample) >= MIN_SAMPLE:
+        costs = sorted(
+            cost_usd(prompt_tokens=p, completion_tokens=c, prices=prices) for p, c in sample
+        )
+        return _quantile(costs, 0.1), _quantile(costs, 0.9)
+    (low_in, low_out), (high_in, high_out) = DEFAULT_RANGE
+    return (
+        cost_usd(prompt_tokens=low_in, completion_tokens=low_out, prices=prices),
+        cost_usd(prompt_tokens=high_in, completion_tokens=high_out, prices=prices),
+    )
+
+
+@dataclass(frozen=True)
+class Room:
+    """One budget that applies to a run or an evaluation this month: the connection's
+    (``person`` None) or a person's on it, with what was spent and is committed."""
+
+    connection: Connection
+    budget: Decimal
+    spend: Spend
+    person: object | None = None
+
+    @property
+    def left(self) -> Decimal:
+        return max(self.budget - self.spend.committed, Decimal(0))
+
+    def sentence(self) -> str:
+        """``The connection “Team vLLM” has $0.40 left of its $5.00 budget this month
+        ($4.60 spent)`` — or ``alice's budget on the connection “Team vLLM” has …``."""
+        whose = (
+            f"The connection “{self.connection.name}” has"
+            if self.person is None
+            else f"{_who(self.person)}'s budget on the connection “{self.connection.name}” has"
+        )
+        held = self.spend.held
+        held = f", {dollars(held)} of it held by runs in progress" if held > 0 else ""
+        return (
+            f"{whose} {dollars(self.left)} left of its {dollars(self.budget)} budget this "
+            f"month ({dollars(self.spend.spent)} spent{held})"
+        )
+
+
+def rooms(*, connection: Connection, user, exclude_run: int | None = None) -> list[Room]:
+    """The budgets of ``connection`` that apply to ``user``'s runs this month (its own,
+    and the person budget), leaving the run ``exclude_run`` (an id) out of the spend."""
+    found = []
+    for budget, person in (
+        (connection.monthly_budget_usd, None),
+        (connection.person_monthly_budget_usd, user),
+    ):
+        if budget is not None:
+            spend = connection_spend(connection=connection, user=person, exclude_run=exclude_run)
+            found.append(Room(connection=connection, budget=budget, spend=spend, person=person))
+    return found
+
+
+def unpriced_refusal(*, connection: Connection, model: str) -> str:
+    """Why a budgeted connection refuses a model it has no price for."""
+    return (
+        f"The connection “{connection.name}” has a budget, and no price for {model}: "
+        f"staff must set a price for {model} on the Connections page before it can be "
+        "counted against the budget"
     )
 
 
@@ -285,11 +377,8 @@ def run_admit(*, run: Run) -> str | None:
         return None
     for side in sides:
         if side.prices is None:
-            return (
-                f"The connection “{side.connection.name}” has a budget, and no price for "
-                f"{side.model}: staff must set a price for {side.model} on the Connections "
-                f"page before runs on it can be counted against the budget; {_then(run)}."
-            )
+            refusal = unpriced_refusal(connection=side.connection, model=side.model)
+            return f"{refusal}; {_then(run)}."
     reserved: dict[str, Decimal] = {}
     basis: dict[str, str] = {}
     for side in sides:
@@ -305,53 +394,19 @@ def run_admit(*, run: Run) -> str | None:
         locked = list(Connection.objects.select_for_update().filter(pk__in=ids).order_by("pk"))
         for connection in locked:
             mine = [side for side in sides if side.connection.pk == connection.pk]
-            need = sum((max(side.cost, reserved[side.side]) for side in mine), start=Decimal(0))
-            why = " and ".join(basis[side.side] for side in mine)
-            checks = [(connection.monthly_budget_usd, None)]
-            checks.append((connection.person_monthly_budget_usd, run.created_by))
-            for budget, person in checks:
-                if budget is None:
-                    continue
-                spend = connection_spend(connection=connection, user=person, exclude_run=run.pk)
-                if spend.committed + need > budget:
-                    return _refusal(
-                        run=run,
-                        connection=connection,
-                        budget=budget,
-                        spend=spend,
-                        need=need,
-                        person=person,
-                        why=why,
+            need = sum((max(side.cost, reserved[side.side]) for side in mine), Decimal(0))
+            for room in rooms(connection=connection, user=run.created_by, exclude_run=run.pk):
+                if room.spend.committed + need > room.budget:
+                    why = " and ".join(basis[side.side] for side in mine)
+                    return (
+                        f"{room.sentence()}; this run may cost up to {dollars(need)} on it "
+                        f"({why}). Raise the budget or wait for next month; {_then(run)}."
                     )
         Run.objects.filter(pk=run.pk).update(
             agent_reserved_usd=reserved.get("agent"), user_reserved_usd=reserved.get("user")
         )
     run.agent_reserved_usd, run.user_reserved_usd = reserved.get("agent"), reserved.get("user")
     return None
-
-
-def _refusal(
-    *,
-    run: Run,
-    connection: Connection,
-    budget: Decimal,
-    spend: Spend,
-    need: Decimal,
-    person,
-    why: str,
-) -> str:
-    left = max(budget - spend.committed, Decimal(0))
-    whose = (
-        f"The connection “{connection.name}” has"
-        if person is None
-        else f"{_who(person)}'s budget on the connection “{connection.name}” has"
-    )
-    held = f", {dollars(spend.held)} of it held by runs in progress" if spend.held > 0 else ""
-    return (
-        f"{whose} {dollars(left)} left of its {dollars(budget)} budget this month "
-        f"({dollars(spend.spent)} spent{held}); this run may cost up to {dollars(need)} "
-        f"on it ({why}). Raise the budget or wait for next month; {_then(run)}."
-    )
 
 
 def budget_reached(*, run: Run) -> str | None:
@@ -363,23 +418,17 @@ def budget_reached(*, run: Run) -> str | None:
     if not ids:
         return None
     for connection in Connection.objects.filter(pk__in=ids).order_by("pk"):
-        for budget, person in (
-            (connection.monthly_budget_usd, None),
-            (connection.person_monthly_budget_usd, run.created_by),
-        ):
-            if budget is None:
-                continue
-            spent = connection_spend(connection=connection, user=person).spent
-            if spent >= budget:
+        for room in rooms(connection=connection, user=run.created_by):
+            if room.spend.spent >= room.budget:
                 whose = (
                     f"The connection “{connection.name}”"
-                    if person is None
-                    else f"{_who(person)}'s budget on the connection “{connection.name}”"
+                    if room.person is None
+                    else f"{_who(room.person)}'s budget on the connection “{connection.name}”"
                 )
                 return (
-                    f"{whose} reached its {dollars(budget)} budget this month "
-                    f"({dollars(spent)} spent): the run stopped here, its messages kept. "
-                    f"Raise the budget or wait for next month; {_then(run)}."
+                    f"{whose} reached its {dollars(room.budget)} budget this month "
+                    f"({dollars(room.spend.spent)} spent): the run stopped here, its messages "
+                    f"kept. Raise the budget or wait for next month; {_then(run)}."
                 )
     return None
 

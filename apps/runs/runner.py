@@ -6,6 +6,11 @@ and drives it hop by hop on the starter's token. After every hop the new message
 stored and published (``apps.runs.events``); between hops a stop request is honoured.
 At the end τ²'s evaluator scores the conversation.
 
+A run on a connection with a monthly budget (``apps.runs.budgets``) is admitted before
+its first hop, or fails at once with ``Run.Failure.BUDGET`` and the numbers; between
+hops it stops the same way once the budget is reached, its messages kept. Nothing of
+this changes what is sent to a model or how τ² scores.
+
 This module is one driver of runs; their life — claim, lease and heartbeat, hand back,
 finish, reap — is ``apps.runs.lifecycle``'s, shared with play sessions and agent
 episodes. If the worker dies (even ``kill -9``) the lease runs out and the reaper hands
@@ -23,6 +28,7 @@ from django.db import close_old_connections
 
 from apps.accounts.vault import SignInRequired
 from apps.connections.routes import ConnectionUnavailable, route_for
+from apps.runs import budgets
 from apps.runs.events import LostRun, UnstorableMessage, events_publish
 from apps.runs.lifecycle import (
     INFRASTRUCTURE_ERRORS,
@@ -58,12 +64,24 @@ def run_execute(*, run_id: int, worker: str) -> str:
         return RETRY
     try:
         routes = run_routes(run)
+        refused = budgets.run_admit(run=run)
     except (SignInRequired, ConnectionUnavailable) as exc:
         run_finish(run=run, status=Run.Status.FAILED, worker=worker, error=str(exc))
         return Run.Status.FAILED
     except INFRASTRUCTURE_ERRORS as exc:
         logger.warning("Run %s lost its database before it started (%s)", run.pk, exc)
         return run_hand_back(run=run, worker=worker, reason=infrastructure_reason(exc))
+    if refused is not None:
+        run_finish(
+            run=run,
+            status=Run.Status.FAILED,
+            worker=worker,
+            error=refused,
+            failure=Run.Failure.BUDGET,
+            # Not a message was exchanged: it never started (a retried run keeps its start).
+            fields={"started_at": None} if not run.n_messages else None,
+        )
+        return Run.Status.FAILED
 
     try:
         with Heartbeat(run_id=run.pk, worker=worker) as heartbeat:
@@ -146,13 +164,30 @@ def _drive(
             worker=worker,
         )
 
+    over_budget: list[str] = []  # why the run stopped, when its budget was reached
+
     def should_stop() -> bool:
         if heartbeat.lost:
             raise LostRun(f"lease of run {run.pk} lost")
-        return Run.objects.filter(pk=run.pk, stop_requested=True).exists()
+        if Run.objects.filter(pk=run.pk, stop_requested=True).exists():
+            return True
+        reached = budgets.budget_reached(run=run)
+        if reached is not None:
+            over_budget.append(reached)
+            return True
+        return False
 
     outcome = episode.run(on_hop=on_hop, should_stop=should_stop, backoff=_backoff)
     reason = episode.termination_reason.value if episode.termination_reason else ""
+    if outcome == "stopped" and over_budget:
+        run_finish(
+            run=run,
+            status=Run.Status.FAILED,
+            worker=worker,
+            error=over_budget[0],
+            failure=Run.Failure.BUDGET,
+        )
+        return Run.Status.FAILED
     if outcome == "stopped":
         run_finish(run=run, status=Run.Status.STOPPED, worker=worker, termination_reason="stopped")
         return Run.Status.STOPPED

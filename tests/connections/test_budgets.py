@@ -8,19 +8,33 @@ whose customer is on it — never a second ledger.
 
 from __future__ import annotations
 
+import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from decimal import Decimal
 
 import pytest
+from django.core.exceptions import ValidationError
+from django.db import connections
 from django.template import Context, Template
 from django.test import RequestFactory
 from django.utils import timezone
 
+from apps.connections.models import Connection
+from apps.evaluations import selectors
+from apps.evaluations.estimates import evaluation_cost_estimate
+from apps.evaluations.models import Evaluation
+from apps.evaluations.services import IN_FLIGHT, evaluation_create, evaluation_retry_failed
 from apps.runs import budgets
 from apps.runs.models import Run
+from apps.runs.runner import run_execute
+from apps.runs.services import model_run_build
 from apps.tasks.models import Task
+from tau2_env.evaluation import trial_seeds
 from tests.support import connections as with_connections
 from tests.support.connections import openai_compatible_connection
+from tests.support.llm_server import Reply
+from tests.support.scripts import is_agent_request
 
 # stella (staff) and no connection left over between tests.
 staff = with_connections.staff
@@ -202,3 +216,311 @@ def test_the_panel_says_when_spend_went_past_the_budget_without_negative_money(
     else:
         assert '<strong data-testid="spend-left">$0</strong> left' in shown
     assert "-$" not in shown and "$-" not in shown
+
+
+# ------------------------------------------------------------- runs on a budget
+
+AGENT_LINE = "I can help you with that."
+# One agent call of a run on Team vLLM: 100k input and 45k output tokens at $1 / $2 per
+# 1M = $0.19, every time.
+ONE_CALL = (100_000, 45_000)
+PER_RUN = Decimal("0.19")
+
+
+def short_conversation(llm) -> None:
+    """The customer asks, the agent says one line (:data:`ONE_CALL` tokens), the customer
+    ends with ###STOP###. Stateless: each reply follows from the request."""
+
+    def responder(request):
+        if is_agent_request(request):
+            return Reply(content=AGENT_LINE, usage=ONE_CALL)
+        if AGENT_LINE in request.text():
+            return "Thanks, that's all. ###STOP###"
+        return "Hi, I have a question about my booking."
+
+    llm.responder = responder
+
+
+def runs_before(*, user, connection, tokens, n: int = 3) -> None:
+    """``n`` completed runs of airline/27 on ``connection``'s model that took ``tokens``,
+    started last month: what a reservation goes by, and outside this month's spend."""
+    for _ in range(n):
+        spent_run(user=user, agent=connection, tokens=tokens, started=last_month())
+
+
+def queued_on(connection, *, user, n: int = 1, customer=None) -> list[int]:
+    """``n`` model runs of airline/27 by ``user``, the agent on ``connection`` (the
+    customer on ``customer``, default the router on ``user``'s token), queued and sent to
+    no worker: the test runs them."""
+    task = Task.objects.get(domain_id="airline", task_id="27")
+    runs = Run.objects.bulk_create(
+        model_run_build(
+            user=user,
+            task=task,
+            agent_model=MODEL,
+            user_model=MODEL if customer else ROUTER_MODEL,
+            max_steps=30,
+            seed=300,
+            trial=0,
+            trial_seed=trial_seeds(300, 1)[0],
+            prices=("1", "2"),
+            agent_connection=connection,
+            user_connection=customer,
+        )
+        for _ in range(n)
+    )
+    return [run.pk for run in runs]
+
+
+def execute(run_id: int, worker: str = "budget-test") -> str:
+    """``run_execute`` on this thread, with its own database connection, closed after."""
+    try:
+        return run_execute(run_id=run_id, worker=worker)
+    finally:
+        connections.close_all()
+
+
+def agent_calls(llm) -> int:
+    return sum(1 for request in llm.chat_requests() if is_agent_request(request))
+
+
+@pytest.mark.slow
+def test_64_runs_at_once_against_a_budget_for_10_start_10_and_never_overspend(
+    staff, alice, llm_server
+):
+    """The issue's target: 64 runs queued at once on 16 threads (each its own PostgreSQL
+    connection) against a budget that has room for exactly 10 of them."""
+    vllm = team_vllm(llm_server, by=staff, monthly_budget_usd=Decimal("2.00"))
+    # What each run may cost, as admission reckons it: the team's runs on scripted-agent
+    # took ONE_CALL, so the reservation is exactly one run's cost, $0.19; ten hold $1.90
+    # and an eleventh would need $2.09.
+    runs_before(user=alice, connection=vllm, tokens=ONE_CALL)
+    short_conversation(llm_server)
+    ids = queued_on(vllm, user=alice, n=64)
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        outcomes = list(pool.map(lambda pair: execute(pair[1], f"pool-{pair[0]}"), enumerate(ids)))
+
+    runs = list(Run.objects.filter(pk__in=ids))
+    assert sorted(outcomes).count(Run.Status.COMPLETED) == 10
+    completed = [r for r in runs if r.status == Run.Status.COMPLETED]
+    refused = [r for r in runs if r.status == Run.Status.FAILED]
+    assert len(completed) == 10 and len(refused) == 54
+    assert agent_calls(llm_server) == 10  # no run beyond the budget started
+    for run in refused:
+        assert run.failure == Run.Failure.BUDGET
+        assert "The connection “Team vLLM” has $0.10 left of its $2.00 budget this month" in (
+            run.error
+        )
+        assert "this run may cost up to $0.19 on it" in run.error
+        assert "Raise the budget or wait for next month; then run it again." in run.error
+        assert run.n_messages == 0 and run.started_at is None
+        assert (run.agent_reserved_usd, run.cost_usd) == (None, None)
+    for run in completed:
+        assert run.cost_usd == PER_RUN and run.agent_reserved_usd == PER_RUN
+    spent = budgets.connection_spend(connection=vllm).spent
+    assert spent == Decimal("1.90")
+    assert spent <= vllm.monthly_budget_usd + PER_RUN
+
+
+def test_a_persons_budget_refuses_their_run_and_not_the_others(staff, alice, bob, llm_server):
+    vllm = team_vllm(llm_server, by=staff, person_monthly_budget_usd=Decimal("0.50"))
+    spent_run(user=bob, agent=vllm, cost=Decimal("0.45"))
+    short_conversation(llm_server)
+    [bobs] = queued_on(vllm, user=bob)
+    [alices] = queued_on(vllm, user=alice)
+
+    assert execute(bobs) == Run.Status.FAILED
+    assert execute(alices) == Run.Status.COMPLETED
+
+    bobs = Run.objects.get(pk=bobs)
+    assert bobs.failure == Run.Failure.BUDGET
+    assert bobs.error == (
+        "bob's budget on the connection “Team vLLM” has $0.050 left of its $0.50 budget this "
+        "month ($0.45 spent); this run may cost up to $0.42 on it (400k input and 10k output "
+        "tokens, as the team has no completed runs of airline on scripted-agent to go by). "
+        "Raise the budget or wait for next month; then run it again."
+    )
+    assert agent_calls(llm_server) == 1  # alice's
+    assert budgets.connection_spend(connection=vllm, user=alice).spent == PER_RUN
+
+
+def test_a_budgeted_connection_refuses_a_model_it_has_no_price_for(staff, alice, llm_server):
+    vllm = openai_compatible_connection(
+        llm_server,
+        by=staff,
+        name="Team vLLM",
+        models=[MODEL],  # no price entered, none known
+        monthly_budget_usd=Decimal("5.00"),
+    )
+    task = Task.objects.get(domain_id="airline", task_id="27")
+    run = Run.objects.create(
+        task=task,
+        domain="airline",
+        created_by=alice,
+        agent_model=MODEL,
+        user_model=ROUTER_MODEL,
+        agent_connection=vllm,
+        max_steps=30,
+    )
+
+    assert execute(run.pk) == Run.Status.FAILED
+    run.refresh_from_db()
+    assert run.failure == Run.Failure.BUDGET
+    assert "set a price for scripted-agent on the Connections page" in run.error
+    assert not llm_server.chat_requests()
+    with pytest.raises(ValidationError) as refused:
+        evaluation_create(
+            user=alice,
+            domain="airline",
+            task_ids=["27"],
+            agent_model=MODEL,
+            agent_prices=None,
+            agent_connection=vllm,
+            user_model=ROUTER_MODEL,
+        )
+    assert "set a price for scripted-agent on the Connections page" in str(
+        refused.value.message_dict["agent_model"]
+    )
+
+
+@pytest.mark.parametrize("whose", ["connection", "person"])
+def test_an_evaluation_that_may_cost_more_than_is_left_is_refused_with_the_numbers(
+    staff, alice, bob, llm_server, whose
+):
+    if whose == "connection":
+        vllm = team_vllm(llm_server, by=staff, monthly_budget_usd=Decimal("0.50"))
+        spent_run(user=bob, agent=vllm, cost=Decimal("0.40"))
+        left = "The connection “Team vLLM” has $0.10 left of its $0.50 budget this month"
+    else:
+        vllm = team_vllm(llm_server, by=staff, person_monthly_budget_usd=Decimal("0.50"))
+        spent_run(user=alice, agent=vllm, cost=Decimal("0.40"))
+        spent_run(user=bob, agent=vllm, cost=Decimal("3.00"))  # bob's, not alice's
+        left = "alice's budget on the connection “Team vLLM” has $0.10 left of its $0.50"
+    before = Run.objects.count()
+
+    with pytest.raises(ValidationError) as refused:
+        evaluation_create(
+            user=alice,
+            domain="airline",
+            split="test",  # 20 tasks
+            agent_model=MODEL,
+            agent_prices=PRICES,
+            agent_connection=vllm,
+            user_model=ROUTER_MODEL,
+        )
+
+    # The evaluation's own estimate (no completed runs to go by): 50k–400k input and
+    # 1k–10k output tokens per run at $1 / $2 per 1M, × 20 runs.
+    expected = evaluation_cost_estimate(domain="airline", runs=20, prices=PRICES)
+    assert (expected.low, expected.high) == (Decimal("1.04"), Decimal("8.40"))
+    [message] = refused.value.message_dict["agent_model"]
+    assert message.startswith(left)
+    assert "this evaluation's 20 runs are estimated to cost $1.04 – $8.40 on it" in message
+    assert "Raise the budget, wait for next month, or evaluate fewer tasks or trials." in message
+    assert not Evaluation.objects.exists() and Run.objects.count() == before
+
+
+def wait_until(evaluation, predicate, *, timeout: float = 120.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        evaluation.refresh_from_db()
+        if predicate(evaluation):
+            return evaluation
+        if time.monotonic() > deadline:
+            runs = list(evaluation.runs.values_list("status", "error"))
+            pytest.fail(f"evaluation {evaluation.status}: {runs}")
+        time.sleep(0.2)
+
+
+@pytest.mark.slow
+def test_a_run_that_crosses_the_budget_stops_with_its_messages_and_is_retried_once_raised(
+    celery_worker, staff, alice, llm_server
+):
+    vllm = team_vllm(llm_server, by=staff, monthly_budget_usd=Decimal("1.00"))
+    ending = {"now": False}
+
+    def responder(request):
+        # Each agent call is 300k input tokens: $0.30. The customer goes on until told.
+        if is_agent_request(request):
+            return Reply(content=AGENT_LINE, usage=(300_000, 0))
+        if ending["now"]:
+            return "Thanks, that's all. ###STOP###"
+        return "Please go on."
+
+    llm_server.responder = responder
+    evaluation = evaluation_create(
+        user=alice,
+        domain="airline",
+        task_ids=["27"],
+        agent_model=MODEL,
+        agent_prices=PRICES,
+        agent_connection=vllm,
+        user_model=ROUTER_MODEL,
+    )
+    evaluation = wait_until(evaluation, lambda e: e.status == Evaluation.Status.COMPLETED)
+
+    # Admitted (it may cost up to $0.42, the stated default); its 4th agent call took the
+    # spend to $1.20, and before the customer's next turn it stopped.
+    [run] = evaluation.runs.all()
+    assert (run.status, run.failure) == (Run.Status.FAILED, Run.Failure.BUDGET)
+    assert run.error == (
+        "The connection “Team vLLM” reached its $1.00 budget this month ($1.20 spent): the "
+        "run stopped here, its messages kept. Raise the budget or wait for next month; then "
+        "retry the failed runs."
+    )
+    assert run.termination_reason == "" and run.cost_usd == Decimal("1.2")
+    kept = list(run.events.order_by("seq").values_list("kind", flat=True))
+    assert kept == ["agent"] + ["customer", "agent"] * 4  # the greeting, then 4 exchanges
+    assert agent_calls(llm_server) == 4
+    assert selectors.evaluation_summary(evaluation).retryable == 1
+
+    Connection.objects.filter(pk=vllm.pk).update(monthly_budget_usd=Decimal("5.00"))
+    ending["now"] = True
+    assert evaluation_retry_failed(evaluation=evaluation) == 1
+    evaluation = wait_until(evaluation, lambda e: e.status == Evaluation.Status.COMPLETED)
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.COMPLETED, run.error
+    messages = list(run.events.order_by("seq").values_list("kind", "message"))
+    assert [kind for kind, _ in messages] == kept + ["customer"]  # went on from where it was
+    assert "###STOP###" in messages[-1][1]["content"]
+    assert run.cost_usd == Decimal("1.2") and agent_calls(llm_server) == 4
+    assert run.agent_reserved_usd == Decimal("0.42")  # admitted afresh when retried
+
+
+@pytest.mark.slow
+def test_an_evaluation_never_has_more_runs_in_flight_on_a_connection_than_it_allows(
+    celery_worker, staff, alice, llm_server
+):
+    vllm = team_vllm(llm_server, by=staff, max_in_flight=2)
+    seen: list[int] = []  # runs in flight on Team vLLM, as each agent request arrives
+    short = {}
+    short_conversation(llm_server)
+    short["reply"] = llm_server.responder
+
+    def responder(request):
+        if is_agent_request(request):
+            try:
+                seen.append(Run.objects.filter(IN_FLIGHT, agent_connection=vllm).count())
+            finally:
+                connections.close_all()
+        return short["reply"](request)
+
+    llm_server.responder = responder
+    evaluation = evaluation_create(
+        user=alice,
+        domain="airline",
+        task_ids=["27"],
+        agent_model=MODEL,
+        agent_prices=PRICES,
+        agent_connection=vllm,
+        user_model=ROUTER_MODEL,
+        num_trials=6,
+        concurrency=6,
+    )
+    evaluation = wait_until(evaluation, lambda e: e.status == Evaluation.Status.COMPLETED)
+
+    assert evaluation.runs.filter(status=Run.Status.COMPLETED).count() == 6
+    assert len(seen) == 6
+    assert max(seen) == 2  # two at once: the cap, and never beyond it
