@@ -162,7 +162,11 @@ class ConnectionForm(forms.Form):
             attrs={"rows": 2, "placeholder": "X-Org-Id: value", "autocomplete": "off"}
         ),
     )
-    clear_headers = forms.BooleanField(label="Remove the extra headers", required=False)
+    clear_headers = forms.BooleanField(
+        label="Remove the extra headers",
+        required=False,
+        widget=forms.CheckboxInput(attrs={"style": "width: auto"}),
+    )
     models = forms.CharField(
         label="Models",
         required=False,
@@ -180,7 +184,7 @@ class ConnectionForm(forms.Form):
         label="People named",
         queryset=people_choices(),
         required=False,
-        widget=forms.CheckboxSelectMultiple,
+        widget=forms.CheckboxSelectMultiple(attrs={"style": "width: auto"}),
     )
     monthly_budget_usd = forms.DecimalField(
         label="Monthly budget for everyone (USD)",

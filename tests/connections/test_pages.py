@@ -20,7 +20,7 @@ from playwright.sync_api import expect
 from apps.accounts import crypto
 from apps.connections.models import Connection
 from apps.connections.routes import ConnectionUnavailable, route_for
-from apps.connections.services import connection_create
+from apps.connections.services import ModelsReadError, connection_create, models_read
 from tests.browser.conftest import CHROMIUM_ARGS, chromium_path
 from tests.support import connections as support
 from tests.support.browser import page_signed_in_as
@@ -141,6 +141,78 @@ def test_reading_the_models_says_why_it_could_not(staff_client, llm_server):
     form["action"] = "read_models"
     html = staff_client.post("/connections/new/", form, headers={"HX-Request": "true"})
     assert "has no list of models at /nowhere/models (HTTP 404)" in html.content.decode()
+
+
+def test_editing_reads_the_models_with_the_stored_key_unless_a_new_one_is_typed(
+    staff, staff_client, llm_server
+):
+    connection = openai_compatible_connection(llm_server, by=staff)
+    llm_server.catalogue = OUR_MODELS
+    edit = f"/connections/{connection.pk}/edit/"
+    form = edit_form(connection, action="read_models")
+    html = staff_client.post(edit, form, headers={"HX-Request": "true"}).content.decode()
+    # Only what is not offered yet is listed (our-finetune-7b is).
+    assert html.count('data-testid="listed-model"') == 1 and "our-other-model" in html
+    form = edit_form(connection, action="read_models", api_key=NEW_KEY)
+    staff_client.post(edit, form, headers={"HX-Request": "true"})
+    listings = [r.token for r in llm_server.requests if r.path == "/v1/models"]
+    assert listings == [CONNECTION_KEY, NEW_KEY]
+    connection.refresh_from_db()
+    assert crypto.unseal(connection.api_key_enc) == CONNECTION_KEY  # reading saved nothing
+
+
+def test_without_htmx_reading_the_models_shows_the_form_again_asking_for_the_key(
+    staff_client, llm_server
+):
+    llm_server.catalogue = OUR_MODELS
+    form = add_form(
+        llm_server, action="read_models", models="", headers=f"X-Org-Id: {HEADER_SECRET}"
+    )
+    html = staff_client.post("/connections/new/", form).content.decode()
+    assert "<html" in html and html.count('data-testid="listed-model"') == 2
+    assert "Type the API key and the extra headers again" in html and not secrets_in(html)
+
+
+GENERATES = "supportedGenerationMethods"
+
+
+@pytest.mark.parametrize(
+    ("kind", "payload", "names"),
+    [
+        (
+            "openai",
+            {"object": "list", "data": [{"id": "o3"}, {"id": "gpt-4.1"}]},
+            ["gpt-4.1", "o3"],
+        ),
+        ("together", [{"id": "meta-llama/Llama-3-8b", "type": "chat"}], ["meta-llama/Llama-3-8b"]),
+        (  # what generates content, without "models/"
+            "gemini",
+            {
+                "models": [
+                    {"name": "models/gemini-2.5-flash", GENERATES: ["generateContent"]},
+                    {"name": "models/text-embedding-004", GENERATES: ["embedContent"]},
+                ]
+            },
+            ["gemini-2.5-flash"],
+        ),
+    ],
+)
+def test_the_model_lists_of_each_kind_are_read(llm_server, kind, payload, names):
+    llm_server.catalogue = payload
+    found = models_read(kind=kind, base_url=llm_server.base_url, api_key="sk-some-key-0123")
+    assert found == names
+    (listing,) = llm_server.requests
+    headers = {k.lower(): v for k, v in listing.headers.items()}
+    if kind == "gemini":
+        assert headers["x-goog-api-key"] == "sk-some-key-0123" and "authorization" not in headers
+    else:
+        assert listing.token == "sk-some-key-0123"
+
+
+def test_a_list_that_is_not_of_models_is_said(llm_server):
+    llm_server.catalogue = {"error": "nope"}
+    with pytest.raises(ModelsReadError, match="not with a list of models"):
+        models_read(kind="openai", base_url=llm_server.base_url, api_key="sk-some-key-0123")
 
 
 def test_an_anthropic_connection_reads_its_models_the_anthropic_way(staff_client, llm_server):
