@@ -115,6 +115,10 @@ def event_view(event: RunEvent) -> dict[str, Any]:
     the model's reasoning behind it (``reasoning``, ``""`` for none)."""
     message = event.message or {}
     reasoning = reasoning_of(message) if message.get("role") != "tool" else ""
+    if reasoning and event.kind == RunEvent.Kind.CUSTOMER and _being_played(event):
+        # τ²'s agent never sees the customer's reasoning: neither does the person playing
+        # the agent, until the conversation is over.
+        reasoning = ""
     content, ended = ("", "")
     if message.get("role") != "tool":
         content, ended = split_stop_marker(message.get("content") or "")
@@ -136,6 +140,12 @@ def event_view(event: RunEvent) -> dict[str, Any]:
         "tokens": event.prompt_tokens + event.completion_tokens,
         "cost": event.cost_usd,
     }
+
+
+def _being_played(event: RunEvent) -> bool:
+    """The event's run is a play session (a person is the agent) still going on."""
+    run = event.run
+    return run.kind == Run.Kind.HUMAN and not run.is_final
 
 
 def event_html(event: RunEvent) -> str:

@@ -273,3 +273,30 @@ def test_reasoning_in_chinese_is_counted_in_characters(alice, alice_client):
     page = alice_client.get(f"/runs/{run.pk}/").content.decode()
 
     assert "Reasoning · 15 characters" in page
+
+
+def test_a_person_playing_the_agent_never_reads_the_customers_reasoning_until_the_end(
+    alice, alice_client
+):
+    from apps.runs.presenters import event_html
+
+    run = _stored(
+        alice,
+        [
+            _said("assistant", "Hi! How can I help you today?"),
+            _said("user", "I lost my bag.", reasoning_content="Do not give my user id yet."),
+        ],
+    )
+    Run.objects.filter(pk=run.pk).update(kind=Run.Kind.HUMAN, status=Run.Status.RUNNING)
+    customer = RunEvent.objects.get(run=run, seq=1)
+
+    # The socket's partial and the run page: as τ²'s agent, nothing of it.
+    assert "Do not give my user id yet." not in event_html(customer)
+    assert (
+        "Do not give my user id yet." not in alice_client.get(f"/runs/{run.pk}/").content.decode()
+    )
+
+    Run.objects.filter(pk=run.pk).update(status=Run.Status.COMPLETED)
+    customer = RunEvent.objects.get(run=run, seq=1)
+    assert "Do not give my user id yet." in event_html(customer)
+    assert "Do not give my user id yet." in alice_client.get(f"/runs/{run.pk}/").content.decode()

@@ -305,3 +305,17 @@ def test_a_leaderboard_row_says_why_it_is_not_comparable(alice, alice_client):
     row_html = page.split('data-testid="leaderboard-row"')[1]
     assert "not comparable to taubench.com" in row_html
     assert "2 trials, the leaderboard runs 4" in row_html
+
+
+def test_comparing_two_evaluations_shows_where_each_side_ran_and_whether_each_is_comparable(
+    alice, alice_client, openai
+):
+    a = stored(alice, openai, agent_model="org/agent-a")
+    b = stored(alice, None, trials=1, agent_model="org/agent-b", user_model="Qwen/Qwen3-32B")
+
+    page = alice_client.get(f"/evaluations/compare/?ids={a.pk},{b.pk}").content.decode()
+
+    first, second = page.split('data-testid="compare-evaluation"')[1:]
+    assert "Team OpenAI (OpenAI)" in first and 'data-comparable="true"' in first
+    assert "Hugging Face Inference Providers" in second and 'data-comparable="false"' in second
+    assert f"customer is Qwen/Qwen3-32B on Hugging Face, {NOT_THEIRS}" in second
