@@ -252,8 +252,8 @@ class Episode:
     Guarantees: ``messages`` is the whole conversation (τ² message objects, in order);
     once ``done``, either ``reward_info`` is τ²'s verdict, or ``error`` says why there is
     none, or scoring was left to the caller (``score_on_end=False``, see :meth:`score`);
-    the customer's and the judge's LLM calls use ``user_llm`` and nothing else, the
-    agent's (with ``agent_llm``) use ``agent_llm``.
+    the customer's LLM calls use ``user_llm`` and nothing else, the judge's
+    ``judge_llm`` (default: ``user_llm``), the agent's (with ``agent_llm``) ``agent_llm``.
     """
 
     def __init__(
@@ -271,6 +271,7 @@ class Episode:
         agent_llm: llm.Route | None = None,
         agent_llm_args: dict[str, Any] | None = None,
         user_llm_args: dict[str, Any] | None = None,
+        judge_llm: llm.Route | None = None,
         seed: int | None = None,
         score_on_end: bool = True,
     ) -> None:
@@ -287,6 +288,7 @@ class Episode:
         self.score_on_end = score_on_end
         self._user_llm = user_llm
         self._agent_llm = agent_llm
+        self._judge_llm = judge_llm  # None: the customer's route judges
         self.reward_info: RewardInfo | None = None
         self.evaluation_seconds: float | None = None
         self.error: str | None = None
@@ -424,7 +426,7 @@ class Episode:
     @contextmanager
     def llm_context(self) -> Iterator[None]:
         """Run τ²'s LLM calls of this thread on this episode's routes."""
-        with llm.conversation(user=self._user_llm, agent=self._agent_llm):
+        with llm.conversation(user=self._user_llm, agent=self._agent_llm, judge=self._judge_llm):
             yield
 
     # ------------------------------------------------- τ²'s own agent drives

@@ -172,12 +172,15 @@ def sides_of(data: dict, *, with_agent: bool = True) -> dict:
     (``with_agent=False``: all but the agent's model, e.g. a race's lanes)."""
     agent = data.get("agent_model") if with_agent else None
     customer = data.get("user_model")
+    judge = data.get("judge_model")
     out = {
         "user_model": customer.model if customer is not None else None,
         "user_connection": customer.connection if customer is not None else None,
         "agent_llm_args": data.get("agent_llm_args"),
         "user_llm_args": data.get("user_llm_args"),
     }
+    if judge is not None:
+        out.update(judge_model=judge.model, judge_connection=judge.connection)
     if agent is not None:
         out.update(agent_model=agent.model, agent_connection=agent.connection)
     return out
@@ -207,6 +210,20 @@ class LLMArgsMixin:
 
 
 _ARG_FIELDS = ("temperature", "top_p", "max_tokens", "reasoning_effort", "extras")
+
+
+def judge_field() -> RouteField:
+    """The NL judge's picker: empty, the customer's model judges (the judge runs only for
+    tasks whose reward needs it, or with ``TAU2_NL_JUDGE=always``)."""
+    return RouteField(
+        role="judge",
+        label="NL judge model",
+        required=False,
+        optional=True,
+        empty_label="The customer's model",
+        help_text="τ²'s natural-language judge, for tasks whose reward needs it; τ²'s own "
+        "default is gpt-4o-mini.",
+    )
 
 
 def add_llm_args_fields(form: forms.Form, *, side: str, who: str) -> list[str]:

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.utils.http import urlencode
 
 from apps.bounds import integer_field
-from apps.connections.picker import LLMArgsMixin, RouteField, for_user
+from apps.connections.picker import LLMArgsMixin, RouteField, for_user, judge_field
 from apps.evaluations.estimates import CostEstimate, evaluation_cost_estimate
 from apps.evaluations.models import Evaluation
 from apps.runs.models import MAX_TRIALS
@@ -85,6 +85,7 @@ class EvaluationForm(LLMArgsMixin, forms.Form):
         help_text="The simulated customer. taubench.com's leaderboard uses gpt-4.1 (or "
         "gpt-5.2): other customers give numbers that are not comparable with it.",
     )
+    judge_model = judge_field()
     num_trials = integer_field(
         Evaluation,
         "num_trials",

@@ -75,6 +75,16 @@ class Evaluation(models.Model):
     )
     agent_llm_args = models.JSONField(null=True, blank=True)
     user_llm_args = models.JSONField(null=True, blank=True)
+    # τ²'s natural-language judge (only for tasks whose reward needs it, or with
+    # TAU2_NL_JUDGE=always): this model, or the customer's when empty.
+    judge_model = models.CharField(max_length=255, blank=True)
+    judge_connection = models.ForeignKey(
+        "connections.Connection",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
     num_trials = models.PositiveSmallIntegerField(default=1)
     seed = models.BigIntegerField(default=300, help_text="As `tau2 run --seed`.")
     trial_seeds = models.JSONField(default=list, help_text="Each trial's seed, as τ² derives.")

@@ -76,6 +76,8 @@ def evaluation_create(
     user_connection=None,
     agent_llm_args: dict | None = None,
     user_llm_args: dict | None = None,
+    judge_model: str = "",
+    judge_connection=None,
 ) -> Evaluation:
     """Create an evaluation of ``agent_model`` over ``task_ids`` (default: all of
     ``split``) × ``num_trials`` and start it. Each side runs on its connection (None:
@@ -151,6 +153,8 @@ def evaluation_create(
             user_connection=user_connection,
             agent_llm_args=agent_llm_args,
             user_llm_args=user_llm_args,
+            judge_model=judge_model or "",
+            judge_connection=judge_connection if judge_model else None,
             num_trials=num_trials,
             seed=seed,
             trial_seeds=seeds,
@@ -184,6 +188,8 @@ def evaluation_create(
                 user_connection=user_connection,
                 agent_llm_args=agent_llm_args,
                 user_llm_args=user_llm_args,
+                judge_model=judge_model,
+                judge_connection=judge_connection,
             )
             for trial in range(num_trials)
             for task_id in ids

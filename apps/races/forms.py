@@ -42,6 +42,7 @@ class RaceForm(RunForm):
 
     agent_model = AgentModelsField(label="Agent models")
     trial = None  # every lane is trial 0 of the seed
+    judge_model = None  # the customer judges a race's lanes
 
     def __init__(self, *args, user=None, **kwargs):
         super().__init__(*args, user=user, **kwargs)

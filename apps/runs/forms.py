@@ -2,7 +2,7 @@ from django import forms
 from django.conf import settings
 
 from apps.bounds import integer_field
-from apps.connections.picker import LLMArgsMixin, RouteField, for_user
+from apps.connections.picker import LLMArgsMixin, RouteField, for_user, judge_field
 from apps.runs.models import MAX_TRIALS, ReviewLabel, Run, RunEvent
 from apps.tasks import selectors as task_selectors
 from apps.tasks.models import Task
@@ -33,6 +33,7 @@ class RunForm(LLMArgsMixin, forms.Form):
         help_text="The simulated customer. taubench.com's leaderboard uses gpt-4.1 (or "
         "gpt-5.2): other customers give numbers that are not comparable with it.",
     )
+    judge_model = judge_field()
     max_steps = integer_field(Run, "max_steps", label="Step limit", min_value=1, initial=100)
     seed = integer_field(Run, "given_seed", label="Seed", required=False)
     # Set only when the form repeats an evaluation's trial ("run with another model"), so

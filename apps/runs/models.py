@@ -139,6 +139,16 @@ class Run(models.Model):
     # pass them; empty (None) on runs from before they could be chosen: τ²'s default.
     agent_llm_args = models.JSONField(null=True, blank=True)
     user_llm_args = models.JSONField(null=True, blank=True)
+    # τ²'s natural-language judge (only for tasks whose reward needs it, or with
+    # TAU2_NL_JUDGE=always): this model, or the customer's when empty.
+    judge_model = models.CharField(max_length=255, blank=True)
+    judge_connection = models.ForeignKey(
+        "connections.Connection",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
     max_steps = models.PositiveIntegerField(default=100)
     # τ²'s own limit of tool errors (``tau2 run --max-errors``), its default τ²'s.
     max_errors = models.PositiveIntegerField(default=DEFAULT_MAX_ERRORS)

@@ -110,24 +110,34 @@ def run_execute(*, run_id: int, worker: str) -> str:
             status=Run.Status.FAILED,
             worker=worker,
             error=llm.explain_error(
-                exc, secrets=tuple(secret for r in routes for secret in r.secrets())
+                exc, secrets=tuple(secret for r in routes if r for secret in r.secrets())
             ).message,
             failure=Run.Failure.INFRASTRUCTURE,
         )
         return Run.Status.FAILED
 
 
-def run_routes(run: Run) -> tuple[llm.Route, llm.Route]:
-    """The (agent, customer) routes of a model run, on its starter's credentials: their
-    own Hugging Face token for the router, or the connection a side names. Raises
-    ``SignInRequired`` or ``ConnectionUnavailable`` with a message for the person."""
+def run_routes(run: Run) -> tuple[llm.Route, llm.Route, llm.Route | None]:
+    """The (agent, customer, judge) routes of a model run, on its starter's credentials:
+    their own Hugging Face token for the router, or the connection a side names; the
+    judge ``None`` when it is the customer's. Raises ``SignInRequired`` or
+    ``ConnectionUnavailable`` with a message for the person."""
     agent = route_for(connection=run.agent_connection, model=run.agent_model, user=run.created_by)
     customer = route_for(connection=run.user_connection, model=run.user_model, user=run.created_by)
-    return agent, customer
+    judge = None
+    if run.judge_model:
+        judge = route_for(
+            connection=run.judge_connection, model=run.judge_model, user=run.created_by
+        )
+    return agent, customer, judge
 
 
 def _drive(
-    *, run: Run, worker: str, routes: tuple[llm.Route, llm.Route], heartbeat: Heartbeat
+    *,
+    run: Run,
+    worker: str,
+    routes: tuple[llm.Route, llm.Route, llm.Route | None],
+    heartbeat: Heartbeat,
 ) -> str:
     """τ²'s ``LLMAgent`` against the customer through the engine's one driver; this side
     only stores and publishes each hop, and honours Stop between hops."""
@@ -139,6 +149,7 @@ def _drive(
         task_id=run.task.task_id,
         user_llm=routes[1],
         agent_llm=routes[0],
+        judge_llm=routes[2],
         agent_llm_args=run.agent_llm_args,
         user_llm_args=run.user_llm_args,
         messages=stored,

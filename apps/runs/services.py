@@ -33,6 +33,7 @@ def run_provenance(
     max_errors: int = DEFAULT_MAX_ERRORS,
     user_connection=None,
     user_llm_args: dict | None = None,
+    judge: dict | None = None,
 ) -> dict:
     """Where a run's result comes from: τ² version, task set, who played which side, args.
 
@@ -62,6 +63,8 @@ def run_provenance(
             **side_provenance(connection=user_connection, model=user_model),
             "llm_args": user_llm_args,
         },
+        # τ²'s NL judge: its own model, or (None) the customer's route.
+        "judge": judge,
         "args": args,
         "agent_prices": list(agent_prices) if agent_prices else None,
     }
@@ -110,6 +113,8 @@ def model_run_build(
     user_connection=None,
     agent_llm_args: dict | None = None,
     user_llm_args: dict | None = None,
+    judge_model: str = "",
+    judge_connection=None,
 ) -> Run:
     """An unsaved model run of ``task`` (trial ``trial`` of ``seed``, run with ``trial_seed``).
 
@@ -126,6 +131,8 @@ def model_run_build(
     return Run(
         agent_connection=agent_connection,
         user_connection=user_connection,
+        judge_model=judge_model or "",
+        judge_connection=judge_connection if judge_model else None,
         agent_llm_args=agent_llm_args,
         user_llm_args=user_llm_args,
         **customer,
@@ -164,8 +171,19 @@ def model_run_build(
             max_errors=max_errors,
             user_connection=user_connection,
             user_llm_args=user_llm_args,
+            judge=_judge(judge_connection, judge_model),
         ),
     )
+
+
+def _judge(connection, model: str) -> dict | None:
+    """The NL judge's side in a provenance: ``None`` when it is the customer's."""
+    if not model:
+        return None
+    return {
+        "implementation": "tau2 NL-assertion judge",
+        **side_provenance(connection=connection, model=model),
+    }
 
 
 def prices_for_storage(agent_prices: tuple | None) -> tuple | None:
@@ -187,6 +205,8 @@ def run_create(
     user_connection=None,
     agent_llm_args: dict | None = None,
     user_llm_args: dict | None = None,
+    judge_model: str = "",
+    judge_connection=None,
 ) -> Run:
     """Queue a model run of ``task`` by ``user``. The worker gets only the run's id.
 
@@ -215,6 +235,8 @@ def run_create(
         user_connection=user_connection,
         agent_llm_args=agent_llm_args,
         user_llm_args=user_llm_args,
+        judge_model=judge_model,
+        judge_connection=judge_connection,
     )
     run.dispatched_at = timezone.now()
     run.save()
@@ -238,6 +260,8 @@ def run_settings_of(run: Run) -> dict:
         "user_connection": run.user_connection,
         "agent_llm_args": run.agent_llm_args,
         "user_llm_args": run.user_llm_args,
+        "judge_model": run.judge_model,
+        "judge_connection": run.judge_connection,
     }
 
 

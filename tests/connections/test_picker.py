@@ -14,9 +14,14 @@ from apps.agents.credentials import install
 from apps.agents.services import api_key_create
 from apps.evaluations.models import Evaluation
 from apps.runs.models import Run
+from apps.runs.runner import run_execute
+from apps.runs.services import model_run_build
+from apps.tasks.models import Task
+from tau2_env.evaluation import trial_seeds
 from tests.support.agents import agent_runs_of
 from tests.support.connections import CONNECTION_KEY, openai_compatible_connection
 from tests.support.evaluations import wait_for_evaluation
+from tests.support.llm_server import text
 from tests.support.mcp_client import mcp_session
 from tests.support.people import ALICE_TOKEN
 from tests.support.scripts import finished, gold_script, is_agent_request, wait_for
@@ -226,3 +231,55 @@ async def test_a_keyed_agent_may_not_pick_a_connection_it_may_not_use(
         refused = await session.call_tool("start", {"user_model": f"@{mine.slug}/our-finetune-7b"})
         assert refused.isError and "no connection" in refused.content[0].text
     assert not [r for r in llm_server.chat_requests() if r.token == CONNECTION_KEY]
+
+
+def test_the_nl_judge_runs_on_the_model_picked_for_it(llm_server, alice, vllm, staff, monkeypatch):
+    """τ²'s NL judge (here on a retail task with NL assertions, judged with
+    TAU2_NL_JUDGE=always) goes to its own connection's model, on that key."""
+    monkeypatch.setenv("TAU2_NL_JUDGE", "always")
+    judge_host = openai_compatible_connection(
+        llm_server,
+        by=staff,
+        name="Judge host",
+        api_key="sk-judge-host-0123456789",
+        models=("judge-model",),
+    )
+
+    def responder(request):
+        if "expectedOutcome" in request.text():
+            verdict = {
+                "results": [
+                    {"expectedOutcome": "x", "reasoning": "scripted", "metExpectation": True}
+                ]
+            }
+            return text(json.dumps(verdict))
+        if is_agent_request(request) or request.body.get("tools"):
+            return text("I cannot help with that, sorry.")
+        return text("Fine, bye. ###STOP###")
+
+    llm_server.responder = responder
+    task = Task.objects.get(domain_id="retail", task_id="105")
+    run = model_run_build(
+        user=alice,
+        task=task,
+        agent_model=AGENT,
+        user_model=CUSTOMER,
+        max_steps=10,
+        seed=300,
+        trial=0,
+        trial_seed=trial_seeds(300, 1)[0],
+        prices=None,
+        agent_connection=vllm,
+        user_connection=vllm,
+        judge_model="judge-model",
+        judge_connection=judge_host,
+    )
+    run.save()
+    assert run_execute(run_id=run.pk, worker="test-judge") == Run.Status.COMPLETED
+    run.refresh_from_db()
+    judged = [r for r in llm_server.chat_requests() if "expectedOutcome" in r.text()]
+    assert judged and {(r.token, r.body["model"]) for r in judged} == {
+        ("sk-judge-host-0123456789", "judge-model")
+    }
+    assert run.reward_info["nl_assertions"]
+    assert run.provenance["judge"]["connection"]["slug"] == judge_host.slug

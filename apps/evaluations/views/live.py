@@ -66,7 +66,7 @@ def _page(request, form: EvaluationForm, preview):
             "tasks_fields": [form["task_ids"], form["q"], form["kind"]],
             "args_fields": form.llm_args_fields,
             "field_groups": [
-                ("Models", [form["agent_model"], form["user_model"]]),
+                ("Models", [form["agent_model"], form["user_model"], form["judge_model"]]),
                 ("Trials and limits", [form[n] for n in (*_PREFILLED[1:], "name")]),
             ],
         },

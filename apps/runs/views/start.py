@@ -143,7 +143,9 @@ def run_new(request):
     picker = task_picker(
         domain=value.pop("domain"), split=value.pop("split"), q=value.pop("task"), keep=value
     )
-    model_fields = [form[name] for name in ("agent_model", "user_model", "max_steps", "seed")]
+    model_fields = [
+        form[name] for name in ("agent_model", "user_model", "judge_model", "max_steps", "seed")
+    ]
     return render(
         request,
         "runs/new.html",
