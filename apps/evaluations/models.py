@@ -7,7 +7,7 @@ from django.db import models
 from django.db.models import Q
 from django.urls import reverse
 
-from apps.runs.models import MAX_TRIALS
+from apps.runs.models import MAX_TRIALS, Run
 
 
 class Evaluation(models.Model):
@@ -85,6 +85,9 @@ class Evaluation(models.Model):
         blank=True,
         related_name="+",
     )
+    # The ablation (apps.runs.models.Run.Mode): part of what the evaluation is; never
+    # ranked or pooled with another mode.
+    mode = models.CharField(max_length=16, choices=Run.Mode.choices, default=Run.Mode.DEFAULT)
     num_trials = models.PositiveSmallIntegerField(default=1)
     seed = models.BigIntegerField(default=300, help_text="As `tau2 run --seed`.")
     trial_seeds = models.JSONField(default=list, help_text="Each trial's seed, as τ² derives.")

@@ -81,6 +81,17 @@ class Run(models.Model):
 
     HANDED_BACK = frozenset({Resumption.DATABASE, Resumption.BROKER})
 
+    class Mode(models.TextChoices):
+        """How τ² runs the episode (the paper's ablations): ``default`` (τ²'s LLMAgent and
+        its user simulator, ``tau2 run``), ``no_user`` (τ²'s LLMSoloAgent with the DummyUser:
+        the agent gets the ticket and works alone, ``--agent llm_agent_solo --user
+        dummy_user``; only on domains whose tasks carry a ticket) and ``oracle_plan``
+        (τ²'s LLMGTAgent, given the task's expected actions, ``--agent llm_agent_gt``)."""
+
+        DEFAULT = "default", "default"
+        NO_USER = "no_user", "No-User"
+        ORACLE_PLAN = "oracle_plan", "Oracle plan"
+
     class PlayPhase(models.TextChoices):
         """Where a play session is; empty for model runs. Allowed transitions (all in
         ``apps.play.services``):
@@ -149,6 +160,8 @@ class Run(models.Model):
         blank=True,
         related_name="+",
     )
+    # The ablation the episode runs in (Run.Mode); its evaluation's mode.
+    mode = models.CharField(max_length=16, choices=Mode.choices, default=Mode.DEFAULT)
     max_steps = models.PositiveIntegerField(default=100)
     # τ²'s own limit of tool errors (``tau2 run --max-errors``), its default τ²'s.
     max_errors = models.PositiveIntegerField(default=DEFAULT_MAX_ERRORS)
