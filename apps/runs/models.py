@@ -247,6 +247,17 @@ class Run(models.Model):
         blank=True,
         help_text="The customer's calls; empty when unpriced.",
     )
+    # τ²'s NL-assertion judge's calls (tau2_env.llm's meter, role "judge"), priced at the
+    # judge's route: ``judge_model`` on its connection, else the customer's prices.
+    judge_prompt_tokens = models.PositiveBigIntegerField(default=0)
+    judge_completion_tokens = models.PositiveBigIntegerField(default=0)
+    judge_cost_usd = models.DecimalField(
+        max_digits=12,
+        decimal_places=6,
+        null=True,
+        blank=True,
+        help_text="The NL judge's calls; empty when unpriced or not judged.",
+    )
     # What admission to a budgeted connection held for each side while the run goes on
     # (apps.runs.budgets: one run's estimated maximum); empty: not admitted to a budget.
     agent_reserved_usd = models.DecimalField(
@@ -402,8 +413,40 @@ class ReviewLabel(models.Model):
         NO_ISSUE = "no_issue", "no issue"
 
     class Severity(models.TextChoices):
+        # τ²'s review says "critical" and "minor"; a minor finding is stored as benign.
         CRITICAL = "critical", "critical"
         BENIGN = "benign", "benign"
+
+    class Origin(models.TextChoices):
+        HUMAN = "human", "a person"
+        AUTO = "auto", "auto-review"
+
+    class Status(models.TextChoices):
+        """Whether a label counts. A person's is ACCEPTED. An auto-review finding is
+        PENDING until a person ACCEPTS or DISMISSES it (or edits it: then it is theirs,
+        origin human, accepted). Only accepted labels count in metrics and flags."""
+
+        PENDING = "pending", "pending"
+        ACCEPTED = "accepted", "accepted"
+        DISMISSED = "dismissed", "dismissed"
+
+    class Source(models.TextChoices):
+        """Who made the error (τ²'s review: ``agent`` / ``user``)."""
+
+        AGENT = "agent", "agent"
+        USER = "user", "user simulator"
+
+    class Kind(models.TextChoices):
+        """What went wrong, in τ²'s review's tags."""
+
+        HALLUCINATION = "hallucination", "hallucination"
+        GUIDELINE_VIOLATION = "guideline_violation", "policy violation"
+        TOOL_CALL_ARGUMENT_ERROR = "tool_call_argument_error", "wrong tool arguments"
+        PREMATURE_TERMINATION = "premature_termination", "premature end"
+        MISSED_REQUIRED_ACTION = "missed_required_action", "missed required action"
+        WRONG_SEQUENCE = "wrong_sequence", "wrong order"
+        USER_DEVIATION = "user_instruction_deviation", "simulator deviated from its scenario"
+        OTHER = "other", "other"
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="labels")
     event = models.ForeignKey(
@@ -416,6 +459,26 @@ class ReviewLabel(models.Model):
         settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
     )
     created_at = models.DateTimeField(auto_now_add=True)
+    origin = models.CharField(max_length=8, choices=Origin.choices, default=Origin.HUMAN)
+    status = models.CharField(max_length=12, choices=Status.choices, default=Status.ACCEPTED)
+    source = models.CharField(max_length=8, choices=Source.choices, blank=True)
+    kind = models.CharField(max_length=32, choices=Kind.choices, blank=True)
+    justification = models.TextField(blank=True)
+    # The auto-review that found it (kept when a person edits it: where it came from).
+    auto_review = models.ForeignKey(
+        "runs.AutoReview",
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        related_name="findings",
+    )
+    decided_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    decided_at = models.DateTimeField(null=True, blank=True)
+
+    # The labels that count (metrics, flags, the queue): a person's, or an accepted finding.
+    COUNTED = Q(status="accepted")
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -424,6 +487,14 @@ class ReviewLabel(models.Model):
             models.CheckConstraint(
                 condition=~Q(category="no_issue", severity="critical"),
                 name="reviewlabel_no_issue_is_not_critical",
+            ),
+            models.CheckConstraint(
+                condition=Q(origin="auto") | Q(status="accepted"),
+                name="reviewlabel_a_persons_label_is_accepted",
+            ),
+            models.CheckConstraint(
+                condition=Q(origin="human") | Q(auto_review__isnull=False),
+                name="reviewlabel_auto_has_its_review",
             ),
         ]
 
@@ -443,3 +514,61 @@ class ReviewLabel(models.Model):
             errors["severity"] = "A run or message with no issue cannot be critical."
         if errors:
             raise ValidationError(errors)
+
+
+class AutoReview(models.Model):
+    """An LLM's review of one run (τ²'s ``tau2 review``): its findings are the run's
+    review labels of origin ``auto`` (``findings``), pending until a person decides.
+
+    Status: QUEUED → RUNNING (the worker claims it) → DONE (findings stored, all at once)
+    or FAILED (``error`` says why, in words; nothing stored). The reviewer runs on
+    ``requested_by``'s credentials and rules; its tokens and cost are metered here, at the
+    reviewer model's prices fixed when it was asked (``None``: unpriced, never $0).
+    """
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "queued"
+        RUNNING = "running", "reviewing"
+        DONE = "done", "done"
+        FAILED = "failed", "failed"
+
+    run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="auto_reviews")
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    reviewer_model = models.CharField(max_length=255)
+    reviewer_connection = models.ForeignKey(
+        "connections.Connection",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    price_input = models.DecimalField(max_digits=14, decimal_places=8, null=True, blank=True)
+    price_output = models.DecimalField(max_digits=14, decimal_places=8, null=True, blank=True)
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.QUEUED)
+    error = models.TextField(blank=True)
+    summary = models.TextField(blank=True)
+    prompt_tokens = models.PositiveBigIntegerField(default=0)
+    completion_tokens = models.PositiveBigIntegerField(default=0)
+    cost_usd = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=~Q(status="failed") | ~Q(error=""),
+                name="autoreview_failure_has_a_reason",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"Auto-review {self.pk} of run {self.run_id} ({self.status})"
+
+    @property
+    def prices(self) -> tuple[Decimal, Decimal] | None:
+        if self.price_input is None or self.price_output is None:
+            return None
+        return self.price_input, self.price_output
