@@ -11,6 +11,12 @@ Two kinds of agent drive it:
 * τ²'s own ``LLMAgent`` (the agent of ``tau2 run`` and the leaderboard), given an
   ``agent_llm`` route: :meth:`Episode.run` plays the whole conversation, reporting each
   hop's new messages to a callback and asking another whether to stop (model runs).
+  In the paper's ablations (``mode``) τ²'s other agents play instead, built as
+  ``tau2 run --agent`` builds them: ``no_user`` is ``--agent llm_agent_solo --user
+  dummy_user`` (τ²'s ``LLMSoloAgent`` holds the agent's and the customer's tools, gets
+  the task's ticket and works alone in τ²'s solo mode; scored in solo mode), and
+  ``oracle_plan`` is ``--agent llm_agent_gt`` (τ²'s ``LLMGTAgent``, given the task's
+  expected actions, against the simulated customer).
 * An agent outside τ² (a person on the play page, an OpenEnv or MCP client): each of
   its actions — :meth:`Episode.say`, :meth:`Episode.call_tool`, :meth:`Episode.finish`
   — is handed to the orchestrator as the agent's next message, and the customer's side
@@ -25,6 +31,7 @@ them in an executor (see ``tau2_env.openenv_env``). Not thread-safe: one caller 
 
 from __future__ import annotations
 
+import functools
 import random
 import threading
 import time
@@ -38,7 +45,7 @@ from typing import Any
 # τ² only through tau2_env._tau2 first (quiet import, local litellm price list).
 from tau2_env._tau2 import registry  # noqa: F401
 from tau2.agent.base import BaseAgent
-from tau2.agent.llm_agent import LLMAgent
+from tau2.agent.llm_agent import LLMAgent, LLMGTAgent, LLMSoloAgent
 from tau2.config import DEFAULT_MAX_ERRORS, DEFAULT_MAX_STEPS
 from tau2.data_model.message import (
     AssistantMessage,
@@ -52,7 +59,7 @@ from tau2.data_model.simulation import RewardInfo, SimulationRun, TerminationRea
 from tau2.data_model.tasks import InitialState, RewardType, Task
 from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
 from tau2.orchestrator.orchestrator import Orchestrator, Role
-from tau2.user.user_simulator import UserSimulator
+from tau2.user.user_simulator import DummyUser, UserSimulator
 from tau2.utils.utils import get_now
 
 # isort: on
@@ -64,6 +71,8 @@ __all__ = [
     "DEFAULT_MAX_ERRORS",
     "DEFAULT_MAX_STEPS",
     "FIRST_AGENT_MESSAGE",
+    "IMPLEMENTATIONS",
+    "MODES",
     "Episode",
     "EpisodeOver",
     "Hop",
@@ -73,6 +82,8 @@ __all__ = [
     "customer_for",
     "failure_reason",
     "messages_from_json",
+    "mode_domain_refusal",
+    "mode_runs_task",
     "messages_to_json",
     "pick_task_id",
     "tool_specs",
@@ -82,6 +93,47 @@ __all__ = [
 # agent ends one by saying this (τ²'s stop token).
 FIRST_AGENT_MESSAGE = "Hi! How can I help you today?"
 AGENT_STOP = "###STOP###"
+
+# The paper's ablations, and what ``tau2 run --agent … --user …`` names each side in
+# them (τ²'s registry names, as its results files' ``agent_info`` / ``user_info`` write
+# them). The mode's values are Run.mode's and Evaluation.mode's.
+DEFAULT, NO_USER, ORACLE_PLAN = "default", "no_user", "oracle_plan"
+MODES = (DEFAULT, NO_USER, ORACLE_PLAN)
+IMPLEMENTATIONS: dict[str, tuple[str, str]] = {
+    DEFAULT: ("llm_agent", "user_simulator"),
+    NO_USER: ("llm_agent_solo", "dummy_user"),
+    ORACLE_PLAN: ("llm_agent_gt", "user_simulator"),
+}
+_AGENT_CLASSES = {DEFAULT: LLMAgent, NO_USER: LLMSoloAgent, ORACLE_PLAN: LLMGTAgent}
+
+
+def mode_domain_refusal(*, domain: str, mode: str) -> str | None:
+    """Why τ² cannot run ``mode`` on ``domain`` (``None``: it can). No-User needs τ²'s
+    solo mode, which only some domains' environments have: τ²'s own constructor is
+    asked (airline and retail raise, telecom and mock build one)."""
+    if mode not in MODES:
+        return f"Unknown mode {mode!r}."
+    if mode != NO_USER:
+        return None
+    return _solo_refusal(domain)
+
+
+@functools.cache
+def _solo_refusal(domain: str) -> str | None:
+    try:
+        compat.tau2_constructor(domain)(solo_mode=True)
+    except Exception as exc:  # τ² says why: "Airline domain does not support solo mode"
+        return f"τ²-bench cannot run {domain} without a user: {exc}."
+    return None
+
+
+def mode_runs_task(*, mode: str, task: Task) -> bool:
+    """Whether ``tau2 run`` in ``mode`` runs ``task`` (it leaves out the tasks its agent
+    refuses: Oracle plan needs expected actions, No-User a ticket — τ²'s own
+    ``check_valid_task``)."""
+    agent_class = _AGENT_CLASSES[mode]
+    return agent_class is LLMAgent or agent_class.check_valid_task(task)
+
 
 _MESSAGE_TYPES = {
     "assistant": AssistantMessage,
@@ -175,6 +227,13 @@ def customer_for(
 
 def _args(given: dict[str, Any] | None, default: dict[str, Any]) -> dict[str, Any]:
     return dict(default) if given is None else dict(given)
+
+
+def _user_tools(environment: Any) -> Any:
+    try:
+        return environment.get_user_tools()
+    except Exception:  # τ² raises when the domain gives the customer no tools
+        return None
 
 
 def count_hops(messages: Iterable[Message]) -> int:
@@ -274,6 +333,7 @@ class Episode:
         judge_llm: llm.Route | None = None,
         seed: int | None = None,
         score_on_end: bool = True,
+        mode: str = DEFAULT,
     ) -> None:
         compat.install()  # idempotent: τ²'s LLM calls go along this episode's routes
         if task is None:
@@ -291,42 +351,31 @@ class Episode:
         self._judge_llm = judge_llm  # None: the customer's route judges
         self.reward_info: RewardInfo | None = None
         self.evaluation_seconds: float | None = None
+        # The NL judge's tokens in the last scoring (llm.metered, role judge).
+        self.judge_usage = llm.Usage()
         self.error: str | None = None
         self.failure: BaseException | None = None  # the LLM call that ended a run()
         self._ended: TerminationReason | None = None  # an end the orchestrator did not make
-
-        # A fresh environment without re-validating the domain's database each time; the
-        # orchestrator applies the task's initial state and replays the history onto it.
-        self.environment = environments.fresh_environment(domain)
-        self.user = customer_for(
-            environment=self.environment, task=task, user_llm=user_llm, user_llm_args=user_llm_args
-        )
-        if agent_llm is not None:
-            self.agent: BaseAgent = LLMAgent(
-                tools=self.environment.get_tools(),
-                domain_policy=self.environment.get_policy(),
-                llm=agent_llm.model,
-                llm_args={
-                    **_args(agent_llm_args, DEFAULT_AGENT_ARGS),
-                    llm.ROLE_KEY: llm.ROLE_AGENT,
-                },
-            )
-        else:
-            self.agent = ExternalAgent()
+        if mode not in MODES:
+            raise ValueError(f"Unknown mode {mode!r}; known: {', '.join(MODES)}")
+        if mode != DEFAULT and agent_llm is None:
+            raise ValueError(f"Mode {mode!r} is played by τ²'s own agent: it needs an agent_llm")
+        refusal = mode_domain_refusal(domain=domain, mode=mode)
+        if refusal is not None:
+            raise ValueError(refusal)
+        self.mode = mode
+        self.solo = mode == NO_USER  # τ²'s solo mode: no customer, the agent works alone
+        self._limits = (max_steps, max_errors)
+        self._llm_args = (agent_llm_args, user_llm_args)
 
         history = messages_from_json(messages or ())
-        self._orchestrator = Orchestrator(
-            domain=domain,
-            agent=self.agent,
-            user=self.user,
-            environment=self.environment,
-            task=_with_history(task, history) if history else task,
-            max_steps=max_steps,
-            max_errors=max_errors,
-            seed=seed,
-        )
-        with self.llm_context():
-            self._orchestrator.initialize()
+        self._build(history)
+        # τ²'s solo agent speaks first, inside the orchestrator's initialize(): a new
+        # solo conversation is opened by run(), where that LLM call is a hop like any.
+        self._opening = self.solo and not history
+        if not self._opening:
+            with self.llm_context():
+                self._orchestrator.initialize()
         _keep_stored_stamps(self._orchestrator.trajectory, history)
         # τ² counts hops and errors from zero after a replay; a continued conversation
         # carries over those it had. Not hops: the task's own opening history, or else
@@ -345,6 +394,85 @@ class Episode:
             # τ²'s limits after the last stored hop (it may have been played elsewhere:
             # a person's message is stored before the customer's turn runs).
             self._check_limits()
+
+    def _build(self, history: list[Message]) -> None:
+        """The environment, both sides and τ²'s orchestrator over them, as ``tau2 run``'s
+        ``run_task`` builds them for this episode's mode (not initialised yet)."""
+        task, domain = self.task, self.domain
+        agent_llm, user_llm = self._agent_llm, self._user_llm
+        agent_llm_args, user_llm_args = self._llm_args
+        if self.solo:
+            # τ²'s solo environment (telecom's has a policy of its own), by τ²'s constructor.
+            self.environment = compat.tau2_constructor(domain)(solo_mode=True)
+        else:
+            # A fresh environment without re-validating the domain's database each time;
+            # the orchestrator applies the task's initial state and replays the history.
+            self.environment = environments.fresh_environment(domain)
+        if self.solo:
+            self.user: UserSimulator = DummyUser(
+                tools=_user_tools(self.environment),
+                instructions=str(task.user_scenario),
+                llm=user_llm.model,
+                llm_args={**_args(user_llm_args, DEFAULT_USER_ARGS), llm.ROLE_KEY: llm.ROLE_USER},
+            )
+        else:
+            self.user = customer_for(
+                environment=self.environment,
+                task=task,
+                user_llm=user_llm,
+                user_llm_args=user_llm_args,
+            )
+        if agent_llm is None:
+            self.agent: BaseAgent = ExternalAgent()
+        else:
+            args = {**_args(agent_llm_args, DEFAULT_AGENT_ARGS), llm.ROLE_KEY: llm.ROLE_AGENT}
+            tools = self.environment.get_tools()
+            policy = self.environment.get_policy()
+            if self.mode == NO_USER:
+                # As run_task: the agent holds the customer's tools too (and τ²'s "done").
+                user_tools = (
+                    self.environment.get_user_tools() if self.environment.user_tools else []
+                )
+                self.agent = LLMSoloAgent(
+                    tools=tools + user_tools,
+                    domain_policy=policy,
+                    llm=agent_llm.model,
+                    llm_args=args,
+                    task=task,
+                )
+            elif self.mode == ORACLE_PLAN:
+                self.agent = LLMGTAgent(
+                    tools=tools, domain_policy=policy, llm=agent_llm.model, llm_args=args, task=task
+                )
+            else:
+                self.agent = LLMAgent(
+                    tools=tools, domain_policy=policy, llm=agent_llm.model, llm_args=args
+                )
+        max_steps, max_errors = self._limits
+        self._orchestrator = Orchestrator(
+            domain=domain,
+            agent=self.agent,
+            user=self.user,
+            environment=self.environment,
+            task=_with_history(task, history) if history else task,
+            max_steps=max_steps,
+            max_errors=max_errors,
+            seed=self.seed,
+            solo_mode=self.solo,
+        )
+
+    def _open(self) -> None:
+        """Open a new solo conversation: τ²'s ``initialize()``, in which the agent makes
+        its first call. If that call fails, everything is built afresh (initialize()
+        had applied the task's initial state), so trying again starts clean."""
+        try:
+            self._orchestrator.initialize()
+        except BaseException:
+            self._build([])
+            raise
+        self._opening = False
+        for index, message in enumerate(self._orchestrator.trajectory):
+            message.turn_idx = index
 
     # ----------------------------------------------------------------- state
 
@@ -438,7 +566,9 @@ class Episode:
         should_stop: Callable[[], bool] | None = None,
         backoff: Callable[[llm.LLMCallError, int], float | None] | None = None,
     ) -> str:
-        """Play the conversation to its end with τ²'s ``LLMAgent`` (needs ``agent_llm``).
+        """Play the conversation to its end with τ²'s ``LLMAgent`` (needs ``agent_llm``;
+        in an ablation ``mode``, τ²'s agent of that mode — a new No-User conversation's
+        first hop is the agent's first call, made in τ²'s ``initialize()``).
 
         Before every hop ``should_stop()`` is asked; after it, ``on_hop`` gets the hop's
         new messages. A tool call and its results make one reported hop, so a stored
@@ -459,10 +589,17 @@ class Episode:
                 if should_stop is not None and should_stop():
                     return "stopped"
                 written = len(self.messages)
-                speaker = "agent" if self._orchestrator.to_role == Role.AGENT else "customer"
+                speaker = (
+                    "agent"
+                    if self._opening or self._orchestrator.to_role == Role.AGENT
+                    else "customer"
+                )
                 started = time.perf_counter()
                 try:
-                    self._hop()
+                    if self._opening:
+                        self._open()
+                    else:
+                        self._hop()
                     while self._orchestrator.to_role == Role.ENV and not self.done:
                         self._hop()
                 except (llm.LLMCallError, llm.MissingCredentialsError) as exc:
@@ -644,6 +781,7 @@ class Episode:
         # per task (see tau2_env.environments and tau2_env.scoring). A few at a time per
         # process: CPU-bound work in many threads at once only costs more.
         with (
+            llm.metered() as meter,
             _scoring_slots(),
             self.llm_context(),
             environments.fresh_environments_for_tau2(self.domain),
@@ -653,10 +791,11 @@ class Episode:
                 simulation=self.simulation_run(),
                 task=self.task,
                 evaluation_type=self.evaluation_type(),
-                solo_mode=False,
+                solo_mode=self.solo,
                 domain=self.domain,
             )
         self.evaluation_seconds = time.perf_counter() - started
+        self.judge_usage = meter.of(llm.ROLE_JUDGE)
         return info
 
     # -------------------------------------------------------------- internals

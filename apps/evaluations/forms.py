@@ -13,7 +13,7 @@ from apps.bounds import integer_field
 from apps.connections.picker import LLMArgsMixin, RouteField, for_user, judge_field
 from apps.evaluations.estimates import CostEstimate, evaluation_cost_estimate
 from apps.evaluations.models import Evaluation
-from apps.runs.models import MAX_TRIALS
+from apps.runs.models import MAX_TRIALS, Run
 from apps.tasks import selectors as task_selectors
 from apps.tasks.models import Task
 from apps.tasks.selectors import KINDS, TaskFilters
@@ -86,6 +86,15 @@ class EvaluationForm(LLMArgsMixin, forms.Form):
         "gpt-5.2): other customers give numbers that are not comparable with it.",
     )
     judge_model = judge_field()
+    mode = forms.ChoiceField(
+        label="Mode",
+        choices=Run.Mode.choices,
+        initial=Run.Mode.DEFAULT,
+        required=False,
+        help_text="τ²'s ablations: No-User (tau2 run --agent llm_agent_solo --user "
+        "dummy_user: the agent gets the ticket and every tool, telecom only) or Oracle plan "
+        "(--agent llm_agent_gt: the agent is given the expected actions).",
+    )
     num_trials = integer_field(
         Evaluation,
         "num_trials",

@@ -47,7 +47,7 @@ from apps.runs.services import (
 )
 from apps.tasks.models import Task
 from apps.tasks.selectors import catalogue_latest
-from tau2_env import catalog, config
+from tau2_env import catalog, config, engine
 from tau2_env.evaluation import DEFAULT_SEED, trial_seeds
 from tau2_env.llm_args import DEFAULT_AGENT_ARGS, DEFAULT_USER_ARGS
 
@@ -78,11 +78,17 @@ def evaluation_create(
     user_llm_args: dict | None = None,
     judge_model: str = "",
     judge_connection=None,
+    mode: str = Run.Mode.DEFAULT,
 ) -> Evaluation:
     """Create an evaluation of ``agent_model`` over ``task_ids`` (default: all of
     ``split``) × ``num_trials`` and start it. Each side runs on its connection (None:
     Hugging Face's router, on ``user``'s token) with its τ² ``llm_args`` (None: τ²'s
     default).
+
+    ``mode`` is the paper's ablation (``Run.Mode``): its runs are played by τ²'s agent
+    and user of that mode, as ``tau2 run --agent … --user …``; like ``tau2 run`` it
+    leaves out the tasks that agent refuses (Oracle plan: no expected action; No-User:
+    no ticket), and No-User is refused on a domain τ² cannot run without a user.
 
     Raises ``SignInRequired`` (from the vault) before anything is stored when a side is
     on the router and ``user`` has no usable token, and ``ValidationError`` for anything
@@ -102,6 +108,11 @@ def evaluation_create(
         raise ValidationError({"concurrency": "At least one run at a time."})
     if domain not in catalog.domain_names():
         raise ValidationError({"domain": f"Unknown domain {domain!r}."})
+    if mode not in Run.Mode.values:
+        raise ValidationError({"mode": f"Unknown mode {mode!r}."})
+    refusal = engine.mode_domain_refusal(domain=domain, mode=mode)
+    if refusal:
+        raise ValidationError({"mode": refusal})
     splits = catalog.get_domain(domain).splits
     if split and split not in splits:
         raise ValidationError({"split": f"{domain} has no split {split!r}."})
@@ -118,6 +129,18 @@ def evaluation_create(
         raise ValidationError({"task_ids": f"No task {shown} in {domain}."})
     if not ids:
         raise ValidationError({"task_ids": "No tasks to evaluate."})
+    left_out = []
+    if mode != Run.Mode.DEFAULT:
+        left_out = [
+            t
+            for t in ids
+            if not engine.mode_runs_task(mode=mode, task=catalog.get_tau2_task(domain, t))
+        ]
+        ids = [t for t in ids if t not in left_out]
+        if not ids:
+            raise ValidationError(
+                {"mode": f"τ²'s {Run.Mode(mode).label} agent runs none of these tasks."}
+            )
     seed = DEFAULT_SEED if seed is None else seed
     seeds = trial_seeds(seed, num_trials)
     user_model = (user_model or "").strip() or config.provider_settings().model
@@ -155,6 +178,7 @@ def evaluation_create(
             user_llm_args=user_llm_args,
             judge_model=judge_model or "",
             judge_connection=judge_connection if judge_model else None,
+            mode=mode,
             num_trials=num_trials,
             seed=seed,
             trial_seeds=seeds,
@@ -168,34 +192,60 @@ def evaluation_create(
                 "source": "studio",
                 "agent": side_provenance(connection=agent_connection, model=agent_model),
                 "user": side_provenance(connection=user_connection, model=user_model),
+                # The tasks tau2 run in this mode leaves out (its agent refuses them).
+                **({"mode_left_out": left_out} if left_out else {}),
             },
         )
         # Trial-major, as τ² runs them: every task's trial 0, then trial 1, …
         Run.objects.bulk_create(
-            model_run_build(
-                user=user,
-                task=tasks[task_id],
-                agent_model=agent_model,
-                user_model=user_model,
-                max_steps=max_steps,
-                seed=seed,
-                trial=trial,
-                trial_seed=seeds[trial],
-                prices=prices,
-                max_errors=max_errors,
-                evaluation=evaluation,
-                agent_connection=agent_connection,
-                user_connection=user_connection,
-                agent_llm_args=agent_llm_args,
-                user_llm_args=user_llm_args,
-                judge_model=judge_model,
-                judge_connection=judge_connection,
+            _in_mode(
+                model_run_build(
+                    user=user,
+                    task=tasks[task_id],
+                    agent_model=agent_model,
+                    user_model=user_model,
+                    max_steps=max_steps,
+                    seed=seed,
+                    trial=trial,
+                    trial_seed=seeds[trial],
+                    prices=prices,
+                    max_errors=max_errors,
+                    evaluation=evaluation,
+                    agent_connection=agent_connection,
+                    user_connection=user_connection,
+                    agent_llm_args=agent_llm_args,
+                    user_llm_args=user_llm_args,
+                    judge_model=judge_model,
+                    judge_connection=judge_connection,
+                ),
+                mode,
             )
             for trial in range(num_trials)
             for task_id in ids
         )
         transaction.on_commit(evaluations_dispatch)
     return evaluation
+
+
+# τ²'s classes of each mode's sides, as a run's provenance names them.
+_MODE_CLASSES = {
+    Run.Mode.DEFAULT: ("tau2.agent.llm_agent.LLMAgent", "tau2.user.user_simulator.UserSimulator"),
+    Run.Mode.NO_USER: ("tau2.agent.llm_agent.LLMSoloAgent", "tau2.user.user_simulator.DummyUser"),
+    Run.Mode.ORACLE_PLAN: (
+        "tau2.agent.llm_agent.LLMGTAgent",
+        "tau2.user.user_simulator.UserSimulator",
+    ),
+}
+
+
+def _in_mode(run: Run, mode: str) -> Run:
+    """``run`` (unsaved) in ``mode``: the mode, and its provenance naming τ²'s classes."""
+    run.mode = mode
+    agent_class, user_class = _MODE_CLASSES[Run.Mode(mode)]
+    run.provenance["agent"]["implementation"] = agent_class
+    run.provenance["user"]["implementation"] = user_class
+    run.provenance["mode"] = mode
+    return run
 
 
 def _refuse_over_budget(

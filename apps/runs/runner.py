@@ -1,7 +1,8 @@
 """The worker side of a model run: τ²'s own agent against the simulated customer.
 
 :func:`run_execute` claims a run atomically, builds τ²'s ``Orchestrator`` with τ²'s
-``LLMAgent`` (the agent ``tau2 run`` and the leaderboard use) and the engine's customer,
+``LLMAgent`` (the agent ``tau2 run`` and the leaderboard use) and the engine's customer
+(or, in an ablation, τ²'s agent and user of the run's ``mode``: ``engine.Episode``),
 and drives it hop by hop on the starter's token. After every hop the new messages are
 stored and published (``apps.runs.events``); between hops a stop request is honoured.
 At the end τ²'s evaluator scores the conversation.
@@ -29,7 +30,7 @@ from django.db import close_old_connections
 from apps.accounts.vault import SignInRequired
 from apps.connections.routes import ConnectionUnavailable, route_for
 from apps.runs import budgets
-from apps.runs.events import LostRun, UnstorableMessage, events_publish
+from apps.runs.events import LostRun, UnstorableMessage, events_publish, judge_fields
 from apps.runs.lifecycle import (
     INFRASTRUCTURE_ERRORS,
     RETRY,
@@ -156,9 +157,12 @@ def _drive(
         max_steps=run.max_steps,
         max_errors=run.max_errors,
         seed=run.seed,
+        mode=run.mode,  # τ²'s agent (and customer) of the run's ablation, if any
     )
     prices = run.agent_prices
-    if len(episode.messages) > len(stored):  # the greeting of a new conversation
+    # The greeting of a new conversation (a No-User one has none: its agent speaks first,
+    # in the first hop of run()).
+    if len(episode.messages) > len(stored):
         events_publish(
             run=run,
             messages=episode.messages_json(len(stored)),
@@ -218,6 +222,7 @@ def _drive(
         worker=worker,
         termination_reason=reason,
         reward_info=episode.reward_info.model_dump(mode="json"),
+        fields=judge_fields(run_id=run.pk, usage=episode.judge_usage),
     )
     return Run.Status.COMPLETED
 

@@ -66,7 +66,10 @@ def _page(request, form: EvaluationForm, preview):
             "tasks_fields": [form["task_ids"], form["q"], form["kind"]],
             "args_fields": form.llm_args_fields,
             "field_groups": [
-                ("Models", [form["agent_model"], form["user_model"], form["judge_model"]]),
+                (
+                    "Models",
+                    [form[n] for n in ("agent_model", "user_model", "judge_model", "mode")],
+                ),
                 ("Trials and limits", [form[n] for n in (*_PREFILLED[1:], "name")]),
             ],
         },
@@ -117,6 +120,7 @@ def _start(user, data: dict) -> Evaluation:
         max_errors=data["max_errors"],
         concurrency=data["concurrency"],
         name=data.get("name", ""),
+        mode=data.get("mode") or "default",
     )
 
 
