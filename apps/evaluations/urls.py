@@ -1,6 +1,6 @@
 from django.urls import path
 
-from apps.evaluations.views import live, results
+from apps.evaluations.views import live, results, submission
 
 app_name = "evaluations"
 
@@ -19,4 +19,5 @@ urlpatterns = [
     path("<int:pk>.csv", results.evaluation_csv, name="csv"),
     path("import/", results.evaluation_import, name="import"),
     path("compare/", results.evaluation_compare, name="compare"),
+    path("submission/", submission.submission_page, name="submission"),
 ]

@@ -104,6 +104,9 @@ MATRIX: dict[str, dict[str, tuple[str, str, str]]] = {
     "evaluations/<int:pk>.csv": {"GET": ("403", "200", "200"), "POST": ("403", "200", "200")},
     "evaluations/import/": {"GET": (SIGNIN, "200", "200"), "POST": (SIGNIN, "200", "200")},
     "evaluations/compare/": {"GET": ("403", "400", "400"), "POST": ("403", "400", "400")},
+    # A leaderboard submission: signed-in people, from evaluations they may submit (an
+    # empty POST, with nothing submittable chosen, is refused: 400).
+    "evaluations/submission/": {"GET": (SIGNIN, "200", "200"), "POST": (SIGNIN, "400", "400")},
     "leaderboard/": {"GET": (SIGNIN, "200", "200"), "POST": (SIGNIN, "200", "200")},
     # Whether a worker is alive, for anyone (a probe signs in nowhere): 200, or 503 if none.
     "health/workers": {"GET": same(LIVENESS), "POST": same("405")},

@@ -1,0 +1,104 @@
+"""A taubench.com leaderboard submission from the team's evaluations: pick one per
+domain, fill in what they cannot know, preview ``submission.json``, check the folder
+with the installed τ²'s ``tau2 submit validate`` and ``verify-trajs``, download it."""
+
+from __future__ import annotations
+
+from django import forms
+from django.conf import settings
+from django.http import HttpResponse
+from django.shortcuts import render
+from django.utils import timezone
+from django.utils.http import urlencode
+
+from apps.accounts.access import signin_required_to_start
+from apps.evaluations import submission
+from tau2_env.submission import KS, Details, SubmissionInvalid
+
+
+class SubmissionForm(forms.Form):
+    """What ``tau2 submit prepare`` asks (τ²'s ``Submission`` schema), prefilled from the
+    evaluations where they know it."""
+
+    model_name = forms.CharField(max_length=200, label="Model name")
+    organization = forms.CharField(
+        max_length=200, label="Organization", help_text="that developed the model"
+    )
+    email = forms.EmailField(label="Contact email")
+    contact_name = forms.CharField(max_length=200, required=False, label="Contact name")
+    github = forms.CharField(max_length=100, required=False, label="GitHub username")
+    is_new = forms.BooleanField(required=False, label="Highlight it as new on the leaderboard")
+    evaluation_date = forms.DateField(
+        required=False, label="Evaluation date", widget=forms.DateInput(attrs={"type": "date"})
+    )
+    tau2_bench_version = forms.CharField(max_length=100, required=False, label="τ²-bench version")
+    notes = forms.CharField(
+        max_length=2000, required=False, label="Methodology notes", widget=forms.Textarea
+    )
+
+
+def _details(values: dict, *, user_simulator: str) -> Details:
+    """The form's values (cleaned, or its prefill) as τ²'s submission details."""
+    return Details(
+        model_name=values.get("model_name") or "",
+        organization=values.get("organization") or "",
+        email=values.get("email") or "",
+        contact_name=values.get("contact_name") or "",
+        github=values.get("github") or "",
+        is_new=bool(values.get("is_new")),
+        evaluation_date=values.get("evaluation_date"),
+        tau2_bench_version=values.get("tau2_bench_version") or "",
+        notes=values.get("notes") or "",
+        user_simulator=user_simulator,
+        submission_date=timezone.localdate(),
+    )
+
+
+def _preview(draft, values: dict) -> tuple[str, list[str]]:
+    try:
+        return submission.submission_json(
+            draft, _details(values, user_simulator=draft.user_llm)
+        ), []
+    except SubmissionInvalid as exc:
+        return "", exc.problems
+
+
+@signin_required_to_start
+def submission_page(request):
+    picks = {d: request.GET[d] for d in submission.DOMAINS if d in request.GET}
+    plan = submission.submission_plan(user=request.user, picks=picks)
+    draft = submission.submission_draft(plan) if plan.ok else None
+    initial = submission.submission_initial(draft) if draft else {}
+    form = SubmissionForm(request.POST or None, initial=initial)
+    context = {"plan": plan, "draft": draft, "form": form, "checks": None, "posted": False}
+    status = 200
+    if draft is not None and request.method != "POST":
+        context["preview"], _ = _preview(draft, initial)
+    elif request.method == "POST":
+        context["posted"] = True
+        if draft is None or draft.refusal or not form.is_valid():
+            status = 400
+        else:
+            context["preview"], problems = _preview(draft, form.cleaned_data)
+            for problem in problems:
+                form.add_error(None, problem)
+            if problems:
+                status = 400
+            elif request.POST.get("action") == "download":
+                return _download(draft, form.cleaned_data)
+            elif request.POST.get("action") == "check":
+                details = _details(form.cleaned_data, user_simulator=draft.user_llm)
+                context["checks"] = submission.submission_checks(draft, details)
+    context.update(
+        query=urlencode(plan.query()),
+        ks=KS,
+        customers=settings.TAU2_LEADERBOARD_CUSTOMERS,
+    )
+    return render(request, "evaluations/submission.html", context, status=status)
+
+
+def _download(draft, values: dict) -> HttpResponse:
+    name, data = submission.submission_zip(draft, _details(values, user_simulator=draft.user_llm))
+    response = HttpResponse(data, content_type="application/zip")
+    response["Content-Disposition"] = f'attachment; filename="{name}"'
+    return response
