@@ -20,6 +20,7 @@ from apps.evaluations import selectors
 from apps.evaluations.models import Evaluation
 from apps.runs.exports import llm_args_export, tau2_info, tau2_llm, tau2_simulation, tau2_tasks
 from apps.runs.models import Run, RunEvent
+from tau2_env.engine import IMPLEMENTATIONS
 from tau2_env.llm_args import DEFAULT_AGENT_ARGS, DEFAULT_USER_ARGS
 
 EXPORT_VERSION = 1
@@ -95,6 +96,11 @@ def evaluation_export(evaluation: Evaluation, *, url: Callable[[str], str] = str
         "task_ids": evaluation.task_ids,
         "agent_model": evaluation.agent_model,
         "user_model": evaluation.user_model,
+        # τ²'s ablation (Run.Mode) and the agent and user it ran with, as tau2 run names them.
+        "mode": evaluation.mode,
+        "implementations": dict(
+            zip(("agent", "user"), IMPLEMENTATIONS[evaluation.mode], strict=True)
+        ),
         # Where each side ran (a connection by name, never its key) and τ²'s llm_args.
         "agent_connection": _connection_name(evaluation.agent_connection),
         "user_connection": _connection_name(evaluation.user_connection),
@@ -154,26 +160,30 @@ def evaluation_export_tau2(evaluation: Evaluation) -> dict[str, Any]:
     )
     messages = _messages_by_run([run.pk for run in runs])
     imported = evaluation.status == Evaluation.Status.IMPORTED
+    info = tau2_info(
+        domain=evaluation.domain,
+        agent_llm=tau2_llm(connection=evaluation.agent_connection, model=evaluation.agent_model),
+        agent_llm_args=agent_llm_args(evaluation),
+        user_llm=tau2_llm(connection=evaluation.user_connection, model=evaluation.user_model),
+        user_llm_args=user_llm_args(evaluation),
+        num_trials=evaluation.num_trials,
+        max_steps=evaluation.max_steps,
+        max_errors=evaluation.max_errors,
+        seed=evaluation.seed,
+        tau2_version=(evaluation.provenance or {}).get("tau2_version", ""),
+        studio={
+            "evaluation_id": evaluation.pk,
+            "source": "tau2 run import" if imported else "studio",
+            "mode": evaluation.mode,
+        },
+    )
+    # The mode's agent and user, as `tau2 run --agent … --user …` writes them.
+    agent, user = IMPLEMENTATIONS[evaluation.mode]
+    info["agent_info"]["implementation"] = agent
+    info["user_info"]["implementation"] = user
     return {
         "timestamp": _iso(evaluation.finished_at or evaluation.created_at),
-        "info": tau2_info(
-            domain=evaluation.domain,
-            agent_llm=tau2_llm(
-                connection=evaluation.agent_connection, model=evaluation.agent_model
-            ),
-            agent_llm_args=agent_llm_args(evaluation),
-            user_llm=tau2_llm(connection=evaluation.user_connection, model=evaluation.user_model),
-            user_llm_args=user_llm_args(evaluation),
-            num_trials=evaluation.num_trials,
-            max_steps=evaluation.max_steps,
-            max_errors=evaluation.max_errors,
-            seed=evaluation.seed,
-            tau2_version=(evaluation.provenance or {}).get("tau2_version", ""),
-            studio={
-                "evaluation_id": evaluation.pk,
-                "source": "tau2 run import" if imported else "studio",
-            },
-        ),
+        "info": info,
         "tasks": tau2_tasks(evaluation.domain, evaluation.task_ids),
         "simulations": [tau2_simulation(run, messages.get(run.pk, [])) for run in runs],
     }

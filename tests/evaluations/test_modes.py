@@ -1,0 +1,401 @@
+"""τ²'s ablations as evaluation modes: a mode's run sends what ``tau2 run`` sends in it.
+
+The parity tests play one task twice against one scripted server: once by τ²'s own
+``tau2 run`` CLI in a subprocess (``--agent llm_agent_solo --user dummy_user`` for
+No-User, ``--agent llm_agent_gt`` for Oracle plan; both sides ``openai/<model>`` with
+the server in their ``--*-llm-args``' ``api_base``), once by the product (an evaluation
+in that mode on an OpenAI-compatible connection, driven by the real Celery worker).
+The scripted model is deterministic — each answer follows from the request it answers,
+tool-call ids counted from zero in both plays — so both conversations go the same way;
+then the JSON bodies of the model requests are identical, in order (key order too), and
+``reward_info`` is the results file's. The export names each side as ``tau2 run`` does.
+
+alice (signed in) starts the evaluations; a No-User evaluation of airline is refused
+with τ²'s reason.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.core.exceptions import ValidationError
+
+import tests.support.llm_server as scripted_openai
+from apps.connections.services import connection_create
+from apps.evaluations.exports import evaluation_export, evaluation_export_tau2
+from apps.evaluations.models import Evaluation
+from apps.evaluations.services import evaluation_create, evaluation_stop
+from apps.runs.models import Run
+from tests.support.evaluations import wait_for_evaluation
+from tests.support.llm_server import RecordedRequest, tool_call
+from tests.support.scripts import GOLD_TASK, gold_script
+
+SEED = 300
+MAX_STEPS = 20
+# Different on each side, so an argument sent to the wrong side shows.
+AGENT_ARGS = {"temperature": 0.3, "max_tokens": 512}
+USER_ARGS = {"temperature": 0.7}
+CLI_KEY = "sk-cli-not-a-key-0001"
+CONNECTION_KEY = "sk-connection-not-a-key-0002"
+# Telecom's first base task: the customer's phone has airplane mode on and roaming off;
+# solved by toggling both (the customer's tools, which the solo agent holds).
+TELECOM_TASK = "[mobile_data_issue]airplane_mode_on|user_abroad_roaming_enabled_off[PERSONA:None]"
+
+
+class _CountingUUIDs:
+    """Stands in for the scripted server's ``uuid``: ids count from zero in each play."""
+
+    def __init__(self) -> None:
+        self.restart()
+
+    def restart(self) -> None:
+        self._counter = itertools.count(1)
+
+    def uuid4(self) -> uuid.UUID:
+        return uuid.UUID(int=next(self._counter))
+
+
+@pytest.fixture
+def counted_ids(monkeypatch) -> _CountingUUIDs:
+    ids = _CountingUUIDs()
+    monkeypatch.setattr(scripted_openai, "uuid", ids)
+    return ids
+
+
+def solo_script(llm) -> None:
+    """The solo agent toggles airplane mode, then roaming, then calls τ²'s ``done``."""
+
+    def responder(request: RecordedRequest):
+        called = [
+            call["function"]["name"]
+            for message in request.messages
+            if message.get("role") == "assistant"
+            for call in message.get("tool_calls") or []
+        ]
+        for step in ("toggle_airplane_mode", "toggle_roaming", "done"):
+            if step not in called:
+                return tool_call(step)
+        raise AssertionError("the solo agent was asked again after done")
+
+    llm.responder = responder
+
+
+def tau2_run_mode(
+    directory: Path,
+    *,
+    base_url: str,
+    domain: str,
+    task_id: str,
+    agent: str,
+    user: str = "user_simulator",
+) -> dict[str, Any]:
+    """``tau2 run --agent <agent> --user <user>`` of one task, one trial, seed 300, both
+    sides on the scripted server with a key from ``OPENAI_API_KEY``: its results file."""
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if name
+        not in (
+            "HF_TOKEN",
+            "OPENAI_API_KEY",
+            "ANTHROPIC_API_KEY",
+            "OPENAI_BASE_URL",
+            "OPENAI_API_BASE",
+            "DJANGO_SETTINGS_MODULE",
+        )
+    }
+    env.update(OPENAI_API_KEY=CLI_KEY, LITELLM_LOCAL_MODEL_COST_MAP="True")
+    command = [
+        str(Path(sys.executable).with_name("tau2")),
+        "run",
+        "--domain",
+        domain,
+        "--agent",
+        agent,
+        "--user",
+        user,
+        "--task-ids",
+        task_id,
+        "--num-trials",
+        "1",
+        "--seed",
+        str(SEED),
+        "--max-steps",
+        str(MAX_STEPS),
+        "--max-concurrency",
+        "1",
+        "--agent-llm",
+        "openai/lab-agent-7b",
+        "--agent-api-key",
+        "OPENAI_API_KEY",
+        "--agent-llm-args",
+        json.dumps({**AGENT_ARGS, "api_base": base_url}),
+        "--user-llm",
+        "openai/lab-customer-7b",
+        "--user-api-key",
+        "OPENAI_API_KEY",
+        "--user-llm-args",
+        json.dumps({**USER_ARGS, "api_base": base_url}),
+        "--results-dir",
+        str(directory),
+        "--save-to",
+        "results",
+        "--log-level",
+        "WARNING",
+    ]
+    # cwd: τ² loads a .env from where it runs; the directory has none.
+    done = subprocess.run(
+        command, env=env, cwd=directory, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return json.loads((directory / "results.json").read_text())
+
+
+def product_evaluation(user, llm, *, domain: str, task_id: str, mode: str) -> Evaluation:
+    """The same task, trial and seed evaluated by the product in ``mode``, to its end."""
+    lab = connection_create(
+        by=user,
+        owner=user,
+        name="Lab vLLM",
+        kind="openai_compatible",
+        base_url=llm.base_url,
+        api_key=CONNECTION_KEY,
+        models=["lab-agent-7b", "lab-customer-7b"],
+    )
+    evaluation = evaluation_create(
+        user=user,
+        domain=domain,
+        task_ids=[task_id],
+        agent_model="lab-agent-7b",
+        user_model="lab-customer-7b",
+        agent_connection=lab,
+        user_connection=lab,
+        agent_llm_args=dict(AGENT_ARGS),
+        user_llm_args=dict(USER_ARGS),
+        num_trials=1,
+        seed=SEED,
+        max_steps=MAX_STEPS,
+        mode=mode,
+    )
+    return wait_for_evaluation(evaluation, lambda e: e.is_final)
+
+
+def bodies(requests) -> list[str]:
+    return [json.dumps(r.body) for r in requests]
+
+
+def assert_same_requests(cli: list[str], ours: list[str]) -> None:
+    assert len(ours) == len(cli), (len(cli), len(ours))
+    for index, (theirs, mine) in enumerate(zip(cli, ours, strict=True)):
+        assert mine == theirs, f"request {index} differs"
+
+
+def assert_scored_alike(evaluation: Evaluation, results: dict[str, Any]) -> Run:
+    (simulation,) = results["simulations"]
+    (run,) = evaluation.runs.all()
+    assert run.status == Run.Status.COMPLETED, run.error
+    assert run.seed == simulation["seed"] == 626729
+    assert run.termination_reason == simulation["termination_reason"]
+    assert run.reward_info == simulation["reward_info"]
+    assert run.reward == simulation["reward_info"]["reward"] == 1.0
+    stored = [e.message for e in run.events.order_by("seq")]
+    assert [(m["role"], m.get("content"), m.get("tool_calls")) for m in stored] == [
+        (m["role"], m.get("content"), m.get("tool_calls")) for m in simulation["messages"]
+    ]
+    return run
+
+
+def assert_exported_as_tau2_names_it(evaluation: Evaluation, results: dict[str, Any]) -> None:
+    info = evaluation_export_tau2(evaluation)["info"]
+    for side in ("agent_info", "user_info"):
+        assert info[side]["implementation"] == results["info"][side]["implementation"]
+    studio = evaluation_export(evaluation)
+    assert studio["mode"] == evaluation.mode
+    assert studio["implementations"] == {
+        "agent": results["info"]["agent_info"]["implementation"],
+        "user": results["info"]["user_info"]["implementation"],
+    }
+
+
+@pytest.mark.slow
+def test_a_no_user_run_sends_what_tau2_run_solo_sends_and_scores_the_same(
+    celery_worker, llm_server, counted_ids, alice, tmp_path
+):
+    solo_script(llm_server)
+    results = tau2_run_mode(
+        tmp_path,
+        base_url=llm_server.base_url,
+        domain="telecom",
+        task_id=TELECOM_TASK,
+        agent="llm_agent_solo",
+        user="dummy_user",
+    )
+    cli = llm_server.chat_requests()
+    assert results["info"]["agent_info"]["implementation"] == "llm_agent_solo"
+    assert results["info"]["user_info"]["implementation"] == "dummy_user"
+
+    llm_server.requests.clear()
+    counted_ids.restart()
+    evaluation = product_evaluation(
+        alice, llm_server, domain="telecom", task_id=TELECOM_TASK, mode="no_user"
+    )
+    ours = llm_server.chat_requests()
+
+    assert evaluation.mode == "no_user"
+    assert_same_requests(bodies(cli), bodies(ours))
+    assert {r.token for r in ours} == {CONNECTION_KEY}
+    # What was compared is the solo agent's: the ticket, every tool and τ²'s "done",
+    # tool calls required; and nobody played the customer.
+    assert len(ours) == 3
+    first = ours[0].body
+    assert first["tool_choice"] == "required" and first["model"] == "lab-agent-7b"
+    assert "<ticket>" in first["messages"][0]["content"]
+    assert {"toggle_airplane_mode", "toggle_roaming", "done"} <= set(ours[0].tool_names)
+    assert all(r.body["temperature"] == 0.3 for r in ours)
+    run = assert_scored_alike(evaluation, results)
+    assert run.mode == "no_user"
+    assert run.provenance["agent"]["implementation"] == "tau2.agent.llm_agent.LLMSoloAgent"
+    assert run.provenance["user"]["implementation"] == "tau2.user.user_simulator.DummyUser"
+    assert_exported_as_tau2_names_it(evaluation, results)
+
+
+@pytest.mark.slow
+def test_an_oracle_plan_run_sends_what_tau2_run_gt_sends_and_scores_the_same(
+    celery_worker, llm_server, counted_ids, alice, tmp_path
+):
+    gold_script(llm_server)
+    results = tau2_run_mode(
+        tmp_path,
+        base_url=llm_server.base_url,
+        domain=GOLD_TASK[0],
+        task_id=GOLD_TASK[1],
+        agent="llm_agent_gt",
+    )
+    cli = llm_server.chat_requests()
+    assert results["info"]["agent_info"]["implementation"] == "llm_agent_gt"
+
+    llm_server.requests.clear()
+    counted_ids.restart()
+    evaluation = product_evaluation(
+        alice, llm_server, domain=GOLD_TASK[0], task_id=GOLD_TASK[1], mode="oracle_plan"
+    )
+    ours = llm_server.chat_requests()
+
+    assert evaluation.mode == "oracle_plan"
+    assert_same_requests(bodies(cli), bodies(ours))
+    # The agent was given the task's expected actions; the customer was τ²'s simulator.
+    agent = [r for r in ours if r.tool_names]
+    customer = [r for r in ours if not r.tool_names]
+    assert agent and customer
+    assert "<resolution_steps>" in agent[0].body["messages"][0]["content"]
+    assert (
+        "send_certificate(user_id=ethan_martin_2396, amount=150)"
+        in (agent[0].body["messages"][0]["content"])
+    )
+    assert {r.body["temperature"] for r in customer} == {0.7}
+    run = assert_scored_alike(evaluation, results)
+    assert run.provenance["agent"]["implementation"] == "tau2.agent.llm_agent.LLMGTAgent"
+    assert_exported_as_tau2_names_it(evaluation, results)
+
+
+def test_no_user_is_refused_on_a_domain_tau2_cannot_run_without_a_user(alice, llm_server):
+    lab = connection_create(
+        by=alice,
+        owner=alice,
+        name="Lab",
+        kind="openai_compatible",
+        base_url=llm_server.base_url,
+        api_key=CONNECTION_KEY,
+        models=["lab-agent-7b"],
+    )
+    with pytest.raises(ValidationError) as refused:
+        evaluation_create(
+            user=alice,
+            domain="airline",
+            task_ids=["27"],
+            agent_model="lab-agent-7b",
+            user_model="lab-agent-7b",
+            agent_connection=lab,
+            user_connection=lab,
+            mode="no_user",
+        )
+    assert refused.value.message_dict["mode"] == [
+        "τ²-bench cannot run airline without a user: Airline domain does not support solo mode."
+    ]
+    assert not Evaluation.objects.exists()
+
+
+def test_the_form_refuses_no_user_on_airline_with_the_reason(alice, alice_client, llm_server):
+    lab = connection_create(
+        by=alice,
+        owner=alice,
+        name="Alice's lab",
+        kind="openai_compatible",
+        base_url=llm_server.base_url,
+        api_key=CONNECTION_KEY,
+        models=["lab-agent-7b"],
+    )
+    response = alice_client.post(
+        "/evaluations/new/",
+        {
+            "domain": "airline",
+            "split": "test",
+            "task_ids": "27",
+            "agent_model": f"@{lab.slug}/lab-agent-7b",
+            "user_model": f"@{lab.slug}/lab-agent-7b",
+            "mode": "no_user",
+            "num_trials": 1,
+            "seed": 300,
+            "max_steps": 20,
+            "max_errors": 10,
+            "concurrency": 1,
+        },
+    )
+    assert response.status_code == 400
+    assert "Airline domain does not support solo mode" in response.content.decode()
+    assert not Evaluation.objects.exists()
+
+
+def test_oracle_plan_leaves_out_the_tasks_tau2s_gt_agent_refuses(alice, llm_server):
+    from tau2.agent.llm_agent import LLMGTAgent
+
+    from tau2_env import catalog
+
+    refused = [
+        t
+        for t in catalog.get_domain("airline").splits["test"]
+        if not LLMGTAgent.check_valid_task(catalog.get_tau2_task("airline", t))
+    ]
+    assert refused  # airline's test split has tasks with no expected action
+    lab = connection_create(
+        by=alice,
+        owner=alice,
+        name="Lab",
+        kind="openai_compatible",
+        base_url=llm_server.base_url,
+        api_key=CONNECTION_KEY,
+        models=["lab-agent-7b"],
+    )
+    evaluation = evaluation_create(
+        user=alice,
+        domain="airline",
+        split="test",
+        agent_model="lab-agent-7b",
+        user_model="lab-agent-7b",
+        agent_connection=lab,
+        user_connection=lab,
+        mode="oracle_plan",
+    )
+    assert evaluation.mode == "oracle_plan"
+    assert not set(refused) & set(evaluation.task_ids)
+    assert evaluation.provenance["mode_left_out"] == refused
+    assert set(evaluation.runs.values_list("mode", flat=True)) == {"oracle_plan"}
+    evaluation_stop(evaluation=evaluation)
