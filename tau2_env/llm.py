@@ -32,6 +32,7 @@ import contextvars
 import json
 import re
 import socket
+import threading
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -56,10 +57,13 @@ __all__ = [
     "LLMCallError",
     "MissingCredentialsError",
     "Route",
+    "Usage",
+    "UsageMeter",
     "conversation",
     "explain_error",
     "hf_route",
     "litellm_kwargs",
+    "metered",
     "redact",
     "resolve_route",
     "routed_completion",
@@ -265,6 +269,63 @@ def conversation(
         _routes.reset(token)
 
 
+@dataclass(frozen=True)
+class Usage:
+    """Tokens of one role's calls, as the provider reported them (``usage``)."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    calls: int = 0
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+class UsageMeter:
+    """The tokens of the calls made within :func:`metered`, per role (``judge``, ``user``,
+    ``agent``). Reading the answers only: a meter never changes what is sent."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_role: dict[str, Usage] = {}
+
+    def add(self, role: str, response: Any) -> None:
+        usage = getattr(response, "usage", None)
+        prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
+        completion = int(getattr(usage, "completion_tokens", 0) or 0)
+        with self._lock:
+            was = self._by_role.get(role, Usage())
+            self._by_role[role] = Usage(
+                prompt_tokens=was.prompt_tokens + prompt,
+                completion_tokens=was.completion_tokens + completion,
+                calls=was.calls + 1,
+            )
+
+    def of(self, role: str) -> Usage:
+        """What ``role``'s calls used (an empty :class:`Usage` when it made none)."""
+        with self._lock:
+            return self._by_role.get(role, Usage())
+
+
+# The meters open around the current call (innermost last): each call counts in all.
+_meters: contextvars.ContextVar[tuple[UsageMeter, ...]] = contextvars.ContextVar(
+    "tau2_llm_meters", default=()
+)
+
+
+@contextmanager
+def metered() -> Iterator[UsageMeter]:
+    """Within the block, this thread's (or task's) calls through :func:`routed_completion`
+    are counted on the meter it yields, per role; the calls themselves are unchanged."""
+    meter = UsageMeter()
+    token = _meters.set((*_meters.get(), meter))
+    try:
+        yield meter
+    finally:
+        _meters.reset(token)
+
+
 def routed_completion(*args: Any, **kwargs: Any) -> Any:
     """Drop-in for ``litellm.completion`` that sends the call along the current route.
 
@@ -284,7 +345,7 @@ def routed_completion(*args: Any, **kwargs: Any) -> Any:
     call = {k: v for k, v in kwargs.items() if k not in ROUTE_KEYS}
     call.update(litellm_kwargs(route))
     try:
-        return litellm.completion(**call)
+        response = litellm.completion(**call)
     except Exception as exc:
         kind, message = explain_error(exc, route=route)
         raise LLMCallError(
@@ -293,6 +354,9 @@ def routed_completion(*args: Any, **kwargs: Any) -> Any:
             transient=is_transient(exc) and kind not in PERMANENT_KINDS,
             kind=kind,
         ) from None
+    for meter in _meters.get():
+        meter.add(role, response)
+    return response
 
 
 def is_transient(exc: BaseException) -> bool:

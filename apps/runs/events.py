@@ -17,9 +17,11 @@ from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 from django.db import transaction
 
+from apps.connections.routes import prices_of
 from apps.inference.pricing import PricePair, cost_usd
 from apps.inference.selectors import resolve_agent_model
 from apps.runs.models import Run, RunEvent
+from tau2_env import llm
 from tau2_env.arguments import holds_nul
 
 logger = logging.getLogger(__name__)
@@ -98,6 +100,33 @@ def customer_prices(run: Run) -> tuple[PricePair | None, bool]:
     except ValueError:
         prices = None
     return prices, True
+
+
+def judge_prices(run: Run) -> PricePair | None:
+    """The NL judge's prices: its own model's (``judge_model`` on its connection, or the
+    router's catalogue), else the customer's, whose route it then runs on. ``None``:
+    unpriced, never $0."""
+    if run.judge_model:
+        return prices_of(connection=run.judge_connection, model=run.judge_model)
+    return customer_prices(run)[0]
+
+
+def judge_fields(*, run_id: int, usage: llm.Usage) -> dict[str, Any]:
+    """The run's judge columns for ``usage`` (the judge's calls in scoring, metered by
+    ``tau2_env.llm.metered``): tokens, and their cost at :func:`judge_prices` (``None``
+    when unpriced). Empty when the judge made no call, so nothing is written."""
+    if not usage.calls:
+        return {}
+    run = Run.objects.select_related("judge_connection").get(pk=run_id)
+    return {
+        "judge_prompt_tokens": usage.prompt_tokens,
+        "judge_completion_tokens": usage.completion_tokens,
+        "judge_cost_usd": cost_usd(
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            prices=judge_prices(run),
+        ),
+    }
 
 
 def _send(payload: dict[str, Any]) -> None:

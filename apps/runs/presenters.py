@@ -195,8 +195,9 @@ def cost_view(run: Run) -> dict[str, Any]:
     """What the run's LLM calls cost, split by role, and in total.
 
     ``roles``: the agent's and the customer's calls (tokens, cost, a label); a person
-    playing the agent makes no agent calls. τ²'s NL-assertion judge is not metered: τ²'s
-    evaluator does not report its tokens, so ``judged`` says only whether it ran.
+    playing the agent makes no agent calls; τ²'s NL-assertion judge's (role ``judge``)
+    when it made any. ``judged``: the judge ran but was not metered (runs scored before
+    it was: τ²'s evaluator does not report its tokens).
     ``total``: the priced roles' sum; ``complete`` is false when a role with calls has no
     price, and ``label`` then says so (``$0.0012 + unpriced``) — never a $0 for unknown.
     """
@@ -209,6 +210,11 @@ def cost_view(run: Run) -> dict[str, Any]:
     # A person or an outside agent plays the agent: its calls are not this server's.
     if run.kind in (Run.Kind.HUMAN, Run.Kind.AGENT) and not roles[0]["tokens"]:
         roles = roles[1:]
+    judge = _role_cost(
+        "judge", run.judge_prompt_tokens, run.judge_completion_tokens, run.judge_cost_usd
+    )
+    if judge["tokens"]:
+        roles.append(judge)
     used = [r for r in roles if r["tokens"]]
     priced = [r["cost"] for r in used if r["cost"] is not None]
     complete = len(priced) == len(used)
@@ -226,7 +232,7 @@ def cost_view(run: Run) -> dict[str, Any]:
         "priced_part": total,
         "complete": complete,
         "label": label,
-        "judged": bool((run.reward_info or {}).get("nl_assertions")),
+        "judged": bool((run.reward_info or {}).get("nl_assertions")) and not judge["tokens"],
     }
 
 
