@@ -139,10 +139,11 @@ class ReviewLabelAdmin(admin.ModelAdmin):
     message may be any run's until ``ReviewLabel.clean`` refuses the mismatch; an existing
     label keeps its run and offers only that run's messages."""
 
-    list_display = ["run", "event", "category", "severity", "created_by", "created_at"]
-    list_filter = ["category", "severity"]
+    list_display = ["run", "event", "category", "severity", "origin", "status", "created_at"]
+    list_filter = ["category", "severity", "origin", "status"]
     autocomplete_fields = ["run", "event"]
-    readonly_fields = ["created_by"]
+    # An auto-review's finding is decided on the run page (apps.runs.autoreview).
+    readonly_fields = ["created_by", "origin", "status", "auto_review", "decided_by", "decided_at"]
 
     def get_readonly_fields(self, request, obj=None):
         return [*self.readonly_fields, "run"] if obj else self.readonly_fields

@@ -16,8 +16,9 @@ EXECUTE_RUN = "runs.execute"
 PLAY_CUSTOMER_TURN = "play.customer_turn"
 PLAY_SCORE = "play.score"
 EVALUATIONS_DISPATCH = "evaluations.dispatch"
+AUTOREVIEW = "runs.autoreview"
 
-NAMES = (EXECUTE_RUN, PLAY_CUSTOMER_TURN, PLAY_SCORE, EVALUATIONS_DISPATCH)
+NAMES = (EXECUTE_RUN, PLAY_CUSTOMER_TURN, PLAY_SCORE, EVALUATIONS_DISPATCH, AUTOREVIEW)
 
 
 def enqueue(name: str, *args: int, on_commit: bool = True, robust: bool = False) -> None:
@@ -42,3 +43,8 @@ def enqueue(name: str, *args: int, on_commit: bool = True, robust: bool = False)
 def run_enqueue(run_id: int, *, on_commit: bool = True, robust: bool = False) -> None:
     """Queue model run ``run_id`` for a worker (``runs.execute``)."""
     enqueue(EXECUTE_RUN, run_id, on_commit=on_commit, robust=robust)
+
+
+def autoreview_enqueue(review_id: int) -> None:
+    """Queue auto-review ``review_id`` for a worker (``runs.autoreview``), once it commits."""
+    enqueue(AUTOREVIEW, review_id)

@@ -54,8 +54,9 @@ def label_delete(*, label: ReviewLabel, by) -> None:
 
 
 def review_queue() -> QuerySet[Run]:
-    """Finished runs nobody labelled yet: failures first (failed, or a reward below 1),
-    then the rest; newest first within each. ``needs_look`` is 0 for a failure, 1 otherwise."""
+    """Finished runs nobody labelled yet (an auto-review's pending or dismissed findings
+    are nobody's label): failures first (failed, or a reward below 1), then the rest;
+    newest first within each. ``needs_look`` is 0 for a failure, 1 otherwise."""
     failure = Q(status=Run.Status.FAILED) | Q(reward__lt=SOLVED)
     return (
         Run.objects.filter(status__in=Run.FINAL)
@@ -81,7 +82,9 @@ class RunLabels:
 def run_labels(*, run_id: int) -> RunLabels:
     on_run: list[ReviewLabel] = []
     by_seq: dict[int, list[ReviewLabel]] = {}
-    labels = ReviewLabel.objects.filter(run_id=run_id).select_related("event", "created_by")
+    labels = ReviewLabel.objects.filter(run_id=run_id).select_related(
+        "event", "created_by", "decided_by", "auto_review"
+    )
     for label in labels.order_by("-created_at", "-id"):
         if label.event is None:
             on_run.append(label)
@@ -106,6 +109,7 @@ def review_flags(*, task) -> list:
         # A message's label goes by the message's run (the same as the label's, held by
         # ReviewLabel's checks; said here too for rows written around them).
         ReviewLabel.objects.filter(Q(event__isnull=True, run__task=task) | Q(event__run__task=task))
+        .filter(ReviewLabel.COUNTED)
         .exclude(category=ReviewLabel.Category.NO_ISSUE)
         .select_related("run", "event", "created_by")
         .order_by("-created_at", "-id")[:50]

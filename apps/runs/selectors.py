@@ -66,8 +66,11 @@ def run_list(*, filters: RunFilters) -> QuerySet[Run]:
 
 
 def labelled(**label_filters) -> Exists:
-    """The run has a review label matching ``label_filters`` (one row per run, unlike a join)."""
-    return Exists(ReviewLabel.objects.filter(run=OuterRef("pk"), **label_filters))
+    """The run has a review label that counts (a person's, or an accepted auto-review
+    finding) matching ``label_filters`` (one row per run, unlike a join)."""
+    return Exists(
+        ReviewLabel.objects.filter(ReviewLabel.COUNTED, run=OuterRef("pk"), **label_filters)
+    )
 
 
 def run_event_get(*, run_id: int, seq: int) -> RunEvent:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from celery import shared_task
 
-from apps.runs import lifecycle, queue, runner
+from apps.runs import autoreview, lifecycle, queue, runner
 
 
 @shared_task(bind=True, name=queue.EXECUTE_RUN, acks_late=True, ignore_result=True, max_retries=20)
@@ -22,3 +22,9 @@ def execute_run(self, run_id: int) -> str:
 def reap_runs() -> list[int]:
     """Re-queue runs whose worker vanished (beat, every TAU2_RUN_REAP_SECONDS)."""
     return lifecycle.runs_reap()
+
+
+@shared_task(name=queue.AUTOREVIEW, acks_late=True, ignore_result=True)
+def review_run(review_id: int) -> str:
+    """Have the reviewer model review one run (``apps.runs.autoreview``); claimed once."""
+    return autoreview.autoreview_execute(review_id=review_id)

@@ -1,6 +1,7 @@
 from django.urls import path
 
 from apps.runs import views
+from apps.runs.views import review_auto
 
 app_name = "runs"
 
@@ -18,4 +19,19 @@ urlpatterns = [
     path("<int:pk>/labels/", views.label_add, name="label_add"),
     path("<int:pk>/labels/slot/", views.label_slot, name="label_slot"),
     path("<int:pk>/labels/<int:label_pk>/delete/", views.label_delete, name="label_delete"),
+    path("<int:pk>/autoreview/", review_auto.autoreview_run, name="autoreview"),
+    path(
+        "autoreview/evaluation/<int:evaluation_pk>/",
+        review_auto.autoreview_evaluation,
+        name="autoreview_evaluation",
+    ),
+    path(
+        "<int:pk>/labels/<int:label_pk>/accept/", review_auto.finding_accept, name="finding_accept"
+    ),
+    path(
+        "<int:pk>/labels/<int:label_pk>/dismiss/",
+        review_auto.finding_dismiss,
+        name="finding_dismiss",
+    ),
+    path("<int:pk>/labels/<int:label_pk>/edit/", review_auto.finding_edit, name="finding_edit"),
 ]

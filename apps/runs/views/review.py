@@ -15,10 +15,11 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from apps.accounts.access import can_delete_label, can_review, can_start, signin_url
-from apps.runs import review, selectors
+from apps.runs import autoreview, review, selectors
 from apps.runs.forms import LabelForm
-from apps.runs.models import Run
+from apps.runs.models import ReviewLabel, Run
 from apps.runs.views.access import run_for_user
+from apps.runs.views.review_forms import FindingForm, autoreview_form
 
 
 def review_context(request, run: Run, events: list[dict]) -> dict:
@@ -27,7 +28,14 @@ def review_context(request, run: Run, events: list[dict]) -> dict:
     reviewer = can_review(request.user)
     for e in events:
         e["review"] = _slot(request, run, e["seq"], labels.by_seq.get(e["seq"], []), reviewer)
-    return {"review": _slot(request, run, None, labels.on_run, reviewer)}
+    slot = _slot(request, run, None, labels.on_run, reviewer)
+    slot["auto"] = {
+        "reviews": autoreview.run_autoreviews(run_id=run.pk),
+        "form": autoreview_form(request.user)
+        if autoreview.can_request(request.user) and run.is_final
+        else None,
+    }
+    return {"review": slot}
 
 
 @require_POST
@@ -84,12 +92,27 @@ def review_queue(request):
     if not can_review(request.user):
         raise PermissionDenied("The review queue is for reviewers.")
     page = Paginator(review.review_queue(), 30).get_page(request.GET.get("page"))
-    return render(request, "runs/review_queue.html", {"page": page})
+    pending = autoreview.pending_findings()
+    context = {"page": page, "pending": pending[:100], "pending_count": pending.count()}
+    return render(request, "runs/review_queue.html", context)
 
 
 def _slot(request, run: Run, seq: int | None, labels: list, reviewer: bool, form=None) -> dict:
     for label in labels:
-        label.deletable = can_delete_label(request.user, author_id=label.created_by_id)
+        auto = label.origin == ReviewLabel.Origin.AUTO
+        label.deletable = not auto and can_delete_label(request.user, author_id=label.created_by_id)
+        # A finding a reviewer may still decide on, with its edit form filled in.
+        label.decidable = auto and reviewer and label.status == ReviewLabel.Status.PENDING
+        if label.decidable:
+            label.edit_form = FindingForm(
+                initial={
+                    "source": label.source,
+                    "severity": label.severity,
+                    "kind": label.kind,
+                    "justification": label.justification,
+                },
+                prefix=f"finding-{label.pk}",
+            )
     return {
         "run": run,
         "seq": seq,

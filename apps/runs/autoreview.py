@@ -1,0 +1,276 @@
+"""Review by an LLM (τ²'s ``tau2 review``): staff ask a reviewer model to read a run, its
+task's user scenario and the domain policy; its findings become the run's review labels
+of origin ``auto``, pending until a person accepts, edits or dismisses each.
+
+:func:`autoreview_request` (one run) and :func:`autoreviews_request` (an evaluation's
+failures, or all its runs) store an :class:`AutoReview` and queue ``runs.autoreview``
+with its id only; :func:`autoreview_execute` is the worker's side. The reviewer runs on
+the requesting person's credentials and rules (``route_for``), its tokens and cost are
+metered on the AutoReview at the reviewer's prices fixed when asked (unpriced: ``None``,
+never $0). The prompt and the reading of the answer are ``tau2_env.review``'s: an answer
+that cannot be used fails the review in words and stores no finding.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from django.core.exceptions import PermissionDenied, ValidationError
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from apps.accounts.access import can_review
+from apps.accounts.vault import SignInRequired
+from apps.connections.routes import ConnectionUnavailable, ResolvedRoute, route_for
+from apps.inference.pricing import cost_usd
+from apps.runs import queue
+from apps.runs.models import AutoReview, ReviewLabel, Run, RunEvent
+from apps.runs.selectors import SOLVED
+from tau2_env import catalog, llm
+from tau2_env import review as tau2_review
+
+logger = logging.getLogger(__name__)
+
+# The reviewer's words → the label's columns.
+_CATEGORY_OF_SOURCE = {
+    ReviewLabel.Source.AGENT: ReviewLabel.Category.AGENT_ERROR,
+    ReviewLabel.Source.USER: ReviewLabel.Category.USER_SIM_ERROR,
+}
+_SEVERITY = {"minor": ReviewLabel.Severity.BENIGN, "critical": ReviewLabel.Severity.CRITICAL}
+
+WHICH_FAILURES = "failures"
+WHICH_ALL = "all"
+
+
+def can_request(user) -> bool:
+    """Auto-reviews are started by staff (they spend on the reviewer's model)."""
+    return bool(user is not None and user.is_authenticated and user.is_staff)
+
+
+# --- writes -------------------------------------------------------------------------
+
+
+def _reviewable(run: Run) -> bool:
+    return run.status in Run.FINAL and run.n_messages > 0
+
+
+def autoreview_request(*, run: Run, by, reviewer: ResolvedRoute) -> AutoReview:
+    """Ask ``reviewer`` to review ``run`` (on ``by``'s credentials, once this commits).
+
+    Raises ``PermissionDenied`` unless ``by`` is staff and ``ValidationError`` for a run
+    that has not ended or has no message."""
+    if not can_request(by):
+        raise PermissionDenied("Only staff may start an auto-review.")
+    if not _reviewable(run):
+        raise ValidationError("Only a finished run with messages can be reviewed.")
+    return _request(run=run, by=by, reviewer=reviewer)
+
+
+def autoreviews_request(*, evaluation_id: int, by, reviewer: ResolvedRoute, which: str) -> list:
+    """Ask ``reviewer`` to review evaluation ``evaluation_id``'s finished runs: its
+    failures (failed, or a reward below 1) with ``which="failures"``, every one with
+    ``"all"``. Returns the AutoReviews queued (none for a run without messages). By the
+    evaluation's id: the runs app sits below the evaluations app."""
+    if not can_request(by):
+        raise PermissionDenied("Only staff may start an auto-review.")
+    if which not in (WHICH_FAILURES, WHICH_ALL):
+        raise ValidationError(f"Review which runs? {which!r} is neither failures nor all.")
+    runs = Run.objects.filter(evaluation_id=evaluation_id, status__in=Run.FINAL, n_messages__gt=0)
+    if which == WHICH_FAILURES:
+        runs = runs.filter(Q(status=Run.Status.FAILED) | Q(reward__lt=SOLVED))
+    with transaction.atomic():
+        return [_request(run=run, by=by, reviewer=reviewer) for run in runs.order_by("pk")]
+
+
+def _request(*, run: Run, by, reviewer: ResolvedRoute) -> AutoReview:
+    prices = reviewer.prices
+    review = AutoReview.objects.create(
+        run=run,
+        requested_by=by,
+        reviewer_model=reviewer.model,
+        reviewer_connection=reviewer.connection,
+        price_input=prices[0] if prices else None,
+        price_output=prices[1] if prices else None,
+    )
+    queue.autoreview_enqueue(review.pk)
+    return review
+
+
+def autoreview_execute(*, review_id: int) -> str:
+    """The worker's side: claim the review (once), ask the reviewer, store its findings
+    all at once, or fail the review with a readable reason and no finding. Returns the
+    review's status afterwards."""
+    claimed = AutoReview.objects.filter(pk=review_id, status=AutoReview.Status.QUEUED).update(
+        status=AutoReview.Status.RUNNING
+    )
+    review = (
+        AutoReview.objects.select_related("run", "run__task", "requested_by", "reviewer_connection")
+        .filter(pk=review_id)
+        .first()
+    )
+    if review is None:  # its run was deleted since
+        return "gone"
+    if not claimed:
+        return review.status
+    run = review.run
+    events = list(RunEvent.objects.filter(run=run).order_by("seq").values_list("seq", "message"))
+    try:
+        route = route_for(
+            connection=review.reviewer_connection,
+            model=review.reviewer_model,
+            user=review.requested_by,
+        )
+    except (SignInRequired, ConnectionUnavailable) as exc:
+        return _fail(review, f"The reviewer could not be reached: {exc}")
+    try:
+        outcome = tau2_review.review_run(
+            route=route,
+            messages=_request_messages(run=run, events=events),
+            seqs=[seq for seq, _ in events],
+        )
+    except tau2_review.ReviewReplyError as exc:
+        return _fail(review, f"The reviewer's answer could not be used: {exc}", usage=exc.usage)
+    except llm.LLMCallError as exc:
+        return _fail(review, f"The reviewer's call failed: {exc}")
+    except Exception as exc:  # a bug: still a readable end, never a stuck "reviewing"
+        logger.exception("Auto-review %s failed", review.pk)
+        return _fail(review, llm.explain_error(exc, secrets=route.secrets()).message)
+    by_seq = dict(RunEvent.objects.filter(run=run).values_list("seq", "pk"))
+    with transaction.atomic():
+        for finding in outcome.review.findings:
+            label = ReviewLabel(
+                run=run,
+                event_id=by_seq[finding.seq] if finding.seq is not None else None,
+                category=_CATEGORY_OF_SOURCE[finding.source],
+                severity=_SEVERITY[finding.severity],
+                origin=ReviewLabel.Origin.AUTO,
+                status=ReviewLabel.Status.PENDING,
+                source=finding.source,
+                kind=finding.category,
+                justification=finding.justification,
+                auto_review=review,
+                created_by=None,
+            )
+            label.full_clean(exclude=["created_by"])
+            label.save()
+        _finish(
+            review,
+            status=AutoReview.Status.DONE,
+            usage=outcome.usage,
+            summary=outcome.review.summary,
+        )
+    return AutoReview.Status.DONE
+
+
+def _request_messages(*, run: Run, events: list) -> list[dict[str, str]]:
+    task = catalog.get_task(run.domain, run.task.task_id)
+    if run.status == Run.Status.COMPLETED:
+        outcome = f"Scored by τ²: reward {run.reward:g}. Ended: {run.termination_reason or '?'}."
+    else:
+        outcome = f"The run {run.get_status_display()}: {run.error or run.termination_reason}"
+    return tau2_review.review_messages(
+        policy=catalog.get_domain(run.domain).policy,
+        scenario=task.raw.get("user_scenario") or {},
+        trace=events,
+        outcome=outcome,
+    )
+
+
+def _fail(review: AutoReview, error: str, *, usage: llm.Usage | None = None) -> str:
+    _finish(review, status=AutoReview.Status.FAILED, usage=usage or llm.Usage(), error=error)
+    return AutoReview.Status.FAILED
+
+
+def _finish(
+    review: AutoReview, *, status: str, usage: llm.Usage, error: str = "", summary: str = ""
+) -> None:
+    AutoReview.objects.filter(pk=review.pk).update(
+        status=status,
+        error=error[:4000],
+        summary=summary[:4000],
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+        cost_usd=cost_usd(
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            prices=review.prices,
+        )
+        if usage.calls
+        else None,
+        finished_at=timezone.now(),
+    )
+
+
+def _decide(label: ReviewLabel, by) -> None:
+    if not can_review(by):
+        raise PermissionDenied("Only reviewers may decide on findings.")
+    if label.origin != ReviewLabel.Origin.AUTO:
+        raise ValidationError("Only an auto-review's finding is accepted or dismissed.")
+
+
+def finding_accept(*, label: ReviewLabel, by) -> ReviewLabel:
+    """Accept an auto-review finding: from now on it counts like a person's label."""
+    _decide(label, by)
+    label.status, label.decided_by, label.decided_at = (
+        ReviewLabel.Status.ACCEPTED,
+        by,
+        timezone.now(),
+    )
+    label.save(update_fields=["status", "decided_by", "decided_at"])
+    return label
+
+
+def finding_dismiss(*, label: ReviewLabel, by) -> ReviewLabel:
+    """Dismiss an auto-review finding: kept (what the reviewer said), never counted."""
+    _decide(label, by)
+    label.status, label.decided_by, label.decided_at = (
+        ReviewLabel.Status.DISMISSED,
+        by,
+        timezone.now(),
+    )
+    label.save(update_fields=["status", "decided_by", "decided_at"])
+    return label
+
+
+def finding_edit(
+    *, label: ReviewLabel, by, source: str, severity: str, kind: str, justification: str
+) -> ReviewLabel:
+    """Edit an auto-review finding: it becomes ``by``'s label (origin human, accepted),
+    its category following the source; ``auto_review`` still says where it came from."""
+    _decide(label, by)
+    label.source, label.severity, label.kind = source, severity, kind
+    label.justification = justification.strip()
+    label.category = _CATEGORY_OF_SOURCE.get(source, label.category)
+    label.origin, label.status, label.created_by = (
+        ReviewLabel.Origin.HUMAN,
+        ReviewLabel.Status.ACCEPTED,
+        by,
+    )
+    label.decided_by, label.decided_at = by, timezone.now()
+    label.full_clean()
+    label.save()
+    return label
+
+
+# --- reads --------------------------------------------------------------------------
+
+
+def pending_findings():
+    """Auto-review findings nobody decided on yet, oldest first (for the review queue)."""
+    return (
+        ReviewLabel.objects.filter(
+            origin=ReviewLabel.Origin.AUTO, status=ReviewLabel.Status.PENDING
+        )
+        .select_related("run", "run__task", "event", "auto_review")
+        .order_by("created_at", "id")
+    )
+
+
+def run_autoreviews(*, run_id: int) -> list[AutoReview]:
+    """The run's auto-reviews, newest first, with their findings counted."""
+    return list(
+        AutoReview.objects.filter(run_id=run_id)
+        .select_related("reviewer_connection", "requested_by")
+        .order_by("-created_at", "-id")
+    )

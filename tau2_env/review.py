@@ -1,0 +1,277 @@
+"""An LLM's review of one τ²-bench conversation (upstream τ²'s ``tau2 review``).
+
+The reviewer reads the domain's policy, the task's user scenario (what the simulated
+customer was told to do), the outcome and the conversation, each message numbered with
+its ``seq``, and answers in JSON: findings, each with a ``source`` (``agent`` or
+``user``: the simulated customer), a ``severity`` (``minor`` / ``critical``; upstream's
+``critical_helped`` / ``critical_hindered`` read as critical), a ``category`` from
+upstream's tags, the message it points at and a justification.
+
+:func:`review_messages` builds the request, :func:`review_parse` reads the answer, and
+:func:`review_run` does both over one route (role ``judge``: metered like τ²'s NL
+judge). An answer that is not that JSON, or names a message the conversation does not
+have, raises :class:`ReviewReplyError` with a readable reason: nothing half-read. No
+Django here: the app stores what this returns.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from tau2_env import llm
+from tau2_env.llm_args import ROLE_KEY
+
+__all__ = [
+    "CATEGORIES",
+    "MARKER",
+    "SEVERITIES",
+    "SOURCES",
+    "Finding",
+    "Review",
+    "ReviewReplyError",
+    "review_messages",
+    "review_parse",
+    "review_run",
+]
+
+# The first words of the reviewer's instructions (tests' scripted servers answer by them).
+MARKER = "You review one conversation of τ²-bench"
+
+SOURCES = ("agent", "user")
+# What each severity the reviewer may say is stored as.
+SEVERITIES = {
+    "minor": "minor",
+    "benign": "minor",
+    "critical": "critical",
+    "critical_helped": "critical",
+    "critical_hindered": "critical",
+}
+# Upstream τ²'s review tags, with what people call them.
+CATEGORIES: dict[str, str] = {
+    "hallucination": "a claim or a value not backed by the policy, the tools' results or "
+    "the conversation",
+    "guideline_violation": "an action or answer the domain policy forbids (policy violation)",
+    "tool_call_argument_error": "a tool called with wrong arguments",
+    "premature_termination": "the conversation ended before the task was done",
+    "missed_required_action": "an action the task needed was never taken",
+    "wrong_sequence": "the right actions in the wrong order",
+    "user_instruction_deviation": "the simulated customer did not follow its scenario "
+    "(asked for something else, revealed what it should not, gave up, invented facts)",
+    "other": "anything else worth a person's look",
+}
+# Other names a reviewer may use for the same tags.
+_CATEGORY_ALIASES = {
+    "policy_violation": "guideline_violation",
+    "wrong_tool_arguments": "tool_call_argument_error",
+    "tool_argument_error": "tool_call_argument_error",
+    "premature_end": "premature_termination",
+    "wrong_order": "wrong_sequence",
+    "user_deviation": "user_instruction_deviation",
+    "simulator_deviation": "user_instruction_deviation",
+    "user_simulator_deviation": "user_instruction_deviation",
+}
+# Longest text of one message the reviewer reads (a tool's result can be long).
+MESSAGE_CHARS = 4000
+
+
+class ReviewReplyError(ValueError):
+    """The reviewer's answer could not be used; ``str()`` says why, for people.
+    ``usage``: the tokens of the call that answered it (it was made, and paid for)."""
+
+    usage: llm.Usage = llm.Usage()
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One error the reviewer found: ``seq`` the message it points at (``None``: the
+    conversation as a whole), ``severity`` ``minor`` or ``critical``, ``category`` one of
+    :data:`CATEGORIES`."""
+
+    seq: int | None
+    source: str
+    severity: str
+    category: str
+    justification: str
+
+
+@dataclass(frozen=True)
+class Review:
+    findings: tuple[Finding, ...]
+    summary: str = ""
+
+
+@dataclass(frozen=True)
+class ReviewOutcome:
+    """What :func:`review_run` returns: the review, and the reviewer call's tokens."""
+
+    review: Review
+    usage: llm.Usage
+
+
+_INSTRUCTIONS = f"""{MARKER}-bench: a customer-service agent (the "agent") helping a \
+simulated customer (the "user", an LLM playing a scenario) under a domain policy.
+
+Find the errors in it. For each say who made it ("agent" or "user": the simulated \
+customer), how much it matters ("critical": it changed or could change the task's \
+outcome; "minor": it did not), its category, the number of the message it is in, and why.
+
+Categories:
+{chr(10).join(f"- {name}: {what}" for name, what in CATEGORIES.items())}
+
+Answer with one JSON object and nothing else:
+{{"summary": "one or two sentences",
+ "findings": [{{"message": <the message's number, or null for the conversation as a \
+whole>, "source": "agent" | "user", "severity": "minor" | "critical", "category": \
+"<one of the categories>", "justification": "why, citing the policy or the scenario"}}]}}
+An empty "findings" list says the conversation has no error."""
+
+
+def _text(value: Any) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= MESSAGE_CHARS else text[:MESSAGE_CHARS] + " …(cut)"
+
+
+def _render(seq: int, message: Mapping[str, Any]) -> str:
+    role = message.get("role")
+    who = {"assistant": "agent", "user": "user", "tool": "tool result"}.get(role, str(role))
+    lines = [
+        f"[message {seq}] {who}:"
+        + (f" {_text(message['content'])}" if message.get("content") else "")
+    ]
+    for call in message.get("tool_calls") or ():
+        args = json.dumps(call.get("arguments") or {}, ensure_ascii=False, sort_keys=True)
+        lines.append(f"  calls {call.get('name')}({_text(args)})")
+    return "\n".join(lines)
+
+
+def review_messages(
+    *,
+    policy: str,
+    scenario: Any,
+    trace: Iterable[tuple[int, Mapping[str, Any]]],
+    outcome: str,
+) -> list[dict[str, str]]:
+    """The reviewer's request: instructions, then the policy, the user scenario, the
+    outcome and the conversation (``trace``: ``(seq, τ² message JSON)`` in order)."""
+    conversation = "\n".join(_render(seq, message) for seq, message in trace)
+    scenario_text = (
+        scenario
+        if isinstance(scenario, str)
+        else json.dumps(scenario, ensure_ascii=False, indent=1, sort_keys=True)
+    )
+    body = (
+        f"# Domain policy (the agent's)\n{policy}\n\n"
+        f"# User scenario (the simulated customer's instructions)\n{scenario_text}\n\n"
+        f"# Outcome\n{outcome}\n\n"
+        f"# Conversation\n{conversation}"
+    )
+    return [{"role": "system", "content": _INSTRUCTIONS}, {"role": "user", "content": body}]
+
+
+_FENCE = re.compile(r"^\s*```(?:json)?\s*(.*?)\s*```\s*$", re.DOTALL)
+
+
+def review_parse(text: str | None, *, seqs: Iterable[int]) -> Review:
+    """The review in the reviewer's answer ``text``; ``seqs`` the conversation's message
+    numbers. Raises :class:`ReviewReplyError` (readable) for anything but the asked JSON,
+    a finding of an unknown source, severity or category, a missing justification, or
+    a message that does not exist."""
+    known = set(seqs)
+    raw = (text or "").strip()
+    fenced = _FENCE.match(raw)
+    if fenced:
+        raw = fenced.group(1)
+    if not raw:
+        raise ReviewReplyError("The reviewer answered nothing.")
+    try:
+        data = json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise ReviewReplyError(
+            f"The reviewer's answer is not JSON ({exc.msg} at character {exc.pos}): {raw[:160]!r}"
+        ) from None
+    if not isinstance(data, dict) or not isinstance(data.get("findings"), list):
+        raise ReviewReplyError(
+            'The reviewer\'s answer is JSON but not an object with a "findings" list.'
+        )
+    findings = [_finding(i, item, known) for i, item in enumerate(data["findings"], 1)]
+    summary = data.get("summary")
+    return Review(findings=tuple(findings), summary=summary if isinstance(summary, str) else "")
+
+
+def _finding(number: int, item: Any, known: set[int]) -> Finding:
+    where = f"Finding {number} of the reviewer's answer"
+    if not isinstance(item, dict):
+        raise ReviewReplyError(f"{where} is not an object.")
+    seq = item.get("message", item.get("seq"))
+    if isinstance(seq, str) and seq.strip().isdigit():
+        seq = int(seq)
+    if seq is not None and (isinstance(seq, bool) or not isinstance(seq, int)):
+        raise ReviewReplyError(f"{where} names the message {seq!r}, which is not a number.")
+    if seq is not None and seq not in known:
+        last = max(known) if known else None
+        raise ReviewReplyError(
+            f"{where} points at message {seq}, which the conversation does not have "
+            + (f"(its messages are 0 to {last})." if last is not None else "(it has none).")
+        )
+    source = str(item.get("source", "")).strip().lower()
+    if source in ("customer", "user_simulator", "simulator"):
+        source = "user"
+    if source not in SOURCES:
+        raise ReviewReplyError(f"{where} has the source {source!r}; it must be agent or user.")
+    severity = SEVERITIES.get(str(item.get("severity", "")).strip().lower())
+    if severity is None:
+        raise ReviewReplyError(
+            f"{where} has the severity {item.get('severity')!r}; it must be minor or critical."
+        )
+    category = str(item.get("category", item.get("tag", ""))).strip().lower().replace(" ", "_")
+    category = _CATEGORY_ALIASES.get(category, category)
+    if category not in CATEGORIES:
+        raise ReviewReplyError(
+            f"{where} has the category {item.get('category')!r}; it must be one of "
+            + ", ".join(CATEGORIES)
+            + "."
+        )
+    justification = item.get("justification")
+    if not isinstance(justification, str) or not justification.strip():
+        raise ReviewReplyError(f"{where} gives no justification.")
+    return Finding(
+        seq=seq,
+        source=source,
+        severity=severity,
+        category=category,
+        justification=justification.strip(),
+    )
+
+
+def review_run(
+    *,
+    route: llm.Route,
+    messages: list[dict[str, str]],
+    seqs: Iterable[int],
+    llm_args: Mapping[str, Any] | None = None,
+) -> ReviewOutcome:
+    """Ask the reviewer on ``route`` (role ``judge``, τ²'s default temperature 0 unless
+    ``llm_args`` say otherwise) and read its answer.
+
+    Raises :class:`ReviewReplyError` for an unusable answer and ``llm.LLMCallError``
+    (readable, key-free) for a failed call. Either way nothing is returned to store.
+    """
+    args = dict(llm_args) if llm_args is not None else {"temperature": 0.0}
+    with llm.conversation(user=route, judge=route), llm.metered() as meter:
+        response = llm.routed_completion(messages=messages, **args, **{ROLE_KEY: llm.ROLE_JUDGE})
+        usage = meter.of(llm.ROLE_JUDGE)
+    try:
+        text = response.choices[0].message.content
+    except (AttributeError, IndexError, TypeError):
+        text = None
+    try:
+        review = review_parse(text, seqs=seqs)
+    except ReviewReplyError as exc:
+        # The call was made and paid for: the error says so, the caller keeps the usage.
+        exc.usage = usage
+        raise
+    return ReviewOutcome(review=review, usage=usage)
