@@ -12,6 +12,7 @@ from rest_framework.permissions import BasePermission
 
 from apps.accounts.access import can_view_runs
 from apps.evaluations import selectors
+from apps.evaluations.breakdowns import evaluation_breakdowns
 from apps.evaluations.exports import scrub
 from apps.evaluations.models import Evaluation
 from apps.evaluations.selectors import EvaluationFilters
@@ -51,6 +52,7 @@ class EvaluationSerializer(serializers.ModelSerializer):
             "full_split",
             "agent_model",
             "user_model",
+            "mode",
             "num_trials",
             "seed",
             "runs",
@@ -92,6 +94,7 @@ class EvaluationSerializer(serializers.ModelSerializer):
 
 class EvaluationDetailSerializer(EvaluationSerializer):
     metrics = serializers.SerializerMethodField()
+    breakdowns = serializers.SerializerMethodField()
     provenance = serializers.SerializerMethodField()
     downloads = serializers.SerializerMethodField()
 
@@ -107,6 +110,7 @@ class EvaluationDetailSerializer(EvaluationSerializer):
             "concurrency",
             "provenance",
             "metrics",
+            "breakdowns",
             "downloads",
         ]
 
@@ -114,6 +118,15 @@ class EvaluationDetailSerializer(EvaluationSerializer):
     def get_metrics(self, evaluation) -> dict:
         """Progress, τ²'s pass^k and average reward, means per run: computed now."""
         return selectors.evaluation_metrics(evaluation)
+
+    @extend_schema_field(serializers.ListField(child=serializers.DictField()))
+    def get_breakdowns(self, evaluation) -> list[dict]:
+        """The paper's breakdowns: pass^1 by group of tasks (expected actions in buckets
+        0–1, 2–3, 4–6, 7+; persona; telecom issue type and sub-issue; read-only vs
+        write), each group with its n (tasks), runs and 95% bootstrap interval
+        (``ci95``); ``applies`` is false, with ``note`` saying why, for a grouping the
+        domain's tasks lack (``apps.evaluations.breakdowns``)."""
+        return [b.as_json() for b in evaluation_breakdowns(evaluation)]
 
     @extend_schema_field(OpenApiTypes.OBJECT)
     def get_provenance(self, evaluation) -> dict:
