@@ -21,7 +21,7 @@ urlpatterns = [
     path("<int:pk>/labels/<int:label_pk>/delete/", views.label_delete, name="label_delete"),
     path("<int:pk>/autoreview/", review_auto.autoreview_run, name="autoreview"),
     path(
-        "autoreview/evaluation/<int:evaluation_pk>/",
+        "autoreview/evaluations/<int:pk>/",
         review_auto.autoreview_evaluation,
         name="autoreview_evaluation",
     ),

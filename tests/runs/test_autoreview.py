@@ -359,7 +359,7 @@ def test_staff_review_an_evaluations_failures_or_all_its_runs(
         'data-testid="evaluation-autoreview"'
         not in alice_client.get(f"/evaluations/{evaluation.pk}/").content.decode()
     )
-    url = f"/runs/autoreview/evaluation/{evaluation.pk}/"
+    url = f"/runs/autoreview/evaluations/{evaluation.pk}/"
     assert alice_client.post(url, {"reviewer_model": AGENT_MODEL}).status_code == 403
 
     # What was asked is read here (a worker may be reviewing it already).

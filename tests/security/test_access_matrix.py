@@ -69,6 +69,25 @@ MATRIX: dict[str, dict[str, tuple[str, str, str]]] = {
         "GET": same("405"),
         "POST": ("403", "403", "302 /runs/{run}/"),
     },
+    # Review by an LLM: staff start it (an empty form: back with its error); reviewers
+    # decide on a finding (a person's label is none: back with that said).
+    "runs/<int:pk>/autoreview/": {"GET": same("405"), "POST": ("403", "403", "302 /runs/{run}/")},
+    "runs/autoreview/evaluations/<int:pk>/": {
+        "GET": same("405"),
+        "POST": ("403", "403", "302 /evaluations/{evaluation}/"),
+    },
+    "runs/<int:pk>/labels/<int:label_pk>/accept/": {
+        "GET": same("405"),
+        "POST": ("403", "403", "302 /runs/{run}/"),
+    },
+    "runs/<int:pk>/labels/<int:label_pk>/dismiss/": {
+        "GET": same("405"),
+        "POST": ("403", "403", "302 /runs/{run}/"),
+    },
+    "runs/<int:pk>/labels/<int:label_pk>/edit/": {
+        "GET": same("405"),
+        "POST": ("403", "403", "302 /runs/{run}/"),
+    },
     # Races: who may start runs starts one (an empty form: 200 with its errors); who may
     # see runs watches one (its lanes stream over each run's own /ws/runs/<id>/).
     "races/": {"GET": (SIGNIN, "200", "200"), "POST": same("405")},

@@ -11,11 +11,11 @@ from __future__ import annotations
 from django import forms
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.http import Http404
 from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
+from apps.accounts.access import can_review
 from apps.runs import autoreview, review
 from apps.runs.models import ReviewLabel, Run
 from apps.runs.views.access import run_for_user
@@ -48,18 +48,16 @@ def autoreview_run(request, pk: int):
 
 
 @require_POST
-def autoreview_evaluation(request, evaluation_pk: int):
+def autoreview_evaluation(request, pk: int):
     if not autoreview.can_request(request.user):
         raise PermissionDenied("Only staff may start an auto-review.")
-    if not Run.objects.filter(evaluation_id=evaluation_pk).exists():
-        raise Http404(f"No evaluation {evaluation_pk} with runs")
-    back = reverse("evaluations:detail", kwargs={"pk": evaluation_pk}) + "#auto-review"
+    back = reverse("evaluations:detail", kwargs={"pk": pk}) + "#auto-review"
     form = autoreview_form(request.user, evaluation=True, data=request.POST)
     if not form.is_valid():
         messages.error(request, "The auto-review was not started: " + _form_errors(form))
         return redirect(back)
     queued = autoreview.autoreviews_request(
-        evaluation_id=evaluation_pk,
+        evaluation_id=pk,
         by=request.user,
         reviewer=form.cleaned_data["reviewer_model"],
         which=form.cleaned_data["which"],
@@ -77,6 +75,8 @@ def autoreview_evaluation(request, evaluation_pk: int):
 
 def _finding(request, pk: int, label_pk: int) -> tuple[Run, ReviewLabel]:
     run = run_for_user(request, pk)
+    if not can_review(request.user):
+        raise PermissionDenied("Only reviewers may decide on findings.")
     return run, review.label_get(run_id=run.pk, pk=label_pk)
 
 
