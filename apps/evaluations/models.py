@@ -115,7 +115,9 @@ class Evaluation(models.Model):
         ]
 
     def __str__(self) -> str:
-        return self.name or f"Evaluation {self.pk} {self.domain} {self.agent_model}"
+        named = self.name or f"Evaluation {self.pk} {self.domain} {self.agent_model}"
+        # An ablation is part of what the evaluation is: named wherever it is.
+        return named if self.mode == Run.Mode.DEFAULT else f"{named} ({self.get_mode_display()})"
 
     def get_absolute_url(self) -> str:
         return reverse("evaluations:detail", kwargs={"pk": self.pk})

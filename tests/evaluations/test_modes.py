@@ -34,6 +34,7 @@ from apps.evaluations.exports import evaluation_export, evaluation_export_tau2
 from apps.evaluations.models import Evaluation
 from apps.evaluations.services import evaluation_create, evaluation_stop
 from apps.runs.models import Run
+from tau2_env import results as tau2_results
 from tests.support.evaluations import wait_for_evaluation
 from tests.support.llm_server import RecordedRequest, tool_call
 from tests.support.scripts import GOLD_TASK, gold_script
@@ -241,6 +242,22 @@ def test_a_no_user_run_sends_what_tau2_run_solo_sends_and_scores_the_same(
     cli = llm_server.chat_requests()
     assert results["info"]["agent_info"]["implementation"] == "llm_agent_solo"
     assert results["info"]["user_info"]["implementation"] == "dummy_user"
+    # τ²'s file, read back and scored again in the mode its sides name: τ²'s verdict.
+    parsed = tau2_results.read_results(json.dumps(results), max_bytes=50_000_000)
+    mode = tau2_results.mode_of(
+        agent=parsed.info.agent_info.implementation, user=parsed.info.user_info.implementation
+    )
+    assert mode == "no_user"
+    again = tau2_results.rescore(
+        domain="telecom",
+        task=parsed.tasks[0],
+        simulation=parsed.simulations[0],
+        max_steps=MAX_STEPS,
+        max_errors=10,
+        mode=mode,
+    )
+    assert again.status == "equal", again.note
+    assert again.reward_info == results["simulations"][0]["reward_info"]
 
     llm_server.requests.clear()
     counted_ids.restart()
@@ -399,3 +416,26 @@ def test_oracle_plan_leaves_out_the_tasks_tau2s_gt_agent_refuses(alice, llm_serv
     assert evaluation.provenance["mode_left_out"] == refused
     assert set(evaluation.runs.values_list("mode", flat=True)) == {"oracle_plan"}
     evaluation_stop(evaluation=evaluation)
+
+
+def test_the_mode_is_named_on_the_list_the_page_and_the_api(alice, alice_client):
+    from tests.support.evaluations import stored_evaluation
+
+    plain = stored_evaluation(alice, outcomes={"27": [1.0]})
+    oracle = stored_evaluation(alice, outcomes={"27": [1.0]}, name="GT run")
+    Evaluation.objects.filter(pk=oracle.pk).update(mode="oracle_plan")
+    oracle.refresh_from_db()
+
+    assert str(oracle) == "GT run (Oracle plan)" and "(" not in str(plain)
+    rows = alice_client.get("/evaluations/").content.decode()
+    row = rows[rows.index(f'data-evaluation-id="{oracle.pk}"') :]
+    assert 'data-testid="evaluation-mode"' in row[: row.index("</tr>")]
+    row = rows[rows.index(f'data-evaluation-id="{plain.pk}"') :]
+    assert 'data-testid="evaluation-mode"' not in row[: row.index("</tr>")]
+    page = alice_client.get(oracle.get_absolute_url()).content.decode()
+    assert "mode Oracle plan (llm_agent_gt + user_simulator)" in page
+    assert "<title>GT run (Oracle plan)" in page
+    assert alice_client.get(f"/api/evaluations/{oracle.pk}/").json()["mode"] == "oracle_plan"
+    listed = alice_client.get("/api/evaluations/").json()
+    items = listed["results"] if isinstance(listed, dict) else listed
+    assert {e["id"]: e["mode"] for e in items} == {plain.pk: "default", oracle.pk: "oracle_plan"}
