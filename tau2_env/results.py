@@ -29,6 +29,7 @@ __all__ = [
     "Results",
     "ResultsFileError",
     "agent_info",
+    "mode_of",
     "read_results",
     "rescore",
     "same_task",
@@ -177,14 +178,31 @@ class Rescore:
         return "differs" if self.differs else "equal"
 
 
+def mode_of(*, agent: str | None, user: str | None) -> str | None:
+    """The evaluation mode (``engine.MODES``) of a results file whose ``agent_info`` and
+    ``user_info`` name ``agent`` and ``user`` (τ²'s registry names, as ``tau2 run --agent
+    … --user …`` writes them); ``None`` for a pair no mode is (another agent, a person)."""
+    for mode, pair in engine.IMPLEMENTATIONS.items():
+        if (agent, user) == pair:
+            return mode
+    return None
+
+
 def rescore(
-    *, domain: str, task: Task, simulation: SimulationRun, max_steps: int, max_errors: int
+    *,
+    domain: str,
+    task: Task,
+    simulation: SimulationRun,
+    max_steps: int,
+    max_errors: int,
+    mode: str = engine.DEFAULT,
 ) -> Rescore:
     """Score ``simulation``'s conversation again with τ²'s evaluator, as ``tau2 run`` does.
 
     The conversation is replayed in a fresh environment by :class:`~tau2_env.engine.Episode`
     (τ²'s orchestrator checks every tool result against the one it gets again) and
-    ended as the file says it ended. Never raises for a bad conversation: the
+    ended as the file says it ended; a No-User file's in τ²'s solo mode, as ``tau2 run``
+    scored it (``mode``: :func:`mode_of` the file's sides). Never raises for a bad conversation: the
     :class:`Rescore` says it could not be re-scored, and why.
     """
     stored = simulation.reward_info.reward if simulation.reward_info is not None else None
@@ -200,6 +218,9 @@ def rescore(
             seed=simulation.seed,
             nl_judge="basis",
             score_on_end=False,
+            mode=mode,
+            # A mode's own agent is τ²'s (never asked here: the conversation is over).
+            agent_llm=_NO_LLM if mode != engine.DEFAULT else None,
         )
     except Exception as exc:
         return Rescore(

@@ -24,10 +24,14 @@ The groups (fixed, so two evaluations' breakdowns line up):
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+
+from django.core.cache import cache
 
 from apps.evaluations import selectors
 from apps.evaluations.models import Evaluation
@@ -60,6 +64,7 @@ ISSUE_TYPES = {
 _PERSONA = re.compile(r"\[PERSONA:(\w+)\]\s*$")
 _ISSUE = re.compile(r"^\[(\w+)\]")
 SAMPLES = 1000
+_CACHE_SECONDS = 24 * 3600
 
 
 @dataclass(frozen=True)
@@ -147,7 +152,7 @@ def _group(label: str, rewards: dict[str, list[float | None]]) -> Group:
     if not counted:
         return Group(label=label, n=0, runs=0, pass_1=None, low=None, high=None)
     metrics = compute_metrics(counted)
-    low, high = bootstrap_pass_hat_k(counted, ks=[1], samples=SAMPLES)[1]
+    low, high = _interval(counted)
     return Group(
         label=label,
         n=len(counted),
@@ -156,6 +161,18 @@ def _group(label: str, rewards: dict[str, list[float | None]]) -> Group:
         low=low,
         high=high,
     )
+
+
+def _interval(counted: dict[str, list[float | None]]) -> tuple[float, float]:
+    """pass^1's bootstrap interval, remembered by what it was computed from (a full
+    split's breakdowns resample ~1M times: about a second, once per change of rewards)."""
+    payload = json.dumps([SAMPLES, list(counted.items())]).encode()
+    key = "evaluations:breakdown-ci:" + hashlib.sha256(payload).hexdigest()
+    found = cache.get(key)
+    if found is None:
+        found = bootstrap_pass_hat_k(counted, ks=[1], samples=SAMPLES)[1]
+        cache.set(key, found, _CACHE_SECONDS)
+    return tuple(found)
 
 
 def _grouped(
