@@ -626,7 +626,7 @@ def _explain_call(exc: BaseException, *, route: Route | None, base_var: str) -> 
             name=route.label if route is not None else "",
             where=where,
         )
-        return kind, f"{message}. {detail}"
+        return kind, f"{message.rstrip('.')}. {detail}"
     if isinstance(status, int) and status >= 500:
         if named:
             return "provider_error", (
