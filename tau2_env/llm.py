@@ -30,9 +30,11 @@ from __future__ import annotations
 
 import contextvars
 import json
+import logging
 import re
 import socket
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -245,6 +247,53 @@ def litellm_kwargs(route: Route) -> dict[str, Any]:
     return kwargs
 
 
+class _LogRedactor(logging.Filter):
+    """Takes the keys and header values of the routes called lately out of the log records
+    of litellm and the HTTP clients under it.
+
+    At DEBUG litellm logs every request as a curl command with the call's arguments,
+    ``extra_headers`` in the clear (it masks the key, not a connection's headers, which may
+    carry secrets too). The project's LOGGING keeps litellm at WARNING; whoever turns it
+    up still sees no secret. Secrets stay in this process's memory only, the latest
+    :attr:`KEEP` of them (the routes of a worker's runs in flight).
+    """
+
+    KEEP = 512
+    LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy", "openai", "httpx", "httpcore")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self._secrets: OrderedDict[str, None] = OrderedDict()
+
+    def remember(self, route: Route) -> None:
+        with self._lock:
+            for secret in route.secrets():
+                if secret:
+                    self._secrets[secret] = None
+                    self._secrets.move_to_end(secret)
+            while len(self._secrets) > self.KEEP:
+                self._secrets.popitem(last=False)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        with self._lock:
+            secrets = tuple(self._secrets)
+        if not secrets:
+            return True
+        try:
+            message = record.getMessage()
+        except Exception:  # a record whose arguments do not fit its format: as it is
+            return True
+        if any(secret in message for secret in secrets):
+            record.msg, record.args = redact(message, *secrets), None
+        return True
+
+
+_log_redactor = _LogRedactor()
+for _name in _LogRedactor.LOGGERS:
+    logging.getLogger(_name).addFilter(_log_redactor)
+
+
 _routes: contextvars.ContextVar[Mapping[str, Route] | None] = contextvars.ContextVar(
     "tau2_llm_routes", default=None
 )
@@ -344,6 +393,7 @@ def routed_completion(*args: Any, **kwargs: Any) -> Any:
         )
     call = {k: v for k, v in kwargs.items() if k not in ROUTE_KEYS}
     call.update(litellm_kwargs(route))
+    _log_redactor.remember(route)
     try:
         response = litellm.completion(**call)
     except Exception as exc:
