@@ -26,7 +26,7 @@ from apps.connections.routes import route_for
 from apps.play import schemas, selectors
 from apps.play.selectors import Phase
 from apps.runs import queue
-from apps.runs.events import events_publish, status_publish
+from apps.runs.events import events_publish, judge_fields, status_publish
 from apps.runs.lifecycle import execution_id, run_finish
 from apps.runs.models import Run, RunEvent
 from apps.runs.services import customer_prices, run_provenance
@@ -272,7 +272,8 @@ def play_complete(*, run: Run, holder: str, episode: engine.Episode) -> bool:
         worker=holder,
         termination_reason=episode.termination_reason.value,
         reward_info=episode.reward_info.model_dump(mode="json"),
-        fields=ENDED,
+        # The NL judge's calls, when it judged (metered by the engine's scoring).
+        fields={**ENDED, **judge_fields(run_id=run.pk, usage=episode.judge_usage)},
     )
 
 
