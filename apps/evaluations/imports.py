@@ -6,10 +6,18 @@ engine: the runs keep the re-scored reward, and a stored reward that differs is 
 on the run (``provenance["rescore"]``) and on the evaluation (``provenance["import"]``).
 A bad file stores nothing: one the bounded reader refuses (too deep, a NUL, an integer
 too long, NaN) or holding a number its column, or a date, cannot hold (the field named).
+
+Each simulation's content hash (:func:`simulation_hash`) is kept on its run
+(``provenance["simulation_hash"]``) and the file's on the evaluation
+(``provenance["simulations_hash"]``): the same simulations imported again are stored
+(a person may want them), named as repeats of the evaluations that already hold them
+(``provenance["import"]["repeats"]``), and never pooled as new trials by the leaderboard.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -27,10 +35,18 @@ from apps.runs.events import event_kind
 from apps.runs.models import MAX_TRIALS, Run, RunEvent
 from apps.tasks.models import Domain, Task
 from apps.tasks.selectors import catalogue_latest
-from tau2_env import catalog
+from tau2_env import catalog, jsonbounds
 from tau2_env.evaluation import DEFAULT_SEED, trial_seeds
 from tau2_env.llm import ROUTE_KEYS
-from tau2_env.results import Rescore, ResultsFileError, read_results, rescore, same_task
+from tau2_env.results import (
+    MAX_DEPTH,
+    MAX_INT_DIGITS,
+    Rescore,
+    ResultsFileError,
+    read_results,
+    rescore,
+    same_task,
+)
 
 _CENT = Decimal("0.000001")
 # The largest cost Run.cost_usd and RunEvent.cost_usd hold (12 digits, 6 decimals).
@@ -97,6 +113,8 @@ def evaluation_import(*, user, data: bytes, name: str = "") -> Evaluation:
     seeds = _seeds(results, trials, seed, info.num_trials)
     latest = catalogue_latest()
     our_hash = latest.task_set_hash if latest else catalog.catalogue_hash()
+    digests = _simulation_hashes(data, results)
+    repeats = _repeats(digests)
     agent_model = (info.agent_info.llm or info.agent_info.implementation or "unknown")[:255]
     user_model = (info.user_info.llm or info.user_info.implementation or "unknown")[:255]
     # Each side's τ² llm_args as the file records them, without what names a key or an
@@ -132,7 +150,11 @@ def evaluation_import(*, user, data: bytes, name: str = "") -> Evaluation:
                 "tau2_version": catalog.tau2_version(),
                 "task_set_hash": our_hash if not differing_tasks else f"file:{_digest(results)}",
                 "agent_prices": None,
+                "simulations_hash": _digest_of(digests),
                 "import": {
+                    # Evaluations that already hold some of these very simulations (by id,
+                    # as text: how many of them): the leaderboard counts each once.
+                    "repeats": repeats,
                     "file_tau2": info.git_commit,
                     "file_seed": info.seed,
                     "agent": scrub(info.agent_info.model_dump(mode="json")),
@@ -150,8 +172,10 @@ def evaluation_import(*, user, data: bytes, name: str = "") -> Evaluation:
             },
         )
         runs = Run.objects.bulk_create(
-            _run(evaluation, tasks[sim.task_id], sim, trial, score, info)
-            for sim, trial, score in zip(results.simulations, trials, scores, strict=True)
+            _run(evaluation, tasks[sim.task_id], sim, trial, score, info, digest)
+            for sim, trial, score, digest in zip(
+                results.simulations, trials, scores, digests, strict=True
+            )
         )
         RunEvent.objects.bulk_create(
             (
@@ -244,11 +268,50 @@ def _split_of(domain: str, task_ids: list[str]) -> str:
     return ""
 
 
+def simulation_hash(raw: Any) -> str:
+    """The content hash of one τ² simulation: SHA-256 of its JSON as the file holds it
+    (keys sorted, no spaces) — the same conversation imported twice has the same hash.
+    The file's text, not τ²'s model of it: the model fills the stamps a file leaves out
+    with the time it was read."""
+    text = json.dumps(raw, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _simulation_hashes(data: bytes, results) -> list[str]:
+    """Each simulation's :func:`simulation_hash`, in the file's order (``data`` was read
+    by the bounded reader already: it is JSON of τ²'s shape)."""
+    raw = jsonbounds.loads(
+        data.decode("utf-8-sig"),
+        max_bytes=max_upload_bytes(),
+        max_depth=MAX_DEPTH,
+        max_int_digits=MAX_INT_DIGITS,
+    )["simulations"]
+    if len(raw) != len(results.simulations):  # never, for a file read_results accepted
+        raise ValidationError("The file's simulations could not be read twice alike.")
+    return [simulation_hash(sim) for sim in raw]
+
+
+def _digest_of(digests: list[str]) -> str:
+    """The hash of a set of simulations: of their hashes, sorted (order-free)."""
+    return hashlib.sha256(",".join(sorted(digests)).encode()).hexdigest()
+
+
+def _repeats(digests: list[str]) -> dict[str, int]:
+    """Which stored evaluations already hold some of these simulations: id → how many."""
+    found = (
+        Run.objects.filter(provenance__simulation_hash__in=list(set(digests)))
+        .values_list("evaluation_id", "provenance__simulation_hash")
+        .distinct()
+    )
+    counts: dict[str, int] = {}
+    for evaluation_id, _ in found:
+        if evaluation_id is not None:
+            counts[str(evaluation_id)] = counts.get(str(evaluation_id), 0) + 1
+    return dict(sorted(counts.items(), key=lambda item: int(item[0])))
+
+
 def _digest(results) -> str:
     """A short hash of the file's own task definitions (its task set)."""
-    import hashlib
-    import json
-
     tasks = sorted((t.model_dump(mode="json") for t in results.tasks), key=lambda t: t["id"])
     text = json.dumps(tasks, sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:16]
@@ -356,7 +419,9 @@ def _usage(message) -> tuple[int, int]:
     return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
 
 
-def _run(evaluation: Evaluation, task: Task, sim, trial: int, score: Rescore, info) -> Run:
+def _run(
+    evaluation: Evaluation, task: Task, sim, trial: int, score: Rescore, info, digest: str
+) -> Run:
     started, finished = _times(sim, "")
     agent = [m for m in sim.messages if m.role == "assistant"]
     rescore = {"status": score.status, "stored_reward": score.stored}
@@ -405,6 +470,7 @@ def _run(evaluation: Evaluation, task: Task, sim, trial: int, score: Rescore, in
             "task_id": task.task_id,
             "source": "tau2 run import",
             "simulation_id": sim.id[:200],
+            "simulation_hash": digest,
             "agent": {"implementation": "tau2 run", "model": evaluation.agent_model},
             "user": {"implementation": "tau2 run", "model": evaluation.user_model},
             "args": {

@@ -84,7 +84,8 @@ def evaluation_state(evaluation: Evaluation) -> LiveState:
 def _stamp(evaluation: Evaluation) -> tuple:
     """What the state is made of, summed up in one query: the evaluation's status and
     error, and its runs' counts per status, last start / finish / dispatch, tokens,
-    rewards and messages. Any change the page shows changes one of them."""
+    rewards and messages, and the critical user-simulator errors marked on them (a
+    label added, accepted or dismissed). Any change the page shows changes one of them."""
     totals = Run.objects.filter(evaluation_id=evaluation.pk).aggregate(
         **{status: Count("id", filter=Q(status=status)) for status in Run.Status.values},
         dispatched=Count("dispatched_at"),
@@ -94,6 +95,10 @@ def _stamp(evaluation: Evaluation) -> tuple:
         tokens=Sum(F("prompt_tokens") + F("completion_tokens")),
         rewards=Sum("reward"),
         messages=Sum("n_messages"),
+        # The runs with a critical user-simulator error: how many, and which (their ids
+        # summed), so that a label added, accepted or dismissed is a change.
+        sim_errors=Count("id", filter=selectors.SIM_ERROR),
+        sim_error_ids=Sum("id", filter=selectors.SIM_ERROR),
     )
     return (evaluation.status, evaluation.error, tuple(sorted(totals.items())))
 
@@ -176,8 +181,27 @@ def progress_context(evaluation: Evaluation, summary: EvaluationSummary) -> dict
     }
 
 
+def left_out(summary: EvaluationSummary | None) -> list[tuple[str, int]]:
+    """The runs left out of τ²'s metrics, as (why, how many), in ``LEFT_OUT``'s order."""
+    if summary is None or not summary.left_out:
+        return []
+    return [(selectors.LEFT_OUT.get(k, k), n) for k, n in summary.left_out.items() if n]
+
+
+def clean_scores(summary: EvaluationSummary | None) -> list[dict[str, Any]]:
+    """``[{"k", "all", "clean"}]``: pass^k over every scored run and without the runs
+    with a critical user-simulator error (``None`` where that k is not there)."""
+    if summary is None:
+        return []
+    clean = summary.clean_pass_hat_ks or {}
+    ks = sorted(set(summary.pass_hat_ks) | set(clean))
+    return [{"k": k, "all": summary.pass_hat(k), "clean": clean.get(k)} for k in ks]
+
+
 def metrics_context(evaluation: Evaluation, summary: EvaluationSummary) -> dict[str, Any]:
     return {
+        "left_out": left_out(summary),
+        "clean_scores": clean_scores(summary),
         "evaluation": evaluation,
         "m": summary,
         "pass_hat_ks": [{"k": k, "value": v} for k, v in sorted(summary.pass_hat_ks.items())],

@@ -8,14 +8,39 @@ from decimal import Decimal
 from statistics import mean
 from typing import Any
 
-from django.db.models import Count, QuerySet
+from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
 from apps.evaluations.models import Evaluation
+from apps.evaluations.pooling import differences, identity_of
+from apps.evaluations.significance import (
+    DEFAULT_TRIAL_VARIANCE,
+    Difference,
+    Planner,
+    paired_difference,
+    task_order,
+    trial_variance,
+)
 from apps.evaluations.summary import EvaluationSummary, SummaryUnreadable, TaskReward
-from apps.runs.models import Run
+from apps.runs.models import ReviewLabel, Run
 from tau2_env.evaluation import compute_metrics, is_successful
+
+# Which final runs τ²'s metrics count. τ² scores every simulation it ran, a model's own
+# failures at 0 (an agent or customer error, the step limit: ``tau2`` records them with
+# reward 0), and leaves out only infrastructure errors. Here a completed run counts with
+# its reward, a failure of the conversation itself (``Run.Failure.CONVERSATION``: the
+# model's output broke the conversation or its scoring) counts as reward 0, and every
+# other final run is left out, for the reason said: none of them is the model's answer.
+COUNTED_FAILURES = frozenset({Run.Failure.CONVERSATION})
+LEFT_OUT = {
+    Run.Failure.INFRASTRUCTURE.value: "infrastructure failure (database, broker or worker)",
+    Run.Failure.TRANSIENT.value: "provider errors or rate limits that outlasted the retries",
+    Run.Failure.PROVIDER.value: "the provider refused the key or the model (401/402/403/404)",
+    Run.Failure.BUDGET.value: "a connection's monthly budget was reached",
+    "unrecorded": "failed, its cause not recorded",
+    Run.Status.STOPPED.value: "stopped before it ended",
+}
 
 # What the live page and the metrics read of each run: narrow columns only (a 2,285-task
 # telecom evaluation has ~9,000 runs), never the messages.
@@ -39,7 +64,51 @@ _RUN_COLUMNS = (
     "finished_at",
     "dispatched_at",
     "reward_info__reward_breakdown",
+    "reward_info__reward_basis",
 )
+
+
+def left_out_reason(run: dict[str, Any]) -> str | None:
+    """Why a final run is left out of τ²'s metrics (a key of :data:`LEFT_OUT`), ``None``
+    when it counts (see :data:`COUNTED_FAILURES`) or has not ended."""
+    if run["status"] == Run.Status.STOPPED:
+        return Run.Status.STOPPED.value
+    if run["status"] != Run.Status.FAILED or run["failure"] in COUNTED_FAILURES:
+        return None
+    return run["failure"] if run["failure"] in LEFT_OUT else "unrecorded"
+
+
+def is_scored(run: dict[str, Any]) -> bool:
+    """Whether τ²'s metrics count the run: completed, or failed by the model's own
+    conversation (reward 0)."""
+    if run["status"] == Run.Status.COMPLETED:
+        return True
+    return run["status"] == Run.Status.FAILED and run["failure"] in COUNTED_FAILURES
+
+
+def sim_error_labels() -> Q:
+    """The review labels that mark a run as having a critical user-simulator error: a
+    person's, or an auto-review finding a person accepted (issue 21's contract)."""
+    condition = Q(
+        category=ReviewLabel.Category.USER_SIM_ERROR, severity=ReviewLabel.Severity.CRITICAL
+    )
+    fields = {f.name for f in ReviewLabel._meta.get_fields()}
+    if {"origin", "status"} <= fields:
+        condition &= Q(origin="human") | Q(origin="auto", status="accepted")
+    return condition
+
+
+# On a query of runs: whether the run has a critical user-simulator error.
+SIM_ERROR = Exists(ReviewLabel.objects.filter(sim_error_labels(), run_id=OuterRef("pk")))
+
+
+def sim_error_run_ids(*, evaluation_ids) -> set[int]:
+    """The runs of those evaluations with a critical user-simulator error."""
+    return set(
+        ReviewLabel.objects.filter(sim_error_labels(), run__evaluation_id__in=evaluation_ids)
+        .values_list("run_id", flat=True)
+        .distinct()
+    )
 
 
 def _has_calls(run: dict[str, Any]) -> bool:
@@ -112,19 +181,62 @@ def evaluation_list(*, filters: EvaluationFilters, user=None) -> QuerySet[Evalua
 
 
 def evaluation_runs(evaluation: Evaluation) -> list[dict[str, Any]]:
-    """The evaluation's runs as narrow dicts (see ``_RUN_COLUMNS``)."""
+    """The evaluation's runs as narrow dicts (see ``_RUN_COLUMNS``), each with
+    ``sim_error``: whether it has a critical user-simulator error."""
     return list(
-        Run.objects.filter(evaluation=evaluation).order_by("trial", "id").values(*_RUN_COLUMNS)
+        Run.objects.filter(evaluation=evaluation)
+        .annotate(sim_error=SIM_ERROR)
+        .order_by("trial", "id")
+        .values(*_RUN_COLUMNS, "sim_error")
     )
 
 
-def rewards_by_task(runs: list[dict[str, Any]]) -> dict[str, list[float | None]]:
-    """Each task's rewards of its scored (completed) runs: what τ²'s metrics read."""
+def rewards_by_task(
+    runs: list[dict[str, Any]], *, without: frozenset[int] | set[int] = frozenset()
+) -> dict[str, list[float | None]]:
+    """Each task's rewards of its scored runs (:func:`is_scored`; a counted failure's is
+    ``None``, which τ²'s metrics read as 0), but for the runs whose id is in ``without``."""
     by_task: dict[str, list[float | None]] = defaultdict(list)
     for run in runs:
-        if run["status"] == Run.Status.COMPLETED:
-            by_task[run["task__task_id"]].append(run["reward"])
+        if is_scored(run) and run["id"] not in without:
+            by_task[run["task__task_id"]].append(
+                run["reward"] if run["status"] == Run.Status.COMPLETED else None
+            )
     return by_task
+
+
+def reward_by_basis(runs: list[dict[str, Any]]) -> tuple[dict[str, float], int, int]:
+    """The mean of each reward component over the scored runs whose task's basis has it,
+    with how many scored runs there were and how many had no breakdown.
+
+    A run's components are its breakdown's; one without a breakdown (τ² gives none when
+    it ended the run before scoring, e.g. at the step limit, or a counted failure)
+    counts its reward — 0 then — on each component of its basis (``reward_basis``, else
+    its task's other runs', else every component the evaluation shows).
+    """
+    scored = [r for r in runs if is_scored(r)]
+    task_basis: dict[str, set[str]] = defaultdict(set)
+    for run in scored:
+        names = run["reward_info__reward_breakdown"] or {}
+        task_basis[run["task__task_id"]].update(str(n) for n in names)
+        task_basis[run["task__task_id"]].update(
+            str(n) for n in run.get("reward_info__reward_basis") or ()
+        )
+    everything = set().union(*task_basis.values()) if task_basis else set()
+    values: dict[str, list[float]] = defaultdict(list)
+    without = 0
+    for run in scored:
+        breakdown = run["reward_info__reward_breakdown"]
+        if breakdown:
+            for name, value in breakdown.items():
+                values[str(name)].append(float(value))
+            continue
+        without += 1
+        reward = float(run["reward"] or 0.0) if run["status"] == Run.Status.COMPLETED else 0.0
+        basis = {str(n) for n in run.get("reward_info__reward_basis") or ()}
+        for name in basis or task_basis[run["task__task_id"]] or everything:
+            values[name].append(reward)
+    return {k: mean(v) for k, v in sorted(values.items())}, len(scored), without
 
 
 def evaluation_summary(
@@ -141,6 +253,14 @@ def evaluation_summary(
     queued = statuses[Run.Status.QUEUED]
     scored = [r for r in runs if r["status"] == Run.Status.COMPLETED]
     metrics = compute_metrics(rewards_by_task(runs))
+    if all("sim_error" in r for r in runs):
+        sim_errors = {r["id"] for r in runs if r["sim_error"] and is_scored(r)}
+    else:  # runs read without the flag
+        sim_errors = sim_error_run_ids(evaluation_ids=[evaluation.pk])
+        sim_errors &= {r["id"] for r in runs if is_scored(r)}
+    clean = compute_metrics(rewards_by_task(runs, without=sim_errors))
+    left_out = Counter(reason for reason in map(left_out_reason, runs) if reason)
+    basis_means, basis_runs, basis_without = reward_by_basis(runs)
     durations = [
         (r["finished_at"] - r["started_at"]).total_seconds()
         for r in scored
@@ -149,10 +269,6 @@ def evaluation_summary(
     costs = [r["cost_usd"] for r in runs if r["cost_usd"] is not None]
     user_costs = [r["user_cost_usd"] for r in runs if r["user_cost_usd"] is not None]
     totals = [t for t in map(_run_total_cost, runs) if t is not None]
-    basis: dict[str, list[float]] = defaultdict(list)
-    for run in scored:
-        for component, value in (run["reward_info__reward_breakdown"] or {}).items():
-            basis[str(component)].append(float(value))
     planned = evaluation.planned_runs or len(runs)
     final = sum(statuses[s] for s in Run.FINAL)
     running = statuses[Run.Status.RUNNING] + sum(
@@ -182,7 +298,7 @@ def evaluation_summary(
         max_k=metrics.max_k,
         tasks_scored=metrics.tasks,
         successes=metrics.successes,
-        reward_by_basis={k: mean(v) for k, v in sorted(basis.items())},
+        reward_by_basis=basis_means,
         termination_reasons=dict(
             Counter(
                 r["termination_reason"] or r["status"] for r in runs if r["status"] in Run.FINAL
@@ -205,10 +321,19 @@ def evaluation_summary(
         reward_by_task=tuple(
             sorted(
                 (TaskReward(task_id=t, reward=mean(v), trials=len(v)) for t, v in by_task.items()),
-                key=lambda row: (-row.reward, row.task_id),
+                key=lambda row: (-row.reward, task_order(row.task_id)),
             )
         ),
         computed_at=timezone.now(),
+        scored_runs=metrics.runs,
+        failures_counted=sum(1 for r in runs if is_scored(r) and r["status"] == Run.Status.FAILED),
+        left_out={key: left_out[key] for key in LEFT_OUT if left_out[key]},
+        basis_runs=basis_runs,
+        basis_without_breakdown=basis_without,
+        sim_error_runs=len(sim_errors),
+        clean_pass_hat_ks=dict(clean.pass_hat_ks),
+        clean_runs=clean.runs,
+        clean_tasks=clean.tasks,
     )
 
 
@@ -222,19 +347,22 @@ def evaluation_summary_stored(evaluation: Evaluation) -> EvaluationSummary | Non
     """What ``evaluation.summary`` says (the evaluation when it last ended: it is
     summarised when it completes, stops, fails or is imported), or ``None`` before that.
 
-    A summary stored in a shape ``EvaluationSummary.from_json`` cannot read faithfully
-    is computed again from the runs (one query of them).
+    A summary stored in a shape ``EvaluationSummary.from_json`` cannot read faithfully,
+    or of version 2 (its pass^k left out the model's own failures, and it cannot say
+    what it left out or how the simulator's errors weigh), is computed again from the
+    runs (one query of them and one of their labels).
     """
     if not evaluation.summary:
         return None
     try:
-        return EvaluationSummary.from_json(evaluation.summary)
+        summary = EvaluationSummary.from_json(evaluation.summary)
     except SummaryUnreadable:
         return evaluation_summary(evaluation)
+    return summary if summary.complete else evaluation_summary(evaluation)
 
 
 def evaluation_matrix(evaluation: Evaluation, runs: list[dict[str, Any]]) -> list[dict]:
-    """One row per task (in the evaluation's order): its cells per trial (run id,
+    """One row per task (in natural order of task ids): its cells per trial (run id,
     status, reward, success) and its pass^1 so far."""
     cells: dict[str, list[dict | None]] = {
         task_id: [None] * evaluation.num_trials for task_id in evaluation.task_ids
@@ -250,7 +378,7 @@ def evaluation_matrix(evaluation: Evaluation, runs: list[dict[str, Any]]) -> lis
             "success": run["status"] == Run.Status.COMPLETED and is_successful(run["reward"]),
         }
     matrix = []
-    for task_id, row in cells.items():
+    for task_id, row in sorted(cells.items(), key=lambda item: task_order(item[0])):
         scored = [c for c in row if c and c["status"] == Run.Status.COMPLETED]
         matrix.append(
             {
@@ -271,12 +399,13 @@ _EXPORT_COLUMNS = (*_RUN_COLUMNS, "seed", "error", "provenance__rescore")
 def evaluation_export_runs(evaluation: Evaluation) -> list[dict[str, Any]]:
     """The evaluation's runs as narrow dicts for its downloads: ``evaluation_runs``'
     columns plus the seed, the error and, for an imported run, how τ²'s re-score
-    compared with the file (``provenance__rescore``). Never the messages."""
-    return list(
-        Run.objects.filter(evaluation=evaluation)
-        .order_by("trial", "task__task_id", "id")
-        .values(*_EXPORT_COLUMNS)
+    compared with the file (``provenance__rescore``), by trial then task id in natural
+    order ("2" before "13"). Never the messages."""
+    rows = list(Run.objects.filter(evaluation=evaluation).values(*_EXPORT_COLUMNS))
+    rows.sort(
+        key=lambda r: (r["trial"] is None, r["trial"], task_order(r["task__task_id"]), r["id"])
     )
+    return rows
 
 
 @dataclass(frozen=True)
@@ -300,16 +429,26 @@ class TaskOutcome:
         return self.scored > 0 and self.successes == 0
 
 
-def task_outcomes(evaluation: Evaluation) -> dict[str, TaskOutcome]:
-    """Each task's successes over its scored (completed) runs, in the evaluation's order."""
+def task_outcomes(
+    evaluation: Evaluation, *, without: frozenset[int] | set[int] = frozenset()
+) -> dict[str, TaskOutcome]:
+    """Each task's successes over its scored runs (:func:`is_scored`: a counted failure
+    is no success), in the evaluation's order, but for the runs in ``without``."""
     runs: dict[str, list[tuple[int, bool]]] = {task_id: [] for task_id in evaluation.task_ids}
     rows = (
-        Run.objects.filter(evaluation=evaluation, status=Run.Status.COMPLETED)
+        Run.objects.filter(evaluation=evaluation)
+        .filter(
+            Q(status=Run.Status.COMPLETED)
+            | Q(status=Run.Status.FAILED, failure__in=COUNTED_FAILURES)
+        )
         .order_by("trial", "id")
-        .values_list("task__task_id", "id", "reward")
+        .values_list("task__task_id", "id", "status", "reward")
     )
-    for task_id, run_id, reward in rows:
-        runs.setdefault(task_id, []).append((run_id, is_successful(reward)))
+    for task_id, run_id, status, reward in rows:
+        if run_id in without:
+            continue
+        ok = status == Run.Status.COMPLETED and is_successful(reward)
+        runs.setdefault(task_id, []).append((run_id, ok))
     return {
         task_id: TaskOutcome(
             successes=sum(ok for _, ok in scored), scored=len(scored), runs=tuple(scored)
@@ -319,11 +458,6 @@ def task_outcomes(evaluation: Evaluation) -> dict[str, TaskOutcome]:
 
 
 COMPARE_SORTS = ("task", "a", "b", "delta", "flip")
-
-
-def _task_order(task_id: str) -> tuple:
-    """Numeric task ids in numeric order ("2" before "10"), the others after, by text."""
-    return (0, int(task_id), "") if task_id.isdigit() else (1, 0, task_id)
 
 
 def _pair(a: TaskOutcome | None, b: TaskOutcome | None) -> list[int]:
@@ -374,13 +508,99 @@ def evaluation_compare(
         )
     sort = sort if sort in COMPARE_SORTS else "task"
     if sort == "task":
-        rows.sort(key=lambda row: _task_order(row["task_id"]), reverse=descending)
+        rows.sort(key=lambda row: task_order(row["task_id"]), reverse=descending)
         return rows
     field = {"a": "rate_a", "b": "rate_b", "delta": "delta", "flip": "flip"}[sort]
     present = [row for row in rows if row[field] not in (None, "")]
     missing = [row for row in rows if row[field] in (None, "")]
-    present.sort(key=lambda row: (row[field], _task_order(row["task_id"])), reverse=descending)
-    return present + sorted(missing, key=lambda row: _task_order(row["task_id"]))
+    present.sort(key=lambda row: (row[field], task_order(row["task_id"])), reverse=descending)
+    return present + sorted(missing, key=lambda row: task_order(row["task_id"]))
+
+
+# The trials planner reads the team's latest evaluations of a domain (enough to know its
+# noise, few enough to stay one small query).
+PLANNER_EVALUATIONS = 50
+
+
+def trials_planner(*, domain: str, tasks: int, trials: int) -> Planner:
+    """The expected 95% half-width of pass^1 with ``tasks`` × ``trials``, from the
+    trial-to-trial variance of success in the team's latest ``PLANNER_EVALUATIONS``
+    evaluations of ``domain`` (each task's scored trials in one evaluation, two or more),
+    else :data:`~apps.evaluations.significance.DEFAULT_TRIAL_VARIANCE`."""
+    recent = list(
+        Evaluation.objects.filter(domain=domain, num_trials__gte=2)
+        .order_by("-created_at", "-id")
+        .values_list("id", flat=True)[:PLANNER_EVALUATIONS]
+    )
+    groups: dict[tuple[int, str], list[bool]] = defaultdict(list)
+    rows = (
+        Run.objects.filter(evaluation_id__in=recent)
+        .filter(
+            Q(status=Run.Status.COMPLETED)
+            | Q(status=Run.Status.FAILED, failure__in=COUNTED_FAILURES)
+        )
+        .values_list("evaluation_id", "task__task_id", "status", "reward")
+    )
+    for evaluation_id, task_id, status, reward in rows.iterator(chunk_size=5000):
+        groups[(evaluation_id, task_id)].append(
+            status == Run.Status.COMPLETED and is_successful(reward)
+        )
+    observed = trial_variance(list(groups.values()))
+    variance, used = observed if observed else (DEFAULT_TRIAL_VARIANCE, 0)
+    return Planner(tasks=tasks, trials=trials, variance=variance, observed=used)
+
+
+@dataclass(frozen=True)
+class CompareSignificance:
+    """B − A of pass^k, for each k both have, over every scored run and without the runs
+    with a critical user-simulator error (each side's count of those), and what differs
+    between the two evaluations' settings (empty: they may be compared as they are)."""
+
+    differences: tuple[Difference, ...]
+    clean_differences: tuple[Difference, ...]
+    sim_errors: tuple[int, int]
+    differs: tuple[str, ...]
+
+    @property
+    def sentences(self) -> list[tuple[int, str, str]]:
+        """(k, over every scored run, without simulator errors) in words, by k."""
+        clean = {d.k: d.sentence for d in self.clean_differences}
+        return [(d.k, d.sentence, clean.get(d.k, "")) for d in self.differences]
+
+
+def _rewards(outcomes: dict[str, TaskOutcome]) -> dict[str, list[float]]:
+    return {
+        task_id: [1.0 if ok else 0.0 for _, ok in outcome.runs]
+        for task_id, outcome in outcomes.items()
+        if outcome.scored
+    }
+
+
+def _differences(a: dict[str, list[float]], b: dict[str, list[float]]) -> tuple[Difference, ...]:
+    if not a or not b:
+        return ()
+    top = min(min(map(len, a.values())), min(map(len, b.values())))
+    found = (paired_difference(a, b, k=k) for k in range(1, top + 1))
+    return tuple(d for d in found if d is not None)
+
+
+def evaluation_compare_significance(a: Evaluation, b: Evaluation) -> CompareSignificance:
+    """How sure the difference between ``a`` and ``b`` is: a paired bootstrap over the
+    tasks both scored (``significance.paired_difference``), for k = 1 … the fewest
+    scored trials of a task on either side."""
+    errors = sim_error_run_ids(evaluation_ids=[a.pk, b.pk])
+    left, right = task_outcomes(a), task_outcomes(b)
+    clean_left, clean_right = task_outcomes(a, without=errors), task_outcomes(b, without=errors)
+    ids = (
+        {r for o in left.values() for r, _ in o.runs},
+        {r for o in right.values() for r, _ in o.runs},
+    )
+    return CompareSignificance(
+        differences=_differences(_rewards(left), _rewards(right)),
+        clean_differences=_differences(_rewards(clean_left), _rewards(clean_right)),
+        sim_errors=(len(errors & ids[0]), len(errors & ids[1])),
+        differs=tuple(differences(identity_of(b), identity_of(a))),
+    )
 
 
 def evaluation_list_rows(evaluations) -> list[dict[str, Any]]:

@@ -53,12 +53,28 @@ class EvaluationSummary:
     ``retryable`` the failed runs "retry" would queue again. ``eta_seconds`` is ``None``
     unless it is running and some scored run has a duration.
 
-    τ²'s metrics are over the scored runs: ``pass_hat_ks`` is pass^k by k for k = 1 …
+    τ²'s metrics are over the scored runs (``scored_runs``): the completed ones and the
+    failures that are the model's own (a conversation that went wrong: reward 0, as τ²
+    counts them; ``failures_counted`` of them). ``left_out`` counts the final runs left
+    out, by why (``apps.evaluations.selectors.LEFT_OUT``: infrastructure, transient
+    provider trouble, a provider's refusal, a budget, a cause unrecorded, stopped), as
+    τ² leaves out infrastructure errors. ``pass_hat_ks`` is pass^k by k for k = 1 …
     ``max_k`` (the fewest scored trials of any task; empty when nothing is scored),
     ``avg_reward`` ``None`` when nothing is scored. ``reward_by_basis`` is the mean of
-    each reward component, by component name; ``termination_reasons`` counts the final
-    runs by how they ended (τ²'s reason, or the run's status when it has none), in the
-    order the runs were read; ``reward_by_task`` is best first.
+    each reward component over the ``basis_runs`` scored runs whose task's basis has it;
+    ``basis_without_breakdown`` of them have no breakdown (τ² ended them before scoring
+    the components, e.g. at the step limit) and count their reward (0) on each.
+    ``termination_reasons`` counts the final runs by how they ended (τ²'s reason, or the
+    run's status when it has none), in the order the runs were read; ``reward_by_task``
+    is best first (tasks in natural order among equals).
+
+    Without critical user-simulator errors: ``sim_error_runs`` scored runs carry one (a
+    person's label, or an accepted auto-review finding, of category ``user_sim_error``
+    and severity ``critical``); ``clean_pass_hat_ks`` is pass^k over the ``clean_runs``
+    other scored runs (of ``clean_tasks`` tasks), k up to their fewest trials of a task.
+
+    The fields from ``scored_runs`` on are ``None`` in a summary of version 2 (stored
+    before they were counted): :meth:`complete` says whether they are there.
 
     Money is USD, ``None`` when nothing was priced (unknown, never $0): ``cost_usd`` and
     ``mean_cost_usd`` are the agent's calls (τ²'s agent cost), ``user_cost_usd`` the
@@ -67,7 +83,7 @@ class EvaluationSummary:
     calls of which some have no price.
     """
 
-    VERSION: ClassVar[int] = 2
+    VERSION: ClassVar[int] = 3
 
     planned: int
     completed: int
@@ -100,6 +116,28 @@ class EvaluationSummary:
     user_completion_tokens: int
     reward_by_task: tuple[TaskReward, ...]
     computed_at: datetime
+    scored_runs: int | None = None
+    failures_counted: int | None = None
+    left_out: Mapping[str, int] | None = None
+    basis_runs: int | None = None
+    basis_without_breakdown: int | None = None
+    sim_error_runs: int | None = None
+    clean_pass_hat_ks: Mapping[int, float] | None = None
+    clean_runs: int | None = None
+    clean_tasks: int | None = None
+
+    @property
+    def complete(self) -> bool:
+        """Whether it has what version 3 added (a version-2 summary has not)."""
+        return self.left_out is not None
+
+    @property
+    def runs_left_out(self) -> int:
+        return sum((self.left_out or {}).values())
+
+    def clean_pass_hat(self, k: int) -> float | None:
+        """pass^k without the runs with a critical user-simulator error."""
+        return (self.clean_pass_hat_ks or {}).get(k)
 
     @property
     def tokens(self) -> int:
@@ -164,15 +202,27 @@ class EvaluationSummary:
                 for row in self.reward_by_task
             ],
             "computed_at": self.computed_at.isoformat(),
+            "scored_runs": self.scored_runs,
+            "failures_counted": self.failures_counted,
+            "left_out": None if self.left_out is None else dict(self.left_out),
+            "basis_runs": self.basis_runs,
+            "basis_without_breakdown": self.basis_without_breakdown,
+            "sim_error_runs": self.sim_error_runs,
+            "clean_pass_hat_ks": None
+            if self.clean_pass_hat_ks is None
+            else {str(k): v for k, v in sorted(self.clean_pass_hat_ks.items())},
+            "clean_runs": self.clean_runs,
+            "clean_tasks": self.clean_tasks,
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> EvaluationSummary:
         """The summary ``data`` (as :meth:`to_json` writes it) says.
 
-        Reads this ``VERSION`` and the shape stored before summaries had a version (the
-        same keys without ``version``, stored since the customer's calls were counted).
-        Raises :class:`SummaryUnreadable` for every other: the first shape (without the
+        Reads this ``VERSION``, version 2 (without what version 3 added: those fields
+        ``None``) and the shape stored before summaries had a version (version 2's keys
+        without ``version``, stored since the customer's calls were counted). Raises
+        :class:`SummaryUnreadable` for every other: the first shape (without the
         customer's tokens and costs: none of its keys says what they were), a version
         this code does not know, a key missing or a value of the wrong type.
         ``from_json(s.to_json()) == s``.
@@ -180,10 +230,24 @@ class EvaluationSummary:
         if not isinstance(data, Mapping):
             raise SummaryUnreadable(f"a summary is a JSON object, not {type(data).__name__}")
         version = data["version"] if "version" in data else _unversioned_shape(data)
-        if version != cls.VERSION:
+        if version not in (2, cls.VERSION) or isinstance(version, bool):
             raise SummaryUnreadable(f"summary version {version!r}, not {cls.VERSION}")
         read = _Reader(data)
+        added: dict[str, Any] = {}
+        if version == 3:
+            added = {
+                "scored_runs": read.count("scored_runs"),
+                "failures_counted": read.count("failures_counted"),
+                "left_out": read.mapping("left_out", read.count_value),
+                "basis_runs": read.count("basis_runs"),
+                "basis_without_breakdown": read.count("basis_without_breakdown"),
+                "sim_error_runs": read.count("sim_error_runs"),
+                "clean_pass_hat_ks": read.pass_hat_ks("clean_pass_hat_ks"),
+                "clean_runs": read.count("clean_runs"),
+                "clean_tasks": read.count("clean_tasks"),
+            }
         return cls(
+            **added,
             planned=read.count("planned"),
             completed=read.count("completed"),
             failed=read.count("failed"),
@@ -220,12 +284,12 @@ class EvaluationSummary:
 
 def _unversioned_shape(data: Mapping[str, Any]) -> int:
     """Which shape a summary without ``version`` has: 1 with the customer's keys (read
-    as this version: the keys are the same), 0 without any of them (refused)."""
+    as version 2: the keys are the same), 0 without any of them (refused)."""
     if not data:
         raise SummaryUnreadable("no summary yet: the evaluation has not ended")
     present = [key in data for key in _CUSTOMER_KEYS]
     if all(present):
-        return EvaluationSummary.VERSION
+        return 2
     if not any(present):
         raise SummaryUnreadable("summary of before the customer's calls were counted")
     raise SummaryUnreadable("summary with some of the customer's keys and not others")

@@ -117,7 +117,7 @@ async def test_bob_gets_the_whole_state_on_connect(evaluation, bob_client):
     async with watching(evaluation, client=bob_client) as (socket, state):
         assert await socket.receive_nothing(timeout=0.5)
     assert (state["version"], state["status"], state["final"]) == (0, "running", False)
-    assert state["matrix"]["tasks"] == ["27", "2"] and state["matrix"]["k"] == 2
+    assert state["matrix"]["tasks"] == ["2", "27"] and state["matrix"]["k"] == 2
     assert [cell[1] for cell in state["matrix"]["cells"]] == ["q", "q", "q", "q"]
     assert "<strong>0</strong> of 4 runs finished" in state["progress_html"]
     assert "No run has been scored yet" in state["metrics_html"]
@@ -128,7 +128,8 @@ async def test_runs_finished_while_the_page_was_away_come_with_the_state(evaluat
     await finish(evaluation, "27", 0)
     async with watching(evaluation, client=bob_client) as (_, state):
         pass
-    assert state["version"] == 1 and state["matrix"]["cells"][0][1:] == ["c", 1.0]
+    # Task 27 is row 1 (tasks in natural order), trial 0.
+    assert state["version"] == 1 and state["matrix"]["cells"][2][1:] == ["c", 1.0]
 
 
 # --- Live updates ---------------------------------------------------------------------------
@@ -140,8 +141,8 @@ async def test_a_finished_run_is_sent_as_a_patch_of_its_cell(evaluation, bob_cli
         await announce(evaluation, 1)
         update = await socket.receive_json_from(timeout=TIMEOUT)
     assert update["version"] == 1 and "matrix" not in update
-    assert update["patch"] == [[3, [run_id, "c", 0.0]]]  # task 2 (row 1), trial 1
-    assert update["charts"]["reward_by_task"] == [[1, 0.0]]
+    assert update["patch"] == [[1, [run_id, "c", 0.0]]]  # task 2 (row 0), trial 1
+    assert update["charts"]["reward_by_task"] == [[0, 0.0]]
 
 
 async def test_a_repeated_or_late_update_sends_nothing(evaluation, bob_client):
@@ -156,7 +157,7 @@ async def test_a_repeated_or_late_update_sends_nothing(evaluation, bob_client):
         second = await socket.receive_json_from(timeout=TIMEOUT)
         assert await socket.receive_nothing(timeout=0.5)
     assert (first["version"], second["version"]) == (1, 2)
-    assert second["patch"] == [[1, [second_id, "c", 1.0]]]
+    assert second["patch"] == [[3, [second_id, "c", 1.0]]]  # task 27 (row 1), trial 1
 
 
 async def test_one_update_brings_every_run_finished_since_the_last_state(evaluation, bob_client):
@@ -168,7 +169,7 @@ async def test_one_update_brings_every_run_finished_since_the_last_state(evaluat
         await announce(evaluation, 2)
         await announce(evaluation, 3)
         assert await socket.receive_nothing(timeout=0.5)
-    assert update["version"] == 3 and [i for i, _ in update["patch"]] == [0, 1, 2]
+    assert update["version"] == 3 and [i for i, _ in update["patch"]] == [0, 2, 3]
 
 
 async def test_a_pause_is_sent_though_no_run_finished(evaluation, alice, alice_client):

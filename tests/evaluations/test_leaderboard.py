@@ -162,7 +162,8 @@ def test_a_row_pools_its_agents_evaluations_and_shows_runs_cost_and_date(alice, 
     assert b.runs == 20 * 4 + 20 * 2 and b.tasks == 20
     rewards = {t: [1.0, 0.0, 0.0, 0.0, 1.0, 1.0] for t in TEST_SPLIT}
     assert b.pass_1 == pytest.approx(compute_metrics(rewards).pass_hat_ks[1])
-    assert b.cost_per_task == Decimal("0.001") and b.unpriced == 40
+    # Per run, every priced call (here the agent's alone: no customer or judge calls).
+    assert b.cost_per_run == Decimal("0.001") == b.agent_cost_per_run and b.unpriced == 40
     assert b.date == again.finished_at
 
 

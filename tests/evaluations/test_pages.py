@@ -357,17 +357,17 @@ def test_the_page_shows_progress_metrics_and_the_matrix_as_runs_finish(alice, bo
     assert metric(body, "avg-reward") == ("average reward", "0.667")
     assert 'data-version="3"' in body
     data = page_data(response)
-    assert data["matrix"]["tasks"] == ["27", "2"] and data["matrix"]["k"] == 2
-    assert data["matrix"]["cells"] == [
-        [runs[("27", 0)].pk, "c", 1.0],
-        [runs[("27", 1)].pk, "c", 1.0],
+    assert data["matrix"]["tasks"] == ["2", "27"] and data["matrix"]["k"] == 2
+    assert data["matrix"]["cells"] == [  # tasks in natural order (issue 21)
         [runs[("2", 0)].pk, "c", 0.0],
         [runs[("2", 1)].pk, "r", None],
+        [runs[("27", 0)].pk, "c", 1.0],
+        [runs[("27", 1)].pk, "c", 1.0],
     ]
     # τ²'s pass^1: (2/2 + 0/1) / 2 tasks, and only k = 1 while task 2 has one scored
     # trial; rewards by task, best first.
     assert data["charts"]["pass_hat_k"] == [[1, 0.5]]
-    assert data["charts"]["reward_by_task"] == [[0, 1.0], [1, 0.0]]
+    assert data["charts"]["reward_by_task"] == [[1, 1.0], [0, 0.0]]
 
     state = bob_client.get(f"/evaluations/{evaluation.pk}/state/").json()
     assert state["version"] == 3 and state["matrix"] == data["matrix"]

@@ -99,7 +99,12 @@ def test_a_summary_reads_back_from_its_json_as_it_was(evaluation):
     store(evaluation, summary.to_json())
     assert selectors.evaluation_summary_stored(evaluation) == summary
     assert summary.pass_hat_ks == {1: pytest.approx(7 / 12), 2: pytest.approx(1 / 6)}
-    assert summary.reward_by_basis == {"COMMUNICATE": 0.5, "DB": 1.0}
+    # Over every scored run whose task's basis has the component: the runs without a
+    # breakdown count their reward on their basis (DB), not left out (issue 21).
+    assert summary.reward_by_basis == {"COMMUNICATE": 0.5, "DB": pytest.approx(0.6)}
+    assert (summary.basis_runs, summary.basis_without_breakdown) == (5, 4)
+    # The failed run (transient: not the model's) is left out and counted as such.
+    assert summary.left_out == {"transient": 1} and summary.scored_runs == 5
     assert summary.termination_reasons == {"user_stop": 4, "failed": 1, "max_steps": 1}
     assert summary.reward_by_task == (
         TaskReward(task_id="27", reward=pytest.approx(2 / 3), trials=3),
@@ -132,8 +137,18 @@ def test_its_json_is_what_the_summary_always_stored_with_a_version(evaluation):
         "user_completion_tokens",
         "reward_by_task",
         "computed_at",
+        # Version 3 (issue 21): what the metrics are over and without simulator errors.
+        "scored_runs",
+        "failures_counted",
+        "left_out",
+        "basis_runs",
+        "basis_without_breakdown",
+        "sim_error_runs",
+        "clean_pass_hat_ks",
+        "clean_runs",
+        "clean_tasks",
     ]
-    assert data["version"] == EvaluationSummary.VERSION == 2
+    assert data["version"] == EvaluationSummary.VERSION == 3
     assert data["pass_hat_ks"] == {"1": pytest.approx(7 / 12), "2": pytest.approx(1 / 6)}
     assert data["total_cost_usd"] == "0.006600" and data["mean_total_cost_usd"] == "0.001150"
     assert data["reward_by_task"][0] == {
@@ -143,15 +158,35 @@ def test_its_json_is_what_the_summary_always_stored_with_a_version(evaluation):
     }
 
 
-def test_a_summary_stored_before_summaries_had_a_version_reads_as_it_was_written(
+VERSION_3_KEYS = (
+    "scored_runs",
+    "failures_counted",
+    "left_out",
+    "basis_runs",
+    "basis_without_breakdown",
+    "sim_error_runs",
+    "clean_pass_hat_ks",
+    "clean_runs",
+    "clean_tasks",
+)
+
+
+def test_a_summary_of_version_2_or_without_a_version_reads_as_it_was_written(
     evaluation, django_assert_num_queries
 ):
     summary = selectors.evaluation_summary(evaluation)
-    unversioned = {k: v for k, v in summary.to_json().items() if k != "version"}
-    store(evaluation, unversioned)
+    version_2 = {k: v for k, v in summary.to_json().items() if k not in VERSION_3_KEYS}
+    unversioned = {k: v for k, v in version_2.items() if k != "version"}
+    as_written = dataclasses.replace(summary, **dict.fromkeys(VERSION_3_KEYS))
 
     with django_assert_num_queries(0):  # read, not computed again
-        assert selectors.evaluation_summary_stored(evaluation) == summary
+        assert EvaluationSummary.from_json({**version_2, "version": 2}) == as_written
+        assert EvaluationSummary.from_json(unversioned) == as_written
+    assert not as_written.complete and summary.complete
+    # The pages compute it again: version 2's pass^k left the model's own failures out
+    # and could not say what it left out (issue 21).
+    store(evaluation, unversioned)
+    assert same_but_when(selectors.evaluation_summary_stored(evaluation), summary)
 
 
 def test_a_summary_stored_before_the_customer_was_counted_is_computed_again_from_the_runs(
@@ -180,7 +215,7 @@ def test_a_summary_stored_before_the_customer_was_counted_is_computed_again_from
 @pytest.mark.parametrize(
     "change",
     [
-        {"version": 3},  # written by a newer release
+        {"version": 4},  # written by a newer release
         {"version": "2"},
         {"planned": None},
         {"pass_hat_ks": {"k": 0.5}},

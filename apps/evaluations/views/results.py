@@ -134,6 +134,13 @@ def _say_how_it_rescored(request, evaluation: Evaluation) -> None:
             f"{len(not_rescored)} simulation{'s' if len(not_rescored) != 1 else ''} could not "
             f"be re-scored and keep the file's reward: {not_rescored[0]['reason']}.",
         )
+    if report.get("repeats"):
+        messages.warning(
+            request,
+            "Some of these simulations were imported before ("
+            + ", ".join(f"#{pk}: {n}" for pk, n in report["repeats"].items())
+            + "): the leaderboard counts each simulation once, never as new trials.",
+        )
     if report.get("tasks_differ"):
         messages.warning(
             request,
@@ -180,6 +187,7 @@ def evaluation_compare(request):
             "b": b,
             "rows": rows,
             "flips": sum(1 for row in rows if row["flip"]),
+            "significance": selectors.evaluation_compare_significance(a, b),
             "sort": sort if sort in selectors.COMPARE_SORTS else "task",
             "descending": descending,
             "ids": f"{a.pk},{b.pk}",
@@ -212,6 +220,7 @@ def leaderboard(request):
             "domain": domain,
             "domains": domains,
             "groups": board.leaderboard(domain=domain),
+            "published": board.published(domain=domain),
             "ks": board.KS,
         },
     )
