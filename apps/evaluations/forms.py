@@ -11,8 +11,10 @@ from django.utils.http import urlencode
 
 from apps.bounds import integer_field
 from apps.connections.picker import LLMArgsMixin, RouteField, for_user, judge_field
+from apps.evaluations import selectors
 from apps.evaluations.estimates import CostEstimate, evaluation_cost_estimate
 from apps.evaluations.models import Evaluation
+from apps.evaluations.significance import Planner
 from apps.runs.models import MAX_TRIALS, Run
 from apps.tasks import selectors as task_selectors
 from apps.tasks.models import Task
@@ -202,7 +204,8 @@ class Preview:
     """What starting would do: the tasks, the runs (tasks × k) and a cost estimate.
 
     ``errors`` are the reasons it cannot say (yet); ``estimate`` is ``None`` until an
-    agent model is chosen.
+    agent model is chosen; ``planner`` (the expected 95% half-width of pass^1) once the
+    tasks and the trials are known.
     """
 
     plan: Plan | None
@@ -210,6 +213,7 @@ class Preview:
     model_label: str
     estimate: CostEstimate | None
     errors: list[str]
+    planner: Planner | None = None
 
     @property
     def runs(self) -> int | None:
@@ -235,7 +239,11 @@ def preview_for(form: EvaluationForm) -> Preview:
         estimate = evaluation_cost_estimate(
             domain=plan.domain, runs=plan.count * trials, prices=model.prices
         )
+    planner = None
+    if plan is not None and trials is not None and plan.count:
+        planner = selectors.trials_planner(domain=plan.domain, tasks=plan.count, trials=trials)
     return Preview(
+        planner=planner,
         plan=plan,
         trials=trials,
         model_label=f"{model.value} · {model.where} · {model.price_label}" if model else "",

@@ -170,3 +170,90 @@ def test_task_ids_sort_naturally():
         "user_10_x",
     ]
     assert sorted(["²", "1"], key=task_order) == ["1", "²"]
+
+
+# --- The trials planner on the evaluation form ---------------------------------------------
+
+
+def _preview(client, **fields) -> str:
+    from tests.evaluations.test_pages import form
+
+    response = client.get(
+        "/evaluations/new/", {**form(**fields), "preview": "1"}, HTTP_HX_REQUEST="true"
+    )
+    return response.content.decode()
+
+
+def test_the_planner_states_its_default_when_the_team_has_no_repeated_trials(alice_client):
+    body = _preview(alice_client, num_trials="4")
+
+    # 20 test tasks × 4 trials at the default variance 0.1: 1.96 √(0.1 / 80) ≈ 0.069.
+    assert "<strong>±7 points</strong> with 20 tasks × 4 trials; ±5 with 8 trials" in body
+    assert "a stated default trial-to-trial variance of 0.1" in body
+    assert "differ by about 10 points to be told apart" in body
+
+
+def test_the_planner_reads_the_teams_own_noise_on_the_domain(alice, alice_client):
+    from tests.support.evaluations import stored_evaluation
+
+    # Every task passes 2 of 4 trials: variance 2·2 / (4·3) = 1/3 each.
+    stored_evaluation(alice, outcomes={t: [1.0, 0.0, 1.0, 0.0] for t in ("27", "2", "13")})
+
+    body = _preview(alice_client, num_trials="4")
+
+    # 1.96 √((1/3) / 80) ≈ 0.127; with 8 trials ≈ 0.089.
+    assert "<strong>±13 points</strong> with 20 tasks × 4 trials; ±9 with 8 trials" in body
+    assert "the team observed on this domain (0.333, over 3 task × evaluation pairs" in body
+    assert "stated default" not in body
+
+
+# --- On compare and on the leaderboard ------------------------------------------------------
+
+
+def test_compare_says_whether_the_difference_is_real_for_each_k_both_have(alice, alice_client):
+    from apps.evaluations import selectors
+    from tests.support.evaluations import stored_evaluation
+
+    tasks = [str(i) for i in range(10)]
+    a = stored_evaluation(alice, outcomes={t: [1.0, 0.0] for t in tasks})
+    b = stored_evaluation(alice, outcomes={t: [1.0, 1.0] if t < "5" else [1.0, 0.0] for t in tasks})
+
+    significance = selectors.evaluation_compare_significance(a, b)
+
+    # pass^1: A 0.5, B (5 × 1 + 5 × 0.5) / 10 = 0.75; pass^2: 0 and 0.5.
+    assert [d.k for d in significance.differences] == [1, 2]
+    assert [d.delta for d in significance.differences] == [pytest.approx(0.25), 0.5]
+    expected = paired_difference(
+        {t: [1.0, 0.0] for t in tasks},
+        {t: [1.0, 1.0] if t < "5" else [1.0, 0.0] for t in tasks},
+    )
+    assert significance.differences[0] == expected
+    page = alice_client.get(f"/evaluations/compare/?ids={a.pk},{b.pk}").content.decode()
+    assert f'data-testid="difference-1"><strong>pass^1:</strong> {expected.sentence}' in page
+    assert expected.sentence.startswith("B is ahead by 25 points, 95% CI +")
+    assert 'data-testid="difference-2"' in page and "compare-differs" not in page
+
+
+def test_adjacent_leaderboard_rows_say_whether_one_is_really_ahead(alice, alice_client):
+    from apps.evaluations.leaderboard import leaderboard
+    from tau2_env import catalog
+    from tests.support.evaluations import stored_evaluation
+
+    split = list(catalog.get_domain("airline").splits["test"])
+    stored_evaluation(alice, agent_model="org/top", outcomes={t: [1.0] for t in split})
+    stored_evaluation(
+        alice, agent_model="org/close", outcomes={t: [float(i != 0)] for i, t in enumerate(split)}
+    )
+    stored_evaluation(alice, agent_model="org/last", outcomes={t: [0.0] for t in split})
+
+    top, close, last = leaderboard(domain="airline")[0].rows
+
+    assert top.versus_next.delta == pytest.approx(0.05) and not top.versus_next.distinguishable
+    assert top.versus_next_sentence == difference_sentence(
+        top.versus_next, a="org/close", b="org/top"
+    )
+    assert close.versus_next.delta == pytest.approx(0.95) and close.versus_next.distinguishable
+    assert last.versus_next is None
+    page = alice_client.get("/leaderboard/?domain=airline").content.decode()
+    assert page.count('data-testid="versus-next"') == 2
+    assert "org/top is ahead by 5 points, 95% CI 0 to +15: not distinguishable" in page
