@@ -5,7 +5,6 @@ OverflowError or a NUL that PostgreSQL cannot store."""
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from hypothesis import given, settings
@@ -92,11 +91,16 @@ def test_escaped_backslashes_are_not_escapes():
         lambda n: '[{"a": [], "b": "]"}, ' * n + "]" * n,
     ],
 )
-def test_nesting_far_too_deep_is_refused_before_parsing_and_quickly(levels, text):
-    started = time.perf_counter()
+def test_nesting_far_too_deep_is_refused_before_parsing(levels, text, monkeypatch):
+    """Refused by the depth check alone: json never sees it (its recursion is what a deep
+    document would exhaust). How fast: ``bench/jsonbounds.py``."""
+
+    def never(*args, **kwargs):
+        raise AssertionError("json parsed a document the depth check should have refused")
+
+    monkeypatch.setattr("tau2_env.jsonbounds.json.loads", never)
     refused = refusal(text(levels), max_bytes=100 * MiB)
     assert f"nested deeper than {DEFAULT_MAX_DEPTH} levels" in refused.reason
-    assert time.perf_counter() - started < 1
 
 
 def test_nesting_is_allowed_up_to_max_depth_exactly():
@@ -166,18 +170,11 @@ def large_results_like(size: int) -> bytes:
     ).encode()
 
 
-@pytest.mark.slow
-def test_a_100_mib_results_file_is_read_in_about_the_time_json_takes():
-    data = large_results_like(100 * MiB)
-    started = time.perf_counter()
-    json.loads(data)
-    plain = time.perf_counter() - started
-    started = time.perf_counter()
-    value = loads(data, max_bytes=len(data))
-    bounded = time.perf_counter() - started
-    assert len(value["simulations"]) > 100
-    # Measured on a busy 2-core machine: json.loads 2.8 s, this reader 4.0 s.
-    assert bounded < 2 * plain + 1, (plain, bounded)
+def test_a_results_shaped_file_reads_as_json_reads_it():
+    """The bounded reader gives what json gives on a results-shaped file (how fast, beside
+    json.loads on 100 MiB: ``bench/jsonbounds.py``)."""
+    data = large_results_like(2 * MiB)
+    assert loads(data, max_bytes=len(data)) == json.loads(data)
 
 
 def test_pythons_own_integer_limit_is_a_refusal_too():
