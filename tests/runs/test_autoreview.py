@@ -343,9 +343,22 @@ def test_an_unpriced_reviewer_is_metered_unpriced_never_free(llm_server, talk, s
     assert "unpriced" in row[row.index('data-testid="auto-review-cost"') :][:200]
 
 
-def test_staff_review_an_evaluations_failures_or_all_its_runs(
-    llm_server, alice, staff, staff_client, alice_client
+def wait_for_reviews(expected: int):
+    """Until ``expected`` auto-reviews exist and none is queued or running."""
+    deadline = time.monotonic() + 60
+    while True:
+        reviews = list(AutoReview.objects.values_list("status", flat=True))
+        if len(reviews) == expected and not set(reviews) & {"queued", "running"}:
+            return reviews
+        assert time.monotonic() < deadline, f"the reviews are still {reviews}"
+        time.sleep(0.1)
+
+
+@pytest.mark.slow
+def test_staff_review_an_evaluations_failures_or_all_its_runs_on_the_worker(
+    celery_worker, llm_server, alice, staff, staff_client, alice_client
 ):
+    reviewer(llm_server, {"findings": [FINDINGS["findings"][2]]})
     evaluation = stored_evaluation(alice, outcomes={"27": [1.0, 0.0], "28": ["failed", 1.0]})
     for run in evaluation.runs.all():
         RunEvent.objects.bulk_create(
@@ -362,15 +375,19 @@ def test_staff_review_an_evaluations_failures_or_all_its_runs(
     url = f"/runs/autoreview/evaluations/{evaluation.pk}/"
     assert alice_client.post(url, {"reviewer_model": AGENT_MODEL}).status_code == 403
 
-    # What was asked is read here (a worker may be reviewing it already).
     response = staff_client.post(url, {"reviewer_model": AGENT_MODEL, "which": "failures"})
     assert response.status_code == 302
+    assert response["Location"] == f"/evaluations/{evaluation.pk}/#auto-review"
+    assert wait_for_reviews(2) == ["done", "done"]
     failures = set(
         evaluation.runs.filter(pk__in=AutoReview.objects.values("run")).values_list(
             "task__task_id", "trial"
         )
     )
     assert failures == {("27", 1), ("28", 0)}
+    assert ReviewLabel.objects.filter(origin="auto", status="pending").count() == 2
+
     staff_client.post(url, {"reviewer_model": AGENT_MODEL, "which": "all"})
-    assert AutoReview.objects.count() == 2 + 4
+    assert wait_for_reviews(2 + 4) == ["done"] * 6
     assert set(AutoReview.objects.values_list("requested_by", flat=True)) == {staff.pk}
+    assert ReviewLabel.objects.filter(origin="auto").count() == 2 + 4
