@@ -45,7 +45,9 @@ __all__ = [
     "Group",
     "ModeRow",
     "evaluation_breakdowns",
+    "evaluation_breakdowns_kept",
     "mode_comparison",
+    "mode_comparison_kept",
 ]
 
 # (label, lowest, highest) expected actions; None: no upper end.
@@ -282,6 +284,20 @@ def evaluation_breakdowns(
     return breakdowns
 
 
+def evaluation_breakdowns_kept(evaluation: Evaluation, *, stamp: str) -> list[Breakdown]:
+    """:func:`evaluation_breakdowns`, computed once per ``stamp`` (what the evaluation's
+    live state is made of: it changes with any run's status or reward) and kept for
+    every viewer, as the page's state is."""
+    key = f"evaluation-breakdowns:{evaluation.pk}"
+    digest = hashlib.sha256(stamp.encode()).hexdigest()
+    kept = cache.get(key)
+    if kept is not None and kept[0] == digest:
+        return kept[1]
+    computed = evaluation_breakdowns(evaluation)
+    cache.set(key, (digest, computed), _CACHE_SECONDS)
+    return computed
+
+
 @dataclass(frozen=True)
 class ModeRow:
     """One mode's evaluation in the comparison."""
@@ -326,4 +342,19 @@ def mode_comparison(evaluation: Evaluation) -> list[ModeRow] | None:
                 overall=_group("all tasks", dict(rewards)),
             )
         )
+    return rows
+
+
+# Another mode's evaluation finishing shows within this long on a page that does not change.
+COMPARISON_SECONDS = 60
+
+
+def mode_comparison_kept(evaluation: Evaluation) -> list[ModeRow] | None:
+    """:func:`mode_comparison`, kept for :data:`COMPARISON_SECONDS` per evaluation."""
+    key = f"evaluation-mode-comparison:{evaluation.pk}"
+    kept = cache.get(key)
+    if kept is not None:
+        return kept[0]
+    rows = mode_comparison(evaluation)
+    cache.set(key, (rows,), COMPARISON_SECONDS)
     return rows

@@ -27,12 +27,13 @@ from typing import Any
 
 import pytest
 from django.core.exceptions import ValidationError
+from django.db import transaction
 
 import tests.support.llm_server as scripted_openai
 from apps.connections.services import connection_create
 from apps.evaluations.exports import evaluation_export, evaluation_export_tau2
 from apps.evaluations.models import Evaluation
-from apps.evaluations.services import evaluation_create, evaluation_stop
+from apps.evaluations.services import evaluation_create
 from apps.runs.models import Run
 from tau2_env import results as tau2_results
 from tests.support.evaluations import wait_for_evaluation
@@ -401,21 +402,29 @@ def test_oracle_plan_leaves_out_the_tasks_tau2s_gt_agent_refuses(alice, llm_serv
         api_key=CONNECTION_KEY,
         models=["lab-agent-7b"],
     )
-    evaluation = evaluation_create(
-        user=alice,
-        domain="airline",
-        split="test",
-        agent_model="lab-agent-7b",
-        user_model="lab-agent-7b",
-        agent_connection=lab,
-        user_connection=lab,
-        mode="oracle_plan",
-    )
-    assert evaluation.mode == "oracle_plan"
-    assert not set(refused) & set(evaluation.task_ids)
-    assert evaluation.provenance["mode_left_out"] == refused
-    assert set(evaluation.runs.values_list("mode", flat=True)) == {"oracle_plan"}
-    evaluation_stop(evaluation=evaluation)
+    # Looked at before it commits, then rolled back: never handed to a worker.
+    with pytest.raises(_RolledBack), transaction.atomic():
+        evaluation = evaluation_create(
+            user=alice,
+            domain="airline",
+            split="test",
+            agent_model="lab-agent-7b",
+            user_model="lab-agent-7b",
+            agent_connection=lab,
+            user_connection=lab,
+            mode="oracle_plan",
+        )
+        assert evaluation.mode == "oracle_plan"
+        assert not set(refused) & set(evaluation.task_ids)
+        assert evaluation.provenance["mode_left_out"] == refused
+        assert set(evaluation.runs.values_list("mode", flat=True)) == {"oracle_plan"}
+        assert evaluation.runs.count() == 20 - len(refused)
+        raise _RolledBack
+    assert not Evaluation.objects.exists()
+
+
+class _RolledBack(Exception):
+    pass
 
 
 def test_the_mode_is_named_on_the_list_the_page_and_the_api(alice, alice_client):

@@ -383,9 +383,10 @@ def test_the_page_reads_a_big_evaluation_in_a_fixed_number_of_queries(
         user=alice, domain="telecom", task_ids=telecom, agent_model=AGENT_MODEL, num_trials=4
     )
     assert big.runs.count() == 1200
-    with django_assert_max_num_queries(12):
+    # 12, and 3 for the breakdowns on a first view (runs, tasks, the modes compared).
+    with django_assert_max_num_queries(15):
         assert alice_client.get(f"/evaluations/{small.pk}/").status_code == 200
-    with django_assert_max_num_queries(12):
+    with django_assert_max_num_queries(15):
         response = alice_client.get(f"/evaluations/{big.pk}/")
     assert len(page_data(response)["matrix"]["cells"]) == 1200
 

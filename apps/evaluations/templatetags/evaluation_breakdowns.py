@@ -12,13 +12,17 @@ register = template.Library()
 
 
 @register.simple_tag
-def evaluation_breakdowns(evaluation) -> list[computed.Breakdown]:
-    return computed.evaluation_breakdowns(evaluation)
+def evaluation_breakdowns(evaluation, state=None, data="") -> list[computed.Breakdown]:
+    """The breakdowns, computed once per change of the page's live state (``state`` and
+    ``data``: what the page shows of its runs), else afresh."""
+    if state is None:
+        return computed.evaluation_breakdowns(evaluation)
+    return computed.evaluation_breakdowns_kept(evaluation, stamp=f"{sorted(state.items())}{data}")
 
 
 @register.simple_tag
 def mode_comparison(evaluation) -> list[computed.ModeRow] | None:
-    return computed.mode_comparison(evaluation)
+    return computed.mode_comparison_kept(evaluation)
 
 
 @register.filter
