@@ -167,3 +167,34 @@ def test_a_meter_counts_calls_by_role_and_sends_nothing_else(llm_server):
     assert outer.of(llm.ROLE_AGENT) == llm.Usage()
     first, second = llm_server.chat_requests()
     assert first.body == second.body  # the role is ours: never on the wire, nor the meter
+
+
+def test_the_evaluation_page_says_what_the_judge_and_the_reviewers_cost(alice, alice_client, staff):
+    from apps.runs.models import AutoReview
+    from tests.support.evaluations import stored_evaluation
+
+    evaluation = stored_evaluation(alice, outcomes={"27": [1.0, 0.0, 1.0]})
+    first, second, _ = evaluation.runs.order_by("trial")
+    Run.objects.filter(pk=first.pk).update(
+        judge_prompt_tokens=400, judge_completion_tokens=60, judge_cost_usd=Decimal("0.0021")
+    )
+    # A judge without a price: counted, and the sum says it is only the priced part.
+    Run.objects.filter(pk=second.pk).update(judge_prompt_tokens=400, judge_completion_tokens=60)
+    page = alice_client.get(f"/evaluations/{evaluation.pk}/").content.decode()
+    judge = page[page.index('data-testid="evaluation-cost-judge"') :][:200]
+    assert "NL judge: $0.0021 + unpriced · 920 tokens over 2 judged runs" in judge
+    assert 'data-testid="evaluation-cost-reviewer">reviewer: no calls' in page
+    assert 'data-testid="evaluation-autoreview-form"' not in page  # alice is no staff
+
+    AutoReview.objects.create(
+        run=first,
+        requested_by=staff,
+        reviewer_model="r/m",
+        status=AutoReview.Status.DONE,
+        prompt_tokens=900,
+        completion_tokens=120,
+        cost_usd=Decimal("0.0005"),
+    )
+    page = alice_client.get(f"/evaluations/{evaluation.pk}/").content.decode()
+    reviewer = page[page.index('data-testid="evaluation-cost-reviewer"') :][:200]
+    assert "reviewer: $0.00050 · 1,020 tokens over 1 review" in reviewer, reviewer
