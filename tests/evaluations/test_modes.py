@@ -448,3 +448,65 @@ def test_the_mode_is_named_on_the_list_the_page_and_the_api(alice, alice_client)
     listed = alice_client.get("/api/evaluations/").json()
     items = listed["results"] if isinstance(listed, dict) else listed
     assert {e["id"]: e["mode"] for e in items} == {plain.pk: "default", oracle.pk: "oracle_plan"}
+
+
+def test_a_no_user_conversation_whose_first_call_fails_transiently_opens_afresh(llm_server):
+    """τ²'s solo agent speaks first inside τ²'s initialize(): a rate limit there is a hop
+    tried again like any, on a conversation built afresh (the task's initial state applied
+    once), and τ² scores the solved task 1."""
+    from tau2_env import engine
+    from tau2_env import llm as routes
+    from tests.support.llm_server import error
+
+    answered = []
+    refusals = routes.RETRIES + 1  # every attempt of the first call: it reaches the engine
+
+    def responder(request: RecordedRequest):
+        if len(answered) < refusals:
+            answered.append("refused")
+            return error(429, "slow down")
+        answered.append("answered")
+        called = [
+            call["function"]["name"]
+            for message in request.messages
+            if message.get("role") == "assistant"
+            for call in message.get("tool_calls") or []
+        ]
+        for step in ("toggle_airplane_mode", "toggle_roaming", "done"):
+            if step not in called:
+                return tool_call(step)
+        raise AssertionError("asked again after done")
+
+    llm_server.responder = responder
+    route = routes.Route(
+        provider="openai_compatible",
+        model="openai/lab-agent-7b",
+        base_url=llm_server.base_url,
+        api_key=CONNECTION_KEY,
+    )
+    episode = engine.Episode(
+        domain="telecom",
+        task_id=TELECOM_TASK,
+        user_llm=route,
+        agent_llm=route,
+        mode="no_user",
+        seed=SEED,
+        max_steps=MAX_STEPS,
+    )
+    assert episode.messages == [] and not episode.done  # nothing said before run()
+    hops, waits = [], []
+
+    def backoff(exc, attempt):
+        waits.append((exc.transient, attempt))
+        return 0.0
+
+    outcome = episode.run(on_hop=hops.append, backoff=backoff)
+
+    assert outcome == "ended" and episode.error is None
+    # The refused call came back to the engine, which waited and opened afresh.
+    assert waits == [(True, 1)]
+    assert answered == ["refused"] * refusals + ["answered"] * 3
+    assert [h.speaker for h in hops] == ["agent", "agent", "agent"]
+    assert [m.turn_idx for m in episode.messages] == list(range(len(episode.messages)))
+    assert episode.termination_reason == engine.TerminationReason.AGENT_STOP
+    assert episode.reward == 1.0
