@@ -209,6 +209,13 @@ TAU2_RUN_MAX_STEPS = envint("TAU2_RUN_MAX_STEPS", 200, minimum=1)
 # A worker renews its lease on a run every third of this; a run whose lease ran out lost
 # its worker and is resumed elsewhere by the reaper (beat, every TAU2_RUN_REAP_SECONDS).
 TAU2_RUN_LEASE_SECONDS = envint("TAU2_RUN_LEASE_SECONDS", 60, minimum=3)
+# An auto-review still "reviewing" this long after its worker claimed it lost that worker
+# (its one reviewer call may take TAU2_LLM_TIMEOUT, retried twice for rate limits).
+TAU2_AUTOREVIEW_LEASE_SECONDS = envint(
+    "TAU2_AUTOREVIEW_LEASE_SECONDS",
+    3 * int(tau2_config.llm_timeout()) + 60,
+    minimum=10,
+)
 TAU2_RUN_REAP_SECONDS = envint("TAU2_RUN_REAP_SECONDS", 30, minimum=1)
 TAU2_RUN_MAX_ATTEMPTS = envint("TAU2_RUN_MAX_ATTEMPTS", 3, minimum=1)
 # A rate limit, a provider's 5xx or a timeout: the hop is tried again this many times,

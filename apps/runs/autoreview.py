@@ -14,10 +14,12 @@ that cannot be used fails the review in words and stores no finding.
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from apps.accounts.access import can_review
@@ -102,7 +104,7 @@ def autoreview_execute(*, review_id: int) -> str:
     all at once, or fail the review with a readable reason and no finding. Returns the
     review's status afterwards."""
     claimed = AutoReview.objects.filter(pk=review_id, status=AutoReview.Status.QUEUED).update(
-        status=AutoReview.Status.RUNNING
+        status=AutoReview.Status.RUNNING, started_at=timezone.now(), attempts=F("attempts") + 1
     )
     review = (
         AutoReview.objects.select_related("run", "run__task", "requested_by", "reviewer_connection")
@@ -154,12 +156,14 @@ def autoreview_execute(*, review_id: int) -> str:
             )
             label.full_clean(exclude=["created_by"])
             label.save()
-        _finish(
+        if not _finish(
             review,
             status=AutoReview.Status.DONE,
             usage=outcome.usage,
             summary=outcome.review.summary,
-        )
+        ):  # reaped while it reviewed: the current claim stores the findings, not this one
+            transaction.set_rollback(True)
+            return AutoReview.objects.get(pk=review.pk).status
     return AutoReview.Status.DONE
 
 
@@ -184,22 +188,54 @@ def _fail(review: AutoReview, error: str, *, usage: llm.Usage | None = None) -> 
 
 def _finish(
     review: AutoReview, *, status: str, usage: llm.Usage, error: str = "", summary: str = ""
-) -> None:
-    AutoReview.objects.filter(pk=review.pk).update(
-        status=status,
-        error=error[:4000],
-        summary=summary[:4000],
-        prompt_tokens=usage.prompt_tokens,
-        completion_tokens=usage.completion_tokens,
-        cost_usd=cost_usd(
+) -> bool:
+    """End the review, if this claim is still the current one; False when it was reaped."""
+    return (
+        AutoReview.objects.filter(
+            pk=review.pk, status=AutoReview.Status.RUNNING, attempts=review.attempts
+        ).update(
+            status=status,
+            error=error[:4000],
+            summary=summary[:4000],
             prompt_tokens=usage.prompt_tokens,
             completion_tokens=usage.completion_tokens,
-            prices=review.prices,
+            cost_usd=cost_usd(
+                prompt_tokens=usage.prompt_tokens,
+                completion_tokens=usage.completion_tokens,
+                prices=review.prices,
+            )
+            if usage.calls
+            else None,
+            finished_at=timezone.now(),
         )
-        if usage.calls
-        else None,
-        finished_at=timezone.now(),
+        == 1
     )
+
+
+LOST_TWICE = (
+    "The worker reviewing this run was lost twice (a crash or a restart): start the review again."
+)
+
+
+def autoreviews_reap(*, now=None) -> list[int]:
+    """Reviews still "reviewing" ``TAU2_AUTOREVIEW_LEASE_SECONDS`` after their claim lost
+    their worker (a crash, ``kill -9``, a deploy): queued again once, failed in words the
+    second time, never left "reviewing". Returns the ids queued again (beat, with the
+    runs' reap)."""
+    now = now or timezone.now()
+    limit = now - timedelta(seconds=settings.TAU2_AUTOREVIEW_LEASE_SECONDS)
+    stale = AutoReview.objects.filter(status=AutoReview.Status.RUNNING, started_at__lt=limit)
+    requeued = []
+    for review in stale:
+        current = AutoReview.objects.filter(
+            pk=review.pk, status=AutoReview.Status.RUNNING, attempts=review.attempts
+        )
+        if review.attempts >= 2:
+            current.update(status=AutoReview.Status.FAILED, error=LOST_TWICE, finished_at=now)
+        elif current.update(status=AutoReview.Status.QUEUED):
+            queue.autoreview_enqueue(review.pk)
+            requeued.append(review.pk)
+    return requeued
 
 
 def _decide(label: ReviewLabel, by) -> None:

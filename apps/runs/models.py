@@ -521,7 +521,9 @@ class AutoReview(models.Model):
     review labels of origin ``auto`` (``findings``), pending until a person decides.
 
     Status: QUEUED → RUNNING (the worker claims it) → DONE (findings stored, all at once)
-    or FAILED (``error`` says why, in words; nothing stored). The reviewer runs on
+    or FAILED (``error`` says why, in words; nothing stored); RUNNING → QUEUED when its
+    worker was lost (``autoreviews_reap``, once; a second loss fails it). Only the claim
+    that is current (``attempts``) may store its findings. The reviewer runs on
     ``requested_by``'s credentials and rules; its tokens and cost are metered here, at the
     reviewer model's prices fixed when it was asked (``None``: unpriced, never $0).
     """
@@ -547,6 +549,10 @@ class AutoReview(models.Model):
     price_input = models.DecimalField(max_digits=14, decimal_places=8, null=True, blank=True)
     price_output = models.DecimalField(max_digits=14, decimal_places=8, null=True, blank=True)
     status = models.CharField(max_length=8, choices=Status.choices, default=Status.QUEUED)
+    # Claims by a worker: a review still "reviewing" TAU2_AUTOREVIEW_LEASE_SECONDS after
+    # its claim lost its worker; the reaper queues it again once, then fails it.
+    started_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.PositiveSmallIntegerField(default=0)
     error = models.TextField(blank=True)
     summary = models.TextField(blank=True)
     prompt_tokens = models.PositiveBigIntegerField(default=0)

@@ -20,7 +20,9 @@ def execute_run(self, run_id: int) -> str:
 
 @shared_task(name="runs.reap", ignore_result=True)
 def reap_runs() -> list[int]:
-    """Re-queue runs whose worker vanished (beat, every TAU2_RUN_REAP_SECONDS)."""
+    """Re-queue runs whose worker vanished (beat, every TAU2_RUN_REAP_SECONDS), and the
+    auto-reviews whose worker vanished."""
+    autoreview.autoreviews_reap()
     return lifecycle.runs_reap()
 
 
