@@ -14,6 +14,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from django.db.models import Q
 from django.urls import reverse
 
 from apps.evaluations import selectors
@@ -145,16 +146,31 @@ def _messages_by_run(run_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
     return messages
 
 
+def _simulation(run: Run, messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """A run as τ²'s simulation; a failed conversation scores 0, as τ² scores one that
+    ended on the model's own error, and says why in its ``info``."""
+    simulation = tau2_simulation(run, messages)
+    if run.status == Run.Status.FAILED:
+        simulation["reward_info"] = {"reward": 0.0, "info": {"failed": run.error[:500]}}
+    return simulation
+
+
 def evaluation_export_tau2(evaluation: Evaluation) -> dict[str, Any]:
     """The evaluation as one τ²-bench ``Results`` file, as ``tau2 run`` writes one.
 
     ``info.num_trials`` is k and ``info.seed`` the evaluation's seed; one simulation per
-    scored (completed) run, with its trial and the seed its orchestrator got, so τ²'s
+    run τ²'s metrics count (``selectors.is_scored``): every completed run, and every run
+    the model's own conversation failed, as τ² records such a simulation — its messages,
+    how it ended and reward 0 — with its trial and the seed its orchestrator got, so τ²'s
     ``compute_metrics`` reads the same runs as our pass^k. ``tasks`` are τ²'s own
     definitions of the evaluation's tasks.
     """
     runs = list(
-        Run.objects.filter(evaluation=evaluation, status=Run.Status.COMPLETED)
+        Run.objects.filter(evaluation=evaluation)
+        .filter(
+            Q(status=Run.Status.COMPLETED)
+            | Q(status=Run.Status.FAILED, failure__in=selectors.COUNTED_FAILURES)
+        )
         .select_related("task")
         .order_by("trial", "id")
     )
@@ -185,7 +201,7 @@ def evaluation_export_tau2(evaluation: Evaluation) -> dict[str, Any]:
         "timestamp": _iso(evaluation.finished_at or evaluation.created_at),
         "info": info,
         "tasks": tau2_tasks(evaluation.domain, evaluation.task_ids),
-        "simulations": [tau2_simulation(run, messages.get(run.pk, [])) for run in runs],
+        "simulations": [_simulation(run, messages.get(run.pk, [])) for run in runs],
     }
 
 

@@ -223,3 +223,28 @@ def test_an_evaluation_the_worker_ran_downloads_as_a_tau2_file_with_the_same_pas
     )
     summary = EvaluationSummary.from_json(evaluation.summary)
     assert summary.pass_hat_ks == compute_metrics(results).pass_hat_ks
+
+
+def test_a_failed_conversation_is_in_the_tau2_download_as_reward_0_as_tau2_counts_it(
+    alice_client, evaluation, tmp_path
+):
+    """The model's own failure (the conversation went wrong) counts as reward 0 on the
+    page, as τ² counts it: the download holds it too, so τ² computes the same pass^k;
+    a transient failure (the provider's) is left out of both."""
+    from tau2.data_model.simulation import Results
+    from tau2.metrics.agent_metrics import compute_metrics
+
+    failed = Run.objects.get(evaluation=evaluation, status=Run.Status.FAILED)
+    failed.failure = Run.Failure.CONVERSATION
+    failed.termination_reason = "agent_error"
+    failed.save(update_fields=["failure", "termination_reason"])
+    path = tmp_path / "results.json"
+    path.write_bytes(alice_client.get(f"/evaluations/{evaluation.pk}.json?format=tau2").content)
+    results = Results.load(path)
+    assert len(results.simulations) == 6
+    (sim,) = [s for s in results.simulations if s.id == f"tau2-studio-run-{failed.pk}"]
+    assert sim.reward_info.reward == 0.0 and sim.termination_reason == "agent_error"
+    theirs = compute_metrics(results)
+    ours = selectors.evaluation_summary(evaluation)
+    assert ours.max_k == 3 and ours.pass_hat_ks == theirs.pass_hat_ks
+    assert ours.avg_reward == pytest.approx(theirs.avg_reward)
