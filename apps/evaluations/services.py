@@ -43,6 +43,7 @@ from apps.runs.services import (
     model_run_build,
     model_run_validate,
     prices_for_storage,
+    run_in_mode,
     run_stop,
 )
 from apps.tasks.models import Task
@@ -198,7 +199,7 @@ def evaluation_create(
         )
         # Trial-major, as τ² runs them: every task's trial 0, then trial 1, …
         Run.objects.bulk_create(
-            _in_mode(
+            run_in_mode(
                 model_run_build(
                     user=user,
                     task=tasks[task_id],
@@ -225,27 +226,6 @@ def evaluation_create(
         )
         transaction.on_commit(evaluations_dispatch)
     return evaluation
-
-
-# τ²'s classes of each mode's sides, as a run's provenance names them.
-_MODE_CLASSES = {
-    Run.Mode.DEFAULT: ("tau2.agent.llm_agent.LLMAgent", "tau2.user.user_simulator.UserSimulator"),
-    Run.Mode.NO_USER: ("tau2.agent.llm_agent.LLMSoloAgent", "tau2.user.user_simulator.DummyUser"),
-    Run.Mode.ORACLE_PLAN: (
-        "tau2.agent.llm_agent.LLMGTAgent",
-        "tau2.user.user_simulator.UserSimulator",
-    ),
-}
-
-
-def _in_mode(run: Run, mode: str) -> Run:
-    """``run`` (unsaved) in ``mode``: the mode, and its provenance naming τ²'s classes."""
-    run.mode = mode
-    agent_class, user_class = _MODE_CLASSES[Run.Mode(mode)]
-    run.provenance["agent"]["implementation"] = agent_class
-    run.provenance["user"]["implementation"] = user_class
-    run.provenance["mode"] = mode
-    return run
 
 
 def _refuse_over_budget(

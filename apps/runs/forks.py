@@ -61,9 +61,15 @@ def fork_lineage(run: Run) -> Lineage:
 def fork_point(*, run: Run, at_seq) -> RunEvent:
     """The message ``at_seq`` of ``run`` if a fork may replace it; raises
     ``ValidationError`` otherwise (the run is not over, no such message, the greeting,
-    or a tool's result)."""
+    or a tool's result, or a run of an ablation)."""
     if not run.is_final:
         raise ValidationError("Only a finished run can be forked.")
+    if run.mode != Run.Mode.DEFAULT:
+        raise ValidationError(
+            f"A run of the {run.get_mode_display()} ablation cannot be forked: τ² plays it "
+            "with another agent and user, whose conversation a fork cannot take over. Run "
+            "it again instead."
+        )
     try:
         seq = int(at_seq)
     except (TypeError, ValueError):
@@ -203,7 +209,7 @@ def fork_context(user, run: Run) -> dict:
     here ("Fork here" on its messages), and which kinds of message they may fork at."""
     return {
         "lineage": fork_lineage(run),
-        "can_fork": can_start(user) and run.is_final,
+        "can_fork": can_start(user) and run.is_final and run.mode == Run.Mode.DEFAULT,
         "kinds": [kind.value for kind in FORKABLE],
     }
 

@@ -186,6 +186,27 @@ def _judge(connection, model: str) -> dict | None:
     }
 
 
+# τ²'s classes of each mode's sides, as a run's provenance names them.
+MODE_CLASSES = {
+    Run.Mode.DEFAULT: ("tau2.agent.llm_agent.LLMAgent", "tau2.user.user_simulator.UserSimulator"),
+    Run.Mode.NO_USER: ("tau2.agent.llm_agent.LLMSoloAgent", "tau2.user.user_simulator.DummyUser"),
+    Run.Mode.ORACLE_PLAN: (
+        "tau2.agent.llm_agent.LLMGTAgent",
+        "tau2.user.user_simulator.UserSimulator",
+    ),
+}
+
+
+def run_in_mode(run: Run, mode: str) -> Run:
+    """``run`` (unsaved) in ``mode``: the mode, and its provenance naming τ²'s classes."""
+    run.mode = mode
+    agent_class, user_class = MODE_CLASSES[Run.Mode(mode)]
+    run.provenance["agent"]["implementation"] = agent_class
+    run.provenance["user"]["implementation"] = user_class
+    run.provenance["mode"] = mode
+    return run
+
+
 def prices_for_storage(agent_prices: tuple | None) -> tuple | None:
     return tuple(str(p) if p is not None else None for p in agent_prices) if agent_prices else None
 
@@ -207,8 +228,10 @@ def run_create(
     user_llm_args: dict | None = None,
     judge_model: str = "",
     judge_connection=None,
+    mode: str = Run.Mode.DEFAULT,
 ) -> Run:
     """Queue a model run of ``task`` by ``user``. The worker gets only the run's id.
+    ``mode`` is the paper's ablation (``Run.Mode``), as an evaluation's runs have it.
 
     Each side on its connection (None: Hugging Face's router, on ``user``'s token) with
     its τ² ``llm_args`` (None: τ²'s default); see :func:`model_run_build`.
@@ -238,6 +261,7 @@ def run_create(
         judge_model=judge_model,
         judge_connection=judge_connection,
     )
+    run_in_mode(run, mode)
     run.dispatched_at = timezone.now()
     run.save()
     queue.run_enqueue(run.pk)
@@ -262,6 +286,7 @@ def run_settings_of(run: Run) -> dict:
         "user_llm_args": run.user_llm_args,
         "judge_model": run.judge_model,
         "judge_connection": run.judge_connection,
+        "mode": run.mode,
     }
 
 
