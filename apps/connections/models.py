@@ -169,3 +169,37 @@ class ConnectionModel(models.Model):
         if self.input_price is None or self.output_price is None:
             return None
         return (self.input_price, self.output_price)
+
+
+def connection_field(**kwargs) -> models.ForeignKey:
+    """A side's connection on another app's row: empty for Hugging Face's router; a
+    connection is never deleted under what names it (PROTECT; deleting one wipes its key
+    and keeps the row)."""
+    return models.ForeignKey(
+        Connection, on_delete=models.PROTECT, null=True, blank=True, related_name="+", **kwargs
+    )
+
+
+class RunSides(models.Model):
+    """Where each side of a run runs, and how: what a model run (``apps.runs.Run``) and an
+    evaluation (``apps.evaluations.Evaluation``, for all its runs) both record.
+
+    ``agent_connection`` / ``user_connection``: the side's connection (empty: Hugging
+    Face's router on the starter's own token; the model's name is the owner's
+    ``agent_model`` / ``user_model``). ``agent_llm_args`` / ``user_llm_args``: τ²'s
+    ``llm_args`` of each side, as ``tau2 run --agent-llm-args / --user-llm-args`` pass
+    them (empty on rows from before they could be chosen: τ²'s default); rows with
+    different arguments are never ranked together. ``judge_model`` on
+    ``judge_connection``: τ²'s natural-language judge (only for tasks whose reward needs
+    it, or with ``TAU2_NL_JUDGE=always``); empty, the customer's model judges.
+    """
+
+    agent_connection = connection_field()
+    user_connection = connection_field()
+    agent_llm_args = models.JSONField(null=True, blank=True)
+    user_llm_args = models.JSONField(null=True, blank=True)
+    judge_model = models.CharField(max_length=255, blank=True)
+    judge_connection = connection_field()
+
+    class Meta:
+        abstract = True

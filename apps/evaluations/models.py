@@ -7,10 +7,11 @@ from django.db import models
 from django.db.models import Q
 from django.urls import reverse
 
+from apps.connections.models import RunSides
 from apps.runs.models import MAX_TRIALS, Run
 
 
-class Evaluation(models.Model):
+class Evaluation(RunSides):
     class Status(models.TextChoices):
         """Where an evaluation is. Allowed transitions (all in ``apps.evaluations.services``):
 
@@ -57,34 +58,8 @@ class Evaluation(models.Model):
     agent_model = models.CharField(max_length=255, help_text="org/model[:provider|:policy]")
     agent_provider = models.CharField(max_length=64, blank=True)
     user_model = models.CharField(max_length=255)
-    # As on each of its runs (apps.runs.models.Run): where each side runs, and τ²'s
-    # llm_args of each side. Evaluations with different arguments are not ranked together.
-    agent_connection = models.ForeignKey(
-        "connections.Connection",
-        on_delete=models.PROTECT,
-        null=True,
-        blank=True,
-        related_name="+",
-    )
-    user_connection = models.ForeignKey(
-        "connections.Connection",
-        on_delete=models.PROTECT,
-        null=True,
-        blank=True,
-        related_name="+",
-    )
-    agent_llm_args = models.JSONField(null=True, blank=True)
-    user_llm_args = models.JSONField(null=True, blank=True)
-    # τ²'s natural-language judge (only for tasks whose reward needs it, or with
-    # TAU2_NL_JUDGE=always): this model, or the customer's when empty.
-    judge_model = models.CharField(max_length=255, blank=True)
-    judge_connection = models.ForeignKey(
-        "connections.Connection",
-        on_delete=models.PROTECT,
-        null=True,
-        blank=True,
-        related_name="+",
-    )
+    # Where each side runs, τ²'s llm_args of each side and the NL judge, as on each of
+    # its runs: the fields of apps.connections.models.RunSides.
     # The ablation (apps.runs.models.Run.Mode): part of what the evaluation is; never
     # ranked or pooled with another mode.
     mode = models.CharField(max_length=16, choices=Run.Mode.choices, default=Run.Mode.DEFAULT)

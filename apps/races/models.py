@@ -10,6 +10,8 @@ from django.conf import settings
 from django.db import models
 from django.urls import reverse
 
+from apps.connections.models import connection_field
+
 MIN_LANES, MAX_LANES = 2, 4
 
 
@@ -19,13 +21,8 @@ class Race(models.Model):
     )
     task = models.ForeignKey("tasks.Task", on_delete=models.PROTECT, related_name="races")
     user_model = models.CharField(max_length=255, help_text="The customer model of every lane.")
-    user_connection = models.ForeignKey(
-        "connections.Connection",
-        on_delete=models.PROTECT,
-        null=True,
-        blank=True,
-        related_name="+",
-        help_text="Where the customer runs (empty: Hugging Face's router).",
+    user_connection = connection_field(
+        help_text="Where the customer runs (empty: Hugging Face's router)."
     )
     seed = models.BigIntegerField(help_text="The seed every lane was given.")
     max_steps = models.PositiveIntegerField(default=100)

@@ -10,13 +10,14 @@ from django.db import models
 from django.db.models import Q
 from django.urls import reverse
 
+from apps.connections.models import RunSides
 from tau2_env.config import DEFAULT_MAX_ERRORS
 
 # Trials of one task in an evaluation (``Run.trial`` is 0 … MAX_TRIALS - 1).
 MAX_TRIALS = 8
 
 
-class Run(models.Model):
+class Run(RunSides):
     class Kind(models.TextChoices):
         MODEL = "model", "model"
         HUMAN = "human", "human"
@@ -130,36 +131,8 @@ class Run(models.Model):
     agent_provider = models.CharField(max_length=64, blank=True)
     user_model = models.CharField(max_length=255)
     user_provider = models.CharField(max_length=32, default="hf")
-    # Where each side runs: a connection (apps.connections), or Hugging Face's router on
-    # the starter's own token when empty. A connection is never deleted under its runs.
-    agent_connection = models.ForeignKey(
-        "connections.Connection",
-        on_delete=models.PROTECT,
-        null=True,
-        blank=True,
-        related_name="+",
-    )
-    user_connection = models.ForeignKey(
-        "connections.Connection",
-        on_delete=models.PROTECT,
-        null=True,
-        blank=True,
-        related_name="+",
-    )
-    # τ²'s ``llm_args`` of each side, as ``tau2 run --agent-llm-args / --user-llm-args``
-    # pass them; empty (None) on runs from before they could be chosen: τ²'s default.
-    agent_llm_args = models.JSONField(null=True, blank=True)
-    user_llm_args = models.JSONField(null=True, blank=True)
-    # τ²'s natural-language judge (only for tasks whose reward needs it, or with
-    # TAU2_NL_JUDGE=always): this model, or the customer's when empty.
-    judge_model = models.CharField(max_length=255, blank=True)
-    judge_connection = models.ForeignKey(
-        "connections.Connection",
-        on_delete=models.PROTECT,
-        null=True,
-        blank=True,
-        related_name="+",
-    )
+    # Where each side runs and τ²'s llm_args of each side, and the NL judge: the
+    # fields of apps.connections.models.RunSides.
     # The ablation the episode runs in (Run.Mode); its evaluation's mode.
     mode = models.CharField(max_length=16, choices=Mode.choices, default=Mode.DEFAULT)
     max_steps = models.PositiveIntegerField(default=100)
