@@ -72,6 +72,8 @@ INSTALLED_APPS = [
     "apps.evaluations",
     "apps.races",
     "apps.agents",
+    "apps.training",
+    "apps.datasets",
     "apps.inference",
     "apps.connections",
     "apps.workers",

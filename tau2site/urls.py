@@ -24,6 +24,8 @@ urlpatterns = [
     path("accounts/keys/", include("apps.agents.key_urls")),
     path("accounts/", include("apps.accounts.urls")),
     path("agents/", include("apps.agents.urls")),
+    path("training/", include("apps.training.urls")),
+    path("datasets/", include("apps.datasets.urls")),
     path("connections/", include("apps.connections.urls")),
     path("auth/", include("social_django.urls", namespace="social")),
     path("admin/login/", accounts_views.admin_login, name="admin_login"),
