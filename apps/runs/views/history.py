@@ -1,10 +1,9 @@
-"""Run history: the list, one run, its JSON, comparison and stopping."""
+"""Run history: one run, its JSON, comparison and stopping (the list is in .listing)."""
 
 from __future__ import annotations
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
 from django.urls import reverse
@@ -13,39 +12,13 @@ from django.views.decorators.http import require_POST
 
 from apps.accounts.access import (
     can_control,
-    can_review,
     can_view_runs,
-    signin_url,
 )
 from apps.runs import compare, diagnosis, exports, forks, presenters, selectors, services
-from apps.runs.models import ReviewLabel, Run
 from apps.runs.selectors import RunFilters
 from apps.runs.views.access import run_for_user
 from apps.runs.views.review import review_context
 from apps.runs.views.start import rerun_offer
-
-
-def run_list(request):
-    if not can_view_runs(request.user):
-        return redirect(signin_url(next_url=request.get_full_path(), reason="runs"))
-    filters = RunFilters.from_params(request.GET)
-    page = Paginator(selectors.run_list(filters=filters), 30).get_page(request.GET.get("page"))
-    # Runs ticked before a refused compare come back ticked (see run_compare).
-    picked = set(_ids(request.GET.get("picked", "")))
-    return render(
-        request,
-        "runs/list.html",
-        {
-            "page": page,
-            "filters": filters,
-            "query": urlencode(filters.as_query()),
-            "statuses": Run.Status.choices,
-            "kinds": Run.Kind.choices,
-            "picked": picked,
-            "categories": ReviewLabel.Category.choices,
-            "can_review": can_review(request.user),
-        },
-    )
 
 
 def run_detail(request, pk: int):
@@ -92,7 +65,7 @@ def run_json(request, pk: int):
     return response
 
 
-def _ids(text: str) -> list[int]:
+def ids_of(text: str) -> list[int]:
     """The run ids in a comma-separated list, in order, once each; junk is left out."""
     parts = (part.strip() for part in text.split(","))
     ids = dict.fromkeys(int(p) for p in parts if p.isascii() and p.isdigit() and len(p) < 19)
@@ -103,7 +76,7 @@ def run_compare(request):
     if not can_view_runs(request.user):
         raise PermissionDenied("Sign in to see the team's runs.")
     # ids=1,2 from the list's script; pick=1&pick=2 from its form without script.
-    ids = _ids(",".join([request.GET.get("ids", ""), *request.GET.getlist("pick")]))
+    ids = ids_of(",".join([request.GET.get("ids", ""), *request.GET.getlist("pick")]))
     if not 2 <= len(ids) <= 4:
         # Back to the list with the same runs ticked, saying why (a 400 page lost them).
         picked = f"{len(ids)} run{'' if len(ids) == 1 else 's'}" if ids else "no run"
