@@ -22,9 +22,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,6 +37,7 @@ from apps.tasks.models import Task
 from tests.support import anthropic_server
 from tests.support.anthropic_server import AnthropicLLM, AnthropicRequest
 from tests.support.scripts import GOLD_TASK, finished, gold_script, wait_for
+from tests.support.tau2_cli import tau2_cli_run
 
 pytestmark = pytest.mark.slow
 
@@ -97,62 +95,22 @@ def tau2_run(
     """``tau2 run`` of one airline task, one trial, seed 300, both sides on ``api_base``
     with ``key`` from the environment variable ``key_variable``: the results file, parsed.
     """
-    env = {
-        name: value
-        for name, value in os.environ.items()
-        if name
-        not in (
-            "HF_TOKEN",
-            "OPENAI_API_KEY",
-            "ANTHROPIC_API_KEY",
-            "OPENAI_BASE_URL",
-            "OPENAI_API_BASE",
-            "ANTHROPIC_BASE_URL",
-            "ANTHROPIC_API_BASE",
-            "DJANGO_SETTINGS_MODULE",
-        )
-    }
-    env.update({key_variable: key, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
-    command = [
-        str(Path(sys.executable).with_name("tau2")),
-        "run",
-        "--domain",
-        "airline",
-        "--task-ids",
-        task_id,
-        "--num-trials",
-        "1",
-        "--seed",
-        str(SEED),
-        "--max-steps",
-        str(MAX_STEPS),
-        "--max-concurrency",
-        "1",
-        "--agent-llm",
-        agent_llm,
-        "--agent-api-key",
-        key_variable,
-        "--agent-llm-args",
-        json.dumps({**agent_args, "api_base": api_base}),
-        "--user-llm",
-        user_llm,
-        "--user-api-key",
-        key_variable,
-        "--user-llm-args",
-        json.dumps({**user_args, "api_base": api_base}),
-        "--results-dir",
-        str(directory),
-        "--save-to",
-        "results",
-        "--log-level",
-        "WARNING",
-    ]
-    # cwd: τ² loads a .env from where it runs; the directory has none.
-    done = subprocess.run(
-        command, env=env, cwd=directory, capture_output=True, text=True, timeout=300
+    results = tau2_cli_run(
+        directory,
+        domain="airline",
+        task_ids=[task_id],
+        seed=SEED,
+        max_steps=MAX_STEPS,
+        agent_llm=agent_llm,
+        user_llm=user_llm,
+        agent_args={**agent_args, "api_base": api_base},
+        user_args={**user_args, "api_base": api_base},
+        key_variable=key_variable,
+        key=key,
+        agent_key_variable=key_variable,
+        user_key_variable=key_variable,
     )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    return json.loads((directory / "results.json").read_text())
+    return json.loads(results.read_text())
 
 
 def product_run(user, *, connection, agent_model: str, user_model: str, agent_args, user_args):

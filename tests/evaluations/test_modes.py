@@ -18,9 +18,6 @@ from __future__ import annotations
 
 import itertools
 import json
-import os
-import subprocess
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
@@ -39,6 +36,7 @@ from tau2_env import results as tau2_results
 from tests.support.evaluations import wait_for_evaluation
 from tests.support.llm_server import RecordedRequest, tool_call
 from tests.support.scripts import GOLD_TASK, gold_script
+from tests.support.tau2_cli import tau2_cli_run
 
 SEED = 300
 MAX_STEPS = 20
@@ -101,64 +99,23 @@ def tau2_run_mode(
 ) -> dict[str, Any]:
     """``tau2 run --agent <agent> --user <user>`` of one task, one trial, seed 300, both
     sides on the scripted server with a key from ``OPENAI_API_KEY``: its results file."""
-    env = {
-        name: value
-        for name, value in os.environ.items()
-        if name
-        not in (
-            "HF_TOKEN",
-            "OPENAI_API_KEY",
-            "ANTHROPIC_API_KEY",
-            "OPENAI_BASE_URL",
-            "OPENAI_API_BASE",
-            "DJANGO_SETTINGS_MODULE",
-        )
-    }
-    env.update(OPENAI_API_KEY=CLI_KEY, LITELLM_LOCAL_MODEL_COST_MAP="True")
-    command = [
-        str(Path(sys.executable).with_name("tau2")),
-        "run",
-        "--domain",
-        domain,
-        "--agent",
-        agent,
-        "--user",
-        user,
-        "--task-ids",
-        task_id,
-        "--num-trials",
-        "1",
-        "--seed",
-        str(SEED),
-        "--max-steps",
-        str(MAX_STEPS),
-        "--max-concurrency",
-        "1",
-        "--agent-llm",
-        "openai/lab-agent-7b",
-        "--agent-api-key",
-        "OPENAI_API_KEY",
-        "--agent-llm-args",
-        json.dumps({**AGENT_ARGS, "api_base": base_url}),
-        "--user-llm",
-        "openai/lab-customer-7b",
-        "--user-api-key",
-        "OPENAI_API_KEY",
-        "--user-llm-args",
-        json.dumps({**USER_ARGS, "api_base": base_url}),
-        "--results-dir",
-        str(directory),
-        "--save-to",
-        "results",
-        "--log-level",
-        "WARNING",
-    ]
-    # cwd: τ² loads a .env from where it runs; the directory has none.
-    done = subprocess.run(
-        command, env=env, cwd=directory, capture_output=True, text=True, timeout=300
+    results = tau2_cli_run(
+        directory,
+        domain=domain,
+        task_ids=[task_id],
+        seed=SEED,
+        max_steps=MAX_STEPS,
+        agent=agent,
+        user=user,
+        agent_llm="openai/lab-agent-7b",
+        user_llm="openai/lab-customer-7b",
+        agent_args={**AGENT_ARGS, "api_base": base_url},
+        user_args={**USER_ARGS, "api_base": base_url},
+        key=CLI_KEY,
+        agent_key_variable="OPENAI_API_KEY",
+        user_key_variable="OPENAI_API_KEY",
     )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    return json.loads((directory / "results.json").read_text())
+    return json.loads(results.read_text())
 
 
 def product_evaluation(user, llm, *, domain: str, task_id: str, mode: str) -> Evaluation:

@@ -8,10 +8,6 @@ tests need no worker; ``tests/evaluations/test_evaluations.py`` runs one end to 
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from dataclasses import dataclass
 from datetime import timedelta
 from decimal import Decimal
@@ -20,6 +16,7 @@ from typing import Any
 
 from tests.support.llm_server import ScriptedLLM, text
 from tests.support.people import ALICE_TOKEN
+from tests.support.tau2_cli import tau2_cli_run
 
 AIRLINE_TEST = "test"
 
@@ -184,50 +181,19 @@ def tau2_run_file(
     τ²'s own default (``--agent-api-key`` names no variable, so the file records
     ``"api_key": "dummy_key"``), the customer's comes from a fake ``OPENAI_API_KEY``.
     """
-    env = {
-        name: value
-        for name, value in os.environ.items()
-        if name not in ("HF_TOKEN", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "DJANGO_SETTINGS_MODULE")
-    }
-    env.update(OPENAI_API_KEY="sk-scripted-not-a-key", LITELLM_LOCAL_MODEL_COST_MAP="True")
-    args = json.dumps({"temperature": 0, "api_base": llm.base_url})
-    tau2 = Path(sys.executable).with_name("tau2")
-    command = [
-        str(tau2),
-        "run",
-        "--domain",
-        domain,
-        "--task-ids",
-        *task_ids,
-        "--num-trials",
-        str(num_trials),
-        "--seed",
-        str(seed),
-        "--max-steps",
-        str(max_steps),
-        "--max-concurrency",
-        "1",
-        "--agent-llm",
-        "openai/scripted-agent",
-        "--agent-llm-args",
-        args,
-        "--user-llm",
-        "openai/scripted-customer",
-        "--user-llm-args",
-        args,
-        "--results-dir",
-        str(directory),
-        "--save-to",
-        "results",
-        "--log-level",
-        "WARNING",
-    ]
-    # cwd: τ² loads a .env from where it runs; the directory has none.
-    done = subprocess.run(
-        command, env=env, cwd=directory, capture_output=True, text=True, timeout=300
+    args = {"temperature": 0, "api_base": llm.base_url}
+    return tau2_cli_run(
+        directory,
+        domain=domain,
+        task_ids=task_ids,
+        num_trials=num_trials,
+        seed=seed,
+        max_steps=max_steps,
+        agent_llm="openai/scripted-agent",
+        user_llm="openai/scripted-customer",
+        agent_args=args,
+        user_args=args,
     )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    return directory / "results.json"
 
 
 def results_file(

@@ -1,0 +1,104 @@
+"""τ²'s own ``tau2 run`` CLI in a subprocess: what the faithfulness tests compare with.
+
+One helper for every test that runs the CLI (evaluations, connections, ablation modes), so
+the environment it runs in — no developer key, no base-URL variable, litellm's local price
+map, no .env — is set in one place.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+# Variables that would make the CLI reach something other than the scripted servers.
+_DROPPED = (
+    "HF_TOKEN",
+    "OPENAI_API_KEY",
+    "ANTHROPIC_API_KEY",
+    "OPENAI_BASE_URL",
+    "OPENAI_API_BASE",
+    "ANTHROPIC_BASE_URL",
+    "ANTHROPIC_API_BASE",
+    "DJANGO_SETTINGS_MODULE",
+)
+
+
+def tau2_cli_run(
+    directory: Path,
+    *,
+    domain: str,
+    task_ids: tuple[str, ...] | list[str],
+    agent_llm: str,
+    user_llm: str,
+    agent_args: dict[str, Any],
+    user_args: dict[str, Any],
+    num_trials: int = 1,
+    seed: int = 300,
+    max_steps: int = 20,
+    key_variable: str = "OPENAI_API_KEY",
+    key: str = "sk-scripted-not-a-key",
+    agent_key_variable: str | None = None,
+    user_key_variable: str | None = None,
+    agent: str | None = None,
+    user: str | None = None,
+) -> Path:
+    """Run ``tau2 run`` in ``directory`` and return the results file it wrote.
+
+    ``key`` is put in the environment as ``key_variable``. ``--agent-api-key`` and
+    ``--user-api-key`` name ``agent_key_variable`` / ``user_key_variable`` when given;
+    without them each side keeps τ²'s own default (the agent's is recorded as
+    ``"api_key": "dummy_key"``, the customer's litellm reads from the environment).
+    ``agent``/``user`` pick τ²'s agent and user implementations (``--agent
+    llm_agent_solo --user dummy_user`` for the ablations).
+    """
+    env = {name: value for name, value in os.environ.items() if name not in _DROPPED}
+    env.update({key_variable: key, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+    command = [str(Path(sys.executable).with_name("tau2")), "run", "--domain", domain]
+    if agent:
+        command += ["--agent", agent]
+    if user:
+        command += ["--user", user]
+    command += [
+        "--task-ids",
+        *task_ids,
+        "--num-trials",
+        str(num_trials),
+        "--seed",
+        str(seed),
+        "--max-steps",
+        str(max_steps),
+        "--max-concurrency",
+        "1",
+        "--agent-llm",
+        agent_llm,
+    ]
+    if agent_key_variable:
+        command += ["--agent-api-key", agent_key_variable]
+    command += [
+        "--agent-llm-args",
+        json.dumps(agent_args),
+        "--user-llm",
+        user_llm,
+    ]
+    if user_key_variable:
+        command += ["--user-api-key", user_key_variable]
+    command += [
+        "--user-llm-args",
+        json.dumps(user_args),
+        "--results-dir",
+        str(directory),
+        "--save-to",
+        "results",
+        "--log-level",
+        "WARNING",
+    ]
+    # cwd: τ² loads a .env from where it runs; the directory has none.
+    done = subprocess.run(
+        command, env=env, cwd=directory, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return directory / "results.json"
