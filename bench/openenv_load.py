@@ -131,6 +131,29 @@ def print_recorded(env: dict[str, str]) -> None:
     print((done.stdout.strip().splitlines() or [done.stderr[-300:]])[-1])
 
 
+def cpu_s(pid: int) -> float:
+    """The process's CPU time so far (user + system, its threads included), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def server_cpu(pid: int) -> float:
+    """CPU seconds of the server: its process and every descendant (uvicorn --workers,
+    the router's processes)."""
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+            children.setdefault(parent, []).append(int(stat.parent.name))
+    total, todo = 0.0, [pid]
+    while todo:
+        current = todo.pop()
+        with contextlib.suppress(OSError):
+            total += cpu_s(current)
+        todo.extend(children.get(current, []))
+    return total
+
+
 def rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -218,6 +241,21 @@ class Phase:
     rss_open: float = 0.0
     rss_after: float = 0.0
     seconds: float = 0.0
+    # Server CPU seconds spent in each step (all its processes' /proc stat).
+    cpu_reset: float = 0.0
+    cpu_tool: float = 0.0
+    cpu_respond: float = 0.0
+    cpu_done: float = 0.0
+    load: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+    def cpu_per_tool(self) -> float:
+        return self.cpu_tool / max(1, len(self.tool))
+
+    def cpu_per_turn(self) -> float:
+        """Server CPU per respond_to_user: the respond step's CPU, less the probe's
+        tool calls charged at the tool step's CPU per call."""
+        probe = self.cpu_per_tool() * len(self.probe)
+        return (self.cpu_respond - probe) / max(1, len(self.respond))
 
     @property
     def rss_per_session(self) -> float:
@@ -282,9 +320,13 @@ async def run_phase(
     async def all_of(make) -> None:
         await asyncio.gather(*(guarded(i, make(i)) for i in range(sessions)))
 
+    cpu = partial(server_cpu, server_pid)
     await all_of(lambda i: clients[i].connect())
+    mark = cpu()
     await all_of(lambda i: _timed(phase.reset, clients[i].reset()))
+    mark, phase.cpu_reset = cpu(), cpu() - mark
     await all_of(lambda i: db_calls(clients[i], USERS[i % len(USERS)], phase.tool))
+    mark, phase.cpu_tool = cpu(), cpu() - mark
     phase.rss_open = rss_mib(server_pid)
 
     responding = asyncio.ensure_future(
@@ -301,8 +343,11 @@ async def run_phase(
         calls += 1
         await asyncio.sleep(PROBE_INTERVAL_S)
     await responding
+    mark, phase.cpu_respond = cpu(), cpu() - mark
 
     await all_of(lambda i: _timed(phase.done, clients[i].tool("done")) if i < scored else _noop())
+    phase.cpu_done = cpu() - mark
+    phase.load = os.getloadavg()
     await asyncio.gather(*(c.close() for c in clients), probe.close(), return_exceptions=True)
     await asyncio.sleep(0.5)  # let the server drop the sessions
     phase.rss_after = rss_mib(server_pid)
@@ -339,6 +384,17 @@ def print_table(phases: list[Phase]) -> None:
             f"{ms(pct(p.done, 50)):>6}/{ms(pct(p.done, 95)):<6} | "
             f"{len(p.errors):>3} | {p.rss_per_session:>8.2f} "
             f"{p.rss_open:>6.0f}/{p.rss_after:<7.0f} | {p.seconds:>4.0f}"
+        )
+    print()
+    print("server CPU (its processes, /proc): per reset, per DB tool call, per customer turn")
+    print("(respond step less the probe's calls), per done; load average at the phase's end")
+    for p in phases:
+        per_reset = p.cpu_reset / max(1, len(p.reset))
+        per_done = p.cpu_done / max(1, len(p.done))
+        print(
+            f"{p.sessions:>4} {p.delay:>3.0f}s | reset {per_reset * 1000:6.1f} ms | "
+            f"tool {p.cpu_per_tool() * 1000:5.2f} ms | turn {p.cpu_per_turn() * 1000:6.2f} ms | "
+            f"done {per_done * 1000:6.0f} ms | load {p.load[0]:.2f} {p.load[1]:.2f} {p.load[2]:.2f}"
         )
     for p in phases:
         for error in sorted(set(p.errors))[:5]:
