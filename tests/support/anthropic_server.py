@@ -23,14 +23,11 @@ scripted.
 from __future__ import annotations
 
 import hashlib
-import json
-import threading
 import time
-from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.support.scripted_http import JSONHandler, ScriptedServer
 
 __all__ = [
     "AnthropicLLM",
@@ -148,76 +145,42 @@ class AnthropicRequest:
         return "\n".join(parts)
 
 
-class AnthropicLLM:
+class AnthropicLLM(ScriptedServer[AnthropicReply, AnthropicRequest]):
     """The scripted server; :meth:`start`, :meth:`stop`, :meth:`reset` as ``ScriptedLLM``.
 
     With neither a script left nor a responder, it answers 500, so a test never silently
     gets an answer it did not plan.
     """
 
+    thread_name = "scripted-anthropic"
+
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.script: deque[AnthropicReply | str] = deque()
-        self.responder: Callable[[AnthropicRequest], AnthropicReply | str] | None = None
-        self.requests: list[AnthropicRequest] = []
+        super().__init__()
         self.models: list[str] = ["claude-sonnet-4-5", "claude-haiku-4-5"]
         self.refused_keys: set[str] = set()
-        self._server: ThreadingHTTPServer | None = None
-
-    @property
-    def port(self) -> int:
-        assert self._server is not None, "server not started"
-        return self._server.server_address[1]
 
     @property
     def base_url(self) -> str:
         """``http://127.0.0.1:<port>``: Anthropic's API root (litellm adds ``/v1/messages``)."""
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> AnthropicLLM:
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
-        self._server.daemon_threads = True
-        threading.Thread(
-            target=self._server.serve_forever, name="scripted-anthropic", daemon=True
-        ).start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
     def reset(self) -> None:
+        super().reset()
         with self._lock:
-            self.script.clear()
-            self.responder = None
-            self.requests.clear()
             self.refused_keys.clear()
-
-    def add(self, *replies: AnthropicReply | str) -> None:
-        with self._lock:
-            self.script.extend(replies)
 
     def message_requests(self) -> list[AnthropicRequest]:
         with self._lock:
             return [r for r in self.requests if r.path.split("?")[0].endswith("/messages")]
 
-    def _record(self, request: AnthropicRequest) -> None:
-        with self._lock:
-            self.requests.append(request)
+    def _handler(self) -> type[JSONHandler]:
+        return _make_handler(self)
 
-    def _next_reply(self, request: AnthropicRequest) -> AnthropicReply:
-        with self._lock:
-            responder = self.responder
-            scripted = self.script.popleft() if (responder is None and self.script) else None
-        if responder is not None:
-            reply = responder(request)
-        elif scripted is not None:
-            reply = scripted
-        else:
-            reply = error(500, "scripted Anthropic: no reply left in the script")
-        return text(reply) if isinstance(reply, str) else reply
+    def _as_reply(self, content: str) -> AnthropicReply:
+        return text(content)
+
+    def _no_reply(self) -> AnthropicReply:
+        return error(500, "scripted Anthropic: no reply left in the script")
 
 
 def _error_body(status: int, message: str) -> dict[str, Any]:
@@ -255,32 +218,14 @@ def _message_body(reply: AnthropicReply, *, model: str, request: AnthropicReques
     }
 
 
-def _make_handler(llm: AnthropicLLM) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        disable_nagle_algorithm = True  # see tests/support/llm_server.py
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
-            return
-
-        def _send(self, status: int, data: bytes, content_type: str) -> None:
-            self.send_response(status)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(data)))
-            self.send_header("request-id", f"req_{int(time.monotonic() * 1e6)}")
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _send_json(self, status: int, payload: dict[str, Any]) -> None:
-            self._send(status, json.dumps(payload).encode(), "application/json")
+def _make_handler(llm: AnthropicLLM) -> type[JSONHandler]:
+    class Handler(JSONHandler):
+        def _extra_headers(self) -> dict[str, str]:
+            return {"request-id": f"req_{int(time.monotonic() * 1e6)}"}
 
         def _request(self, method: str) -> AnthropicRequest:
-            length = int(self.headers.get("Content-Length") or 0)
-            data = self.rfile.read(length) if length else b""
-            try:
-                body = json.loads(data) if data else {}
-            except json.JSONDecodeError:
-                body = {"_raw": data.decode(errors="replace")}
+            data = self._read_raw()
+            body = self._parsed(data)
             request = AnthropicRequest(method, self.path, dict(self.headers.items()), data, body)
             llm._record(request)
             return request

@@ -25,14 +25,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import threading
 import time
 import uuid
-from collections import deque
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from tests.support.scripted_http import JSONHandler, ScriptedServer
 
 __all__ = [
     "DEFAULT_CATALOGUE",
@@ -178,7 +176,7 @@ class RecordedRequest:
         return "\n".join(str(m.get("content") or "") for m in self.messages)
 
 
-class ScriptedLLM:
+class ScriptedLLM(ScriptedServer[Reply, RecordedRequest]):
     """The scripted server; start with :meth:`start`, stop with :meth:`stop`.
 
     ``script`` is consumed in order; with ``responder`` set it decides instead (it may
@@ -186,51 +184,25 @@ class ScriptedLLM:
     never silently gets an unplanned answer.
     """
 
+    thread_name = "scripted-llm"
+
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.script: deque[Reply | str] = deque()
-        self.responder: Callable[[RecordedRequest], Reply | str] | None = None
-        self.requests: list[RecordedRequest] = []
+        super().__init__()
         self.catalogue: dict[str, Any] | Reply | str = json.loads(json.dumps(DEFAULT_CATALOGUE))
         self.hf_accounts: dict[str, str] = {}  # token → the Hub account it belongs to
         self.unknown_tokens: set[str] = set()  # tokens the Hub refuses (made up, revoked)
-        self._server: ThreadingHTTPServer | None = None
-        self._thread: threading.Thread | None = None
 
     # --------------------------------------------------------------- control
-
-    @property
-    def port(self) -> int:
-        assert self._server is not None, "server not started"
-        return self._server.server_address[1]
 
     @property
     def base_url(self) -> str:
         """``http://127.0.0.1:<port>/v1`` — what ``TAU2_HF_ROUTER_URL`` should be."""
         return f"http://127.0.0.1:{self.port}/v1"
 
-    def start(self) -> ScriptedLLM:
-        handler = _make_handler(self)
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-        self._server.daemon_threads = True
-        self._thread = threading.Thread(
-            target=self._server.serve_forever, name="scripted-llm", daemon=True
-        )
-        self._thread.start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
-
     def reset(self) -> None:
-        """Forget the script, the responder and the recorded requests."""
+        """Forget the script, the responder, the recorded requests and the Hub's accounts."""
+        super().reset()
         with self._lock:
-            self.script.clear()
-            self.responder = None
-            self.requests.clear()
             self.catalogue = json.loads(json.dumps(DEFAULT_CATALOGUE))
             self.hf_accounts.clear()
             self.unknown_tokens.clear()
@@ -248,32 +220,20 @@ class ScriptedLLM:
             named = self.hf_accounts.get(token)
         return named or "user-" + hashlib.sha256(token.encode()).hexdigest()[:8]
 
-    def add(self, *replies: Reply | str) -> None:
-        """Append replies to the script."""
-        with self._lock:
-            self.script.extend(replies)
-
     def chat_requests(self) -> list[RecordedRequest]:
         with self._lock:
             return [r for r in self.requests if r.path.endswith("/chat/completions")]
 
     # -------------------------------------------------------------- internal
 
-    def _record(self, request: RecordedRequest) -> None:
-        with self._lock:
-            self.requests.append(request)
+    def _handler(self) -> type[JSONHandler]:
+        return _make_handler(self)
 
-    def _next_reply(self, request: RecordedRequest) -> Reply:
-        with self._lock:
-            responder = self.responder
-            scripted = self.script.popleft() if (responder is None and self.script) else None
-        if responder is not None:
-            reply = responder(request)
-        elif scripted is not None:
-            reply = scripted
-        else:
-            reply = error(500, "scripted LLM: no reply left in the script")
-        return text(reply) if isinstance(reply, str) else reply
+    def _as_reply(self, content: str) -> Reply:
+        return text(content)
+
+    def _no_reply(self) -> Reply:
+        return error(500, "scripted LLM: no reply left in the script")
 
 
 def _completion_body(reply: Reply, model: str) -> dict[str, Any]:
@@ -350,32 +310,8 @@ def _stream_chunks(reply: Reply, model: str) -> list[dict[str, Any]]:
     return chunks
 
 
-def _make_handler(llm: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-        # Headers and body go out in separate writes; with Nagle's algorithm on, the
-        # body waits for the client's delayed ACK: 40 ms added to every scripted call.
-        disable_nagle_algorithm = True
-
-        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
-            return
-
-        def _send_json(self, status: int, payload: dict[str, Any]) -> None:
-            data = json.dumps(payload).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _read_body(self) -> dict[str, Any]:
-            length = int(self.headers.get("Content-Length") or 0)
-            raw = self.rfile.read(length) if length else b""
-            try:
-                return json.loads(raw or b"{}")
-            except json.JSONDecodeError:
-                return {"_raw": raw.decode(errors="replace")}
-
+def _make_handler(llm: ScriptedLLM) -> type[JSONHandler]:
+    class Handler(JSONHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
             llm._record(RecordedRequest("GET", self.path, dict(self.headers.items()), {}))
             if self.path.split("?")[0] == "/api/whoami-v2":
@@ -391,19 +327,14 @@ def _make_handler(llm: ScriptedLLM) -> type[BaseHTTPRequestHandler]:
                     body = {"error": {"message": catalogue.error_message}}
                     self._send_json(catalogue.status, body)
                 elif isinstance(catalogue, str):
-                    data = catalogue.encode()
-                    self.send_response(200)
-                    self.send_header("Content-Type", "text/html")
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
+                    self._send(200, catalogue.encode(), "text/html")
                 else:
                     self._send_json(200, catalogue)
             else:
                 self._send_json(404, {"error": {"message": f"no route {self.path}"}})
 
         def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-            body = self._read_body()
+            body = self._parsed(self._read_raw())
             request = RecordedRequest("POST", self.path, dict(self.headers.items()), body)
             llm._record(request)
             if not self.path.split("?")[0].endswith("/chat/completions"):
