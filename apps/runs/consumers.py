@@ -1,8 +1,12 @@
-"""The live run page's WebSocket: ``/ws/runs/<id>/?after=<last seq seen>``."""
+"""The live run page's WebSocket: ``/ws/runs/<id>/?after=<last seq seen>[&menu=1]``.
+
+The run page asks for ``menu=1``: each message then comes as that page renders it, with its
+menu (``presenters.message_menu``); the play and race pages ask for the message alone."""
 
 from __future__ import annotations
 
 from functools import partial
+from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
@@ -19,10 +23,16 @@ read_in_pool = partial(database_sync_to_async, thread_sensitive=False)
 
 
 class RunConsumer(AsyncJsonWebsocketConsumer):
-    """Sends a run's events after ``after``, then each new one once, in order.
+    """Sends a run's events after ``after``, then each new one once, in order, each followed
+    by the status line.
 
     The consumer joins the run's group *before* reading stored events, and drops any
-    live event whose ``seq`` it has already sent: no gap, no duplicate.
+    live event whose ``seq`` it has already sent: no gap, no duplicate. Every read takes
+    the run's status *before* its events, so a final status never comes without an event
+    stored before the run ended (the worker stores its last events, then ends the run):
+    a page that closes its socket on the final status has everything. A status message
+    sends any event not sent yet too, so one lost ``run.event`` is made good by the next
+    status (the final one at the latest).
     """
 
     async def connect(self):
@@ -34,8 +44,9 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
         self.last_seq = self._after()
-        await self._send_new_events()
-        await self._send_status()
+        # The run page's messages carry their menu (?menu=1); the play page's do not.
+        self.with_menu = self._query("menu", "") == "1"
+        await self._catch_up()
 
     async def disconnect(self, code):
         if hasattr(self, "group"):
@@ -45,18 +56,18 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         """New events were stored (``seq`` is the batch's last): send them, then the
         status line, whose counters changed with them."""
         if message["seq"] > self.last_seq:
-            await self._send_new_events()
-            await self._send_status()
+            await self._catch_up()
 
     async def run_status(self, message):
-        await self._send_status()
+        await self._catch_up()
+
+    def _query(self, name: str, default: str) -> str:
+        query = parse_qs(self.scope.get("query_string", b"").decode())
+        return query.get(name, [default])[0]
 
     def _after(self) -> int:
-        from urllib.parse import parse_qs
-
-        query = parse_qs(self.scope.get("query_string", b"").decode())
         try:
-            return int(query.get("after", ["-1"])[0])
+            return int(self._query("after", "-1"))
         except ValueError:
             return -1
 
@@ -65,28 +76,28 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         return can_view_runs(self.scope.get("user")) and Run.objects.filter(pk=self.run_id).exists()
 
     @read_in_pool
-    def _new_events(self) -> list[tuple[int, str]]:
-        return [
-            (event.seq, presenters.event_html(event))
-            for event in run_events(run_id=self.run_id, after=self.last_seq)
-        ]
+    def _read(self) -> tuple[list[tuple[int, str]], dict]:
+        """The events after the last one sent (as the run page renders each, with its menu),
+        and the status frame, read first."""
+        user = self.scope.get("user")
+        run = Run.objects.select_related("task", "created_by").get(pk=self.run_id)
+        status = {
+            "type": "status",
+            "status": run.status,
+            "final": run.is_final,
+            "html": presenters.status_html(run, user=user),
+        }
+        events = list(run_events(run_id=self.run_id, after=self.last_seq))
+        for event in events:
+            event.run = run  # read once, as the status was
+        menu = presenters.message_menu(run=run, user=user) if events and self.with_menu else None
+        return [(event.seq, presenters.event_html(event, menu=menu)) for event in events], status
 
-    async def _send_new_events(self):
-        for seq, html in await self._new_events():
+    async def _catch_up(self):
+        events, status = await self._read()
+        for seq, html in events:
             if seq <= self.last_seq:
                 continue
             self.last_seq = seq
             await self.send_json({"type": "event", "seq": seq, "html": html})
-
-    @read_in_pool
-    def _status(self) -> dict:
-        run = Run.objects.select_related("task", "created_by").get(pk=self.run_id)
-        return {
-            "type": "status",
-            "status": run.status,
-            "final": run.is_final,
-            "html": presenters.status_html(run, user=self.scope.get("user")),
-        }
-
-    async def _send_status(self):
-        await self.send_json(await self._status())
+        await self.send_json(status)

@@ -10,8 +10,9 @@ from typing import Any
 
 from django.template.loader import render_to_string
 
-from apps.accounts.access import can_control
+from apps.accounts.access import can_control, can_review
 from apps.inference.pricing import money_label
+from apps.runs import forks
 from apps.runs.models import Run, RunEvent
 from tau2_env import jsonbounds
 from tau2_env.llm_args import DEFAULT_AGENT_ARGS, DEFAULT_USER_ARGS, llm_args_label
@@ -148,8 +149,57 @@ def _being_played(event: RunEvent) -> bool:
     return run.kind == Run.Kind.HUMAN and not run.is_final
 
 
-def event_html(event: RunEvent) -> str:
-    return render_to_string("includes/run_event.html", {"e": event_view(event)})
+@dataclass(frozen=True)
+class MessageMenu:
+    """What each message of a run page offers besides itself (``includes/message_menu.html``):
+    a link to it, "Fork here" (``can_fork``, at messages of ``fork_kinds``), "Label message"
+    (``reviewer``), and, in a fork, which messages were copied from the parent (those before
+    ``fork_seq``, from run ``parent_pk``, ``None`` once it was deleted).
+
+    The run page and its live socket both build it with :func:`message_menu`, so a message
+    that arrives live is the HTML a reload shows.
+    """
+
+    run_pk: int
+    run_url: str
+    can_fork: bool
+    fork_kinds: tuple[str, ...]
+    reviewer: bool
+    fork_seq: int | None = None
+    parent_pk: int | None = None
+
+    def inherited(self, seq: int) -> bool:
+        return self.fork_seq is not None and seq < self.fork_seq
+
+
+def message_menu(*, run: Run, user, fork: dict | None = None) -> MessageMenu:
+    """The :class:`MessageMenu` of ``run``'s messages for ``user`` (``fork``: the page's
+    ``forks.fork_context``, read again when not given)."""
+    fork = fork if fork is not None else forks.fork_context(user, run)
+    return MessageMenu(
+        run_pk=run.pk,
+        run_url=run.get_absolute_url(),
+        can_fork=fork["can_fork"],
+        fork_kinds=tuple(fork["kinds"]),
+        reviewer=can_review(user),
+        fork_seq=run.fork_seq,
+        parent_pk=run.parent_id,
+    )
+
+
+def message_view(event: RunEvent, *, menu: MessageMenu | None) -> dict[str, Any]:
+    """:func:`event_view` with what its menu shows: ``menu`` and whether the message was
+    copied from the fork's parent (``inherited``)."""
+    view = event_view(event)
+    view["menu"] = menu
+    view["inherited"] = menu is not None and menu.inherited(event.seq)
+    return view
+
+
+def event_html(event: RunEvent, *, menu: MessageMenu | None = None) -> str:
+    """One message as ``includes/run_event.html`` shows it: with ``menu`` as on the run page,
+    without it as the play page, the admin and comparisons show messages."""
+    return render_to_string("includes/run_event.html", {"e": message_view(event, menu=menu)})
 
 
 def reward_view(reward_info: dict | None) -> dict[str, Any] | None:

@@ -11,7 +11,13 @@
         if (!(node instanceof HTMLElement) || !node.matches(".event[data-seq]")) continue;
         const seq = node.dataset.seq;
         if (!window.htmx || document.getElementById(`review-${seq}`)) continue;
-        window.htmx.ajax("GET", `${url}?seq=${encodeURIComponent(seq)}`, { target: node, swap: "afterend" });
+        // Its own source: requests from one element (htmx's default, the body) queue
+        // behind each other and keep only the last, so a batch of two lost one slot.
+        window.htmx.ajax("GET", `${url}?seq=${encodeURIComponent(seq)}`, {
+          source: node,
+          target: node,
+          swap: "afterend",
+        });
       }
     }
   }).observe(events, { childList: true });

@@ -1,4 +1,5 @@
-// The live run page: events over /ws/runs/<id>/?after=<last seq>, resuming after drops.
+// The live run page: events over /ws/runs/<id>/?after=<last seq>, resuming after drops;
+// once the run ends, the page's body as a reload shows it; each message's menu.
 (() => {
   const root = document.getElementById("run");
   if (!root) return;
@@ -7,6 +8,7 @@
   const live = document.getElementById("live-indicator");
   let lastSeq = parseInt(root.dataset.lastSeq, 10);
   let final = root.dataset.final === "true";
+  let ended = null; // the fetch of the ended run's body, once asked
 
   function fragment(html) {
     const t = document.createElement("template");
@@ -14,9 +16,45 @@
     return t.content.firstElementChild;
   }
 
+  // "Copy link" copies the message's address (actions.js copies the input's value): made
+  // whole here, since the server renders a message without knowing the host it is seen on.
+  function absolutise(within) {
+    for (const input of within.querySelectorAll("input[data-absolute-url]")) {
+      input.value = new URL(input.value, location.href).href;
+    }
+  }
+
+  // The run ended: its diagnosis, badges, fork links and review forms come from the server
+  // in one piece (the page's own template, ?part=body), so the page is what a reload shows,
+  // with any event the socket missed. A label form being filled in is kept as it is.
+  function showEnded() {
+    if (ended) return ended;
+    const url = new URL(location.pathname, location.href);
+    url.searchParams.set("part", "body");
+    ended = fetch(url, { headers: { "HX-Request": "true" }, credentials: "same-origin" })
+      .then((response) => (response.ok ? response.text() : Promise.reject(response.status)))
+      .then((html) => {
+        const next = fragment(html);
+        for (const open of document.querySelectorAll("#events .review-slot:has(details[open])")) {
+          const twin = next.querySelector(`#${CSS.escape(open.id)}`);
+          if (twin) twin.replaceWith(open);
+        }
+        absolutise(next);
+        document.getElementById("run-page").replaceWith(next);
+        if (window.htmx) window.htmx.process(next);
+      })
+      .catch(() => {
+        // The page keeps what it shows; a reload brings the rest.
+        ended = null;
+      });
+    return ended;
+  }
+
   function show(data) {
     if (data.type === "event" && data.seq > lastSeq) {
-      events.appendChild(fragment(data.html));
+      const node = fragment(data.html);
+      absolutise(node);
+      events.appendChild(node);
       lastSeq = data.seq;
       root.dataset.lastSeq = String(lastSeq);
       window.scrollTo({ top: document.body.scrollHeight, behavior: "smooth" });
@@ -29,9 +67,42 @@
         final = true;
         root.dataset.final = "true";
         live.textContent = "";
+        showEnded();
       }
     }
   }
+
+  // A message's menu: "Label message N" opens that message's label form (its slot sits
+  // right after it); Escape or a click elsewhere closes an open menu.
+  function closeMenus(except) {
+    for (const menu of document.querySelectorAll("details.message-menu[open]")) {
+      if (menu !== except) menu.open = false;
+    }
+  }
+
+  document.addEventListener("click", (event) => {
+    const label = event.target.closest("[data-label-seq]");
+    if (label) {
+      const form = document.querySelector(`#review-${label.dataset.labelSeq} details.review-add`);
+      if (form) {
+        event.preventDefault();
+        form.open = !form.open;
+        closeMenus();
+        if (form.open) {
+          const first = form.querySelector("select, textarea, input:not([type=hidden])");
+          if (first) first.focus();
+        }
+      }
+      return;
+    }
+    closeMenus(event.target.closest("details.message-menu"));
+  });
+  document.addEventListener("keydown", (event) => {
+    if (event.key !== "Escape") return;
+    const open = event.target.closest && event.target.closest("details.message-menu[open]");
+    closeMenus();
+    if (open) open.querySelector("summary").focus();
+  });
 
   // The elapsed time ticks between status updates while the run is going.
   setInterval(() => {
@@ -41,11 +112,16 @@
     el.textContent = `${Math.round(seconds)} s`;
   }, 1000);
 
-  window.tau2Run = { get lastSeq() { return lastSeq; } };
+  absolutise(document);
+  window.tau2Run = {
+    get lastSeq() { return lastSeq; },
+    // Settles once an ended run's body is in (at once when the page was loaded ended).
+    get ended() { return final ? ended || Promise.resolve() : null; },
+  };
   // A reopened socket asks for what came after lastSeq (no gap) and show() skips any
   // seq it has shown already (no duplicate).
   window.LiveSocket.open({
-    path: () => `/ws/runs/${runId}/?after=${lastSeq}`,
+    path: () => `/ws/runs/${runId}/?after=${lastSeq}&menu=1`,
     done: () => final,
     onMessage: show,
     onOpen: () => { live.textContent = "Live…"; },

@@ -22,24 +22,32 @@ from apps.runs.views.start import rerun_offer
 
 
 def run_detail(request, pk: int):
+    """A run's page; ``?part=body`` its body alone (``includes/run_body.html``), which a
+    live page fetches when the run ends, so it then shows what a reload shows."""
     run = run_for_user(request, pk)
+    part = request.GET.get("part") == "body"
+    template = "includes/run_body.html" if part else "runs/detail.html"
+    return render(request, template, run_page_context(request, run))
 
-    events = [presenters.event_view(e) for e in run.events.order_by("seq")]
-    return render(
-        request,
-        "runs/detail.html",
-        {
-            **review_context(request, run, events),
-            "run": run,
-            "events": events,
-            "result": presenters.reward_view(run.reward_info),
-            "diagnosis": diagnosis.diagnosis_view(run, events=events),  # badges on events too
-            "last_seq": events[-1]["seq"] if events else -1,
-            "can_stop": can_control(request.user, owner_id=run.created_by_id),
-            "rerun": rerun_offer(request.user, run),
-            "fork": forks.fork_context(request.user, run),
-        },
-    )
+
+def run_page_context(request, run) -> dict:
+    """Everything a run's page shows, for ``request``'s person: the one builder of the page
+    and of its body fetched live. Each message is ``presenters.message_view`` with its menu
+    (as the live socket sends it), its review slot and its trace badge."""
+    fork = forks.fork_context(request.user, run)
+    menu = presenters.message_menu(run=run, user=request.user, fork=fork)
+    events = [presenters.message_view(e, menu=menu) for e in run.events.order_by("seq")]
+    return {
+        **review_context(request, run, events),
+        "run": run,
+        "events": events,
+        "result": presenters.reward_view(run.reward_info),
+        "diagnosis": diagnosis.diagnosis_view(run, events=events),  # badges on events too
+        "last_seq": events[-1]["seq"] if events else -1,
+        "can_stop": can_control(request.user, owner_id=run.created_by_id),
+        "rerun": rerun_offer(request.user, run),
+        "fork": fork,
+    }
 
 
 @require_POST
