@@ -271,12 +271,15 @@ def evaluation_summary(
     totals = [t for t in map(_run_total_cost, runs) if t is not None]
     planned = evaluation.planned_runs or len(runs)
     final = sum(statuses[s] for s in Run.FINAL)
-    running = statuses[Run.Status.RUNNING] + sum(
-        1 for r in runs if r["status"] == Run.Status.QUEUED and r["dispatched_at"]
-    )
+    # Running is what a worker has started (the matrix's hatched cells, the run's own
+    # page); a run handed to the workers and waiting for one is still queued.
+    running = statuses[Run.Status.RUNNING]
     eta = None
     if durations and final < planned and evaluation.status == Evaluation.Status.RUNNING:
-        lanes = max(1, min(evaluation.concurrency, max(running, 1)))
+        in_flight = running + sum(
+            1 for r in runs if r["status"] == Run.Status.QUEUED and r["dispatched_at"]
+        )
+        lanes = max(1, min(evaluation.concurrency, in_flight))
         eta = round((planned - final) * mean(durations) / lanes)
     by_task: dict[str, list[float]] = defaultdict(list)
     for run in scored:
@@ -287,7 +290,7 @@ def evaluation_summary(
         failed=statuses[Run.Status.FAILED],
         stopped=statuses[Run.Status.STOPPED],
         running=running,
-        queued=queued - (running - statuses[Run.Status.RUNNING]),
+        queued=queued,
         final=final,
         retryable=sum(
             1 for r in runs if r["status"] == Run.Status.FAILED and r["failure"] in Run.RETRYABLE

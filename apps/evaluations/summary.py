@@ -48,8 +48,9 @@ class TaskReward:
 class EvaluationSummary:
     """An evaluation when it was computed (``computed_at``).
 
-    Progress counts its runs: ``final`` = completed + failed + stopped; ``running``
-    includes runs handed to the workers and not yet started, ``queued`` the others;
+    Progress counts its runs: ``final`` = completed + failed + stopped; ``running`` the
+    runs a worker has started (as the matrix and each run's page show them), ``queued``
+    the others, those handed to the workers and waiting for one included;
     ``retryable`` the failed runs "retry" would queue again. ``eta_seconds`` is ``None``
     unless it is running and some scored run has a duration.
 
