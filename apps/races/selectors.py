@@ -7,8 +7,14 @@ from typing import Any
 from django.db.models import Count, QuerySet
 
 from apps.races.models import Race
-from apps.runs.compare import compare_context
+from apps.runs.compare import NO_CALLS, compare_context
 from apps.runs.models import Run
+
+# While a lane is still going, "no tool call" is only so far: one may call a tool next.
+NO_CALLS_YET = (
+    "No lane has made a tool call yet, so there is nothing to align by: shown turn by turn "
+    "until one does."
+)
 
 
 def race_list() -> QuerySet[Race]:
@@ -37,9 +43,8 @@ def race_live(race: Race) -> dict[str, Any]:
     runs = race_runs(race)
     places = {run.pk: place for place, run in enumerate(finish_order(runs), 1)}
     board = [{"lane": i + 1, "run": run, "place": places.get(run.pk)} for i, run in enumerate(runs)]
-    return {
-        "race": race,
-        "board": board,
-        "done": all(run.is_final for run in runs),
-        **compare_context(runs),
-    }
+    done = all(run.is_final for run in runs)
+    lanes = compare_context(runs)
+    if not done and lanes.get("note") == NO_CALLS:
+        lanes["note"] = NO_CALLS_YET
+    return {"race": race, "board": board, "done": done, **lanes}
