@@ -1,4 +1,11 @@
-from django.urls import path  # noqa: F401
+from django.urls import path
+
+from apps.datasets import views
 
 app_name = "datasets"
-urlpatterns: list = []
+urlpatterns = [
+    path("", views.dataset_page, name="page"),
+    path("download/", views.dataset_download, name="download"),
+    path("push/", views.dataset_push, name="push_new"),
+    path("pushes/<int:pk>/", views.dataset_push_status, name="push"),
+]
