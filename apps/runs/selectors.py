@@ -3,14 +3,37 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
 
-from django.db.models import Exists, OuterRef, QuerySet
+from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet
 from django.http import Http404
 
+from apps.runs.groups import run_groups
 from apps.runs.models import ReviewLabel, Run, RunEvent
 
 # A reward at or above this counts as solved (τ² rewards are 0 or 1, stored as floats).
 SOLVED = 0.999
+
+
+# The history's kinds: what made a run. "single" (the default) is a model run of its own,
+# fork or not; the races app adds "race" (apps.runs.groups), between evaluation and agent.
+SINGLE, EVALUATION, AGENT, PLAY, ALL = "single", "evaluation", "agent", "play", "all"
+# Older links said Run.Kind's values.
+_KIND_ALIASES = {Run.Kind.MODEL: SINGLE, Run.Kind.HUMAN: PLAY}
+
+
+def history_kinds() -> list[tuple[str, str]]:
+    """The kind filter's choices, (value, label), the default first."""
+    groups = [(g.name, g.label) for g in run_groups()]
+    return [
+        (SINGLE, "single runs"),
+        (EVALUATION, "evaluation runs"),
+        *groups,
+        (AGENT, "agent runs (API)"),
+        (PLAY, "play sessions"),
+        (ALL, "every kind"),
+    ]
 
 
 @dataclass(frozen=True)
@@ -23,7 +46,8 @@ class RunFilters:
     reward: str = ""  # "1" (solved), "0" (not solved), "none" (no score)
     critical: str = ""  # "1": has a critical review label
     category: str = ""  # a ReviewLabel.Category, or "none" (no label at all)
-    kind: str = ""  # a Run.Kind: model runs, play sessions, agents via the API
+    kind: str = ""  # one of history_kinds(); empty: single runs
+    evaluation: str = ""  # an evaluation's id: its runs, one row each
 
     @classmethod
     def from_params(cls, params) -> RunFilters:
@@ -32,12 +56,114 @@ class RunFilters:
     def as_query(self) -> dict[str, str]:
         return {k: v for k, v in vars(self).items() if v}
 
+    @property
+    def history_kind(self) -> str:
+        """The kind asked for, a known one (an unknown one reads as the default)."""
+        kind = _KIND_ALIASES.get(self.kind, self.kind)
+        if self.evaluation and not kind:
+            return EVALUATION
+        return kind if kind in dict(history_kinds()) else SINGLE
+
+    @property
+    def evaluation_id(self) -> int | None:
+        """The evaluation whose runs are asked for, if one is (and the kind is theirs)."""
+        if self.history_kind == EVALUATION and self.evaluation.isdigit():
+            return int(self.evaluation)
+        return None
+
+    @property
+    def grouped(self) -> bool:
+        """Evaluation runs are listed one row per evaluation, unless one is named."""
+        return self.history_kind == EVALUATION and self.evaluation_id is None
+
 
 def run_list(*, filters: RunFilters) -> QuerySet[Run]:
-    """The team's runs, newest first, narrowed by ``filters``."""
-    runs = Run.objects.select_related("task", "created_by").annotate(
-        has_critical=labelled(severity=ReviewLabel.Severity.CRITICAL)
+    """The team's runs, newest first, narrowed by ``filters`` (of its kind: single runs
+    unless it says another)."""
+    related = ["task", "created_by", *(r for g in run_groups() for r in g.related)]
+    runs = (
+        _narrowed(Run.objects.all(), filters=filters)
+        .select_related(*related)
+        .annotate(has_critical=labelled(severity=ReviewLabel.Severity.CRITICAL))
     )
+    if filters.critical == "1":
+        runs = runs.filter(has_critical=True)
+    return runs.order_by("-created_at", "-id")
+
+
+@dataclass(frozen=True)
+class EvaluationRuns:
+    """One evaluation's runs in the history, counted (its row when they are grouped)."""
+
+    evaluation: Any  # apps.evaluations' Evaluation, read through Run.evaluation
+    runs: int
+    completed: int
+    solved: int
+    failed: int
+    stopped: int
+    going: int  # queued or running
+    latest: datetime
+
+    @property
+    def others(self) -> int:
+        return self.runs - self.completed - self.failed - self.stopped - self.going
+
+
+def run_evaluation_groups(*, filters: RunFilters) -> QuerySet:
+    """The evaluation runs ``filters`` keep, one row per evaluation (a dict of its id and
+    counts, for :func:`evaluation_runs_of`), the latest run's evaluation first."""
+    status = Run.Status
+    runs = _narrowed(Run.objects.filter(evaluation__isnull=False), filters=filters)
+    if filters.critical == "1":
+        runs = runs.filter(labelled(severity=ReviewLabel.Severity.CRITICAL))
+    return (
+        runs.values("evaluation")
+        .annotate(
+            runs=Count("id"),
+            completed=Count("id", filter=Q(status=status.COMPLETED)),
+            solved=Count("id", filter=Q(status=status.COMPLETED, reward__gte=SOLVED)),
+            failed=Count("id", filter=Q(status=status.FAILED)),
+            stopped=Count("id", filter=Q(status=status.STOPPED)),
+            going=Count("id", filter=Q(status__in=[status.QUEUED, status.RUNNING])),
+            latest=Max("created_at"),
+        )
+        .order_by("-latest", "-evaluation")
+    )
+
+
+def evaluation_runs_of(rows) -> list[EvaluationRuns]:
+    """``rows`` of :func:`run_evaluation_groups` with their evaluations (one query)."""
+    rows = list(rows)
+    # The evaluation model is the one Run.evaluation points at: the runs app never
+    # imports the evaluations app (a higher layer).
+    model = Run._meta.get_field("evaluation").related_model
+    found = model.objects.select_related("created_by").in_bulk([r["evaluation"] for r in rows])
+    return [
+        EvaluationRuns(evaluation=found[r.pop("evaluation")], **r)
+        for r in rows
+        if r["evaluation"] in found
+    ]
+
+
+def _narrowed(runs: QuerySet[Run], *, filters: RunFilters) -> QuerySet[Run]:
+    """``runs`` of ``filters``' kind, narrowed by its other fields (but ``critical``)."""
+    kind = filters.history_kind
+    groups = run_groups()
+    if kind == SINGLE:
+        runs = runs.filter(kind=Run.Kind.MODEL, evaluation__isnull=True)
+        for group in groups:
+            runs = runs.exclude(group.runs)
+    elif kind == EVALUATION:
+        runs = runs.filter(evaluation__isnull=False)
+        if filters.evaluation_id is not None:
+            runs = runs.filter(evaluation_id=filters.evaluation_id)
+    elif kind == AGENT:
+        runs = runs.filter(kind=Run.Kind.AGENT)
+    elif kind == PLAY:
+        runs = runs.filter(kind=Run.Kind.HUMAN)
+    elif kind != ALL:
+        (group,) = (g for g in groups if g.name == kind)
+        runs = runs.filter(group.runs)
     if filters.domain:
         runs = runs.filter(domain=filters.domain)
     if filters.task:
@@ -46,8 +172,6 @@ def run_list(*, filters: RunFilters) -> QuerySet[Run]:
         runs = runs.filter(agent_model__icontains=filters.model)
     if filters.person:
         runs = runs.filter(created_by__username=filters.person)
-    if filters.kind in Run.Kind.values:
-        runs = runs.filter(kind=filters.kind)
     if filters.status in Run.Status.values:
         runs = runs.filter(status=filters.status)
     if filters.reward == "1":
@@ -56,13 +180,11 @@ def run_list(*, filters: RunFilters) -> QuerySet[Run]:
         runs = runs.filter(reward__lt=SOLVED)
     elif filters.reward == "none":
         runs = runs.filter(reward__isnull=True)
-    if filters.critical == "1":
-        runs = runs.filter(has_critical=True)
     if filters.category in ReviewLabel.Category.values:
         runs = runs.filter(labelled(category=filters.category))
     elif filters.category == "none":
         runs = runs.filter(~labelled())
-    return runs.order_by("-created_at", "-id")
+    return runs
 
 
 def labelled(**label_filters) -> Exists:

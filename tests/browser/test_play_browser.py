@@ -108,7 +108,7 @@ def test_alice_plays_task_27_to_reward_one_through_the_form(
         status=Run.Status.COMPLETED,
         reward=0.0,
     )
-    page.goto("/runs/")
+    page.goto("/runs/?kind=play")
     expect(page.locator(f'[data-testid="run-row"][data-run-id="{run.pk}"]')).to_be_visible()
     page.goto(f"/runs/compare/?ids={run.pk},{other.pk}")
     expect(page.get_by_test_id("compare-column")).to_have_count(2)

@@ -1,4 +1,5 @@
-"""The run history: the team's runs, filtered and paged."""
+"""The run history: the team's runs of one kind (single runs unless asked), filtered and
+paged; evaluation runs one row per evaluation until one is opened."""
 
 from __future__ import annotations
 
@@ -17,7 +18,11 @@ def run_list(request):
     if not can_view_runs(request.user):
         return redirect(signin_url(next_url=request.get_full_path(), reason="runs"))
     filters = RunFilters.from_params(request.GET)
-    page = Paginator(selectors.run_list(filters=filters), 30).get_page(request.GET.get("page"))
+    if filters.grouped:
+        rows = selectors.run_evaluation_groups(filters=filters)
+    else:
+        rows = selectors.run_list(filters=filters)
+    page = Paginator(rows, 30).get_page(request.GET.get("page"))
     # Runs ticked before a refused compare come back ticked (see run_compare).
     picked = set(ids_of(request.GET.get("picked", "")))
     return render(
@@ -25,10 +30,11 @@ def run_list(request):
         "runs/list.html",
         {
             "page": page,
+            "groups": selectors.evaluation_runs_of(page.object_list) if filters.grouped else (),
             "filters": filters,
             "query": urlencode(filters.as_query()),
             "statuses": Run.Status.choices,
-            "kinds": Run.Kind.choices,
+            "kinds": selectors.history_kinds(),
             "picked": picked,
             "categories": ReviewLabel.Category.choices,
             "can_review": can_review(request.user),
