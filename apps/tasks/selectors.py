@@ -76,7 +76,9 @@ def task_list(*, filters: TaskFilters, split: Split | None = None) -> QuerySet[T
 
 
 def task_card_fields(tasks: QuerySet[Task]) -> QuerySet[Task]:
-    """Only the columns a task card shows (keeps the big JSON columns out of list pages)."""
+    """Only the columns a task card shows (keeps the big JSON columns out of list pages):
+    besides the title, what tells tasks apart (``apps.tasks.cards``) and what a search
+    matches in."""
     return tasks.only(
         "domain_id",
         "task_id",
@@ -85,6 +87,9 @@ def task_card_fields(tasks: QuerySet[Task]) -> QuerySet[Task]:
         "expected_calls",
         "changes_db",
         "position",
+        "tool_names",
+        "known_info",
+        "reason_for_call",
     )
 
 

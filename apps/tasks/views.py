@@ -7,6 +7,7 @@ from django.utils.http import urlencode
 from django_htmx.http import push_url
 
 from apps.tasks import selectors
+from apps.tasks.cards import task_cards
 from apps.tasks.scoring import scoring_components
 from apps.tasks.selectors import TaskFilters
 
@@ -45,6 +46,7 @@ def explorer(request):
         "domain": domain,
         "split": split,
         "page": page,
+        "cards": task_cards(page.object_list, q=filters.q),
         "total": split.size if split else 0,
         "query": urlencode(query),
         # Cards link to detail_prefix + quoted task id: one reverse() per page, not per card.
@@ -87,6 +89,7 @@ def domain_detail(request, domain: str):
         "tasks/domain.html",
         {
             "domain": domain_obj,
+            "domains": selectors.domain_list(),  # the switcher
             "agent_tools": [t for t in tools if t.requestor == "assistant"],
             "user_tools": [t for t in tools if t.requestor == "user"],
         },
