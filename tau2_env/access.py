@@ -45,12 +45,15 @@ __all__ = [
     "CredentialsRefused",
     "CredentialsUnavailable",
     "EpisodeHooks",
+    "TRAINING_SESSION_HEADER",
+    "TRAINING_SESSION_QUERY",
     "bearer_token",
     "current_request",
     "default_resolver",
     "resolve_credentials",
     "serving",
     "set_credentials_resolver",
+    "training_session_name",
 ]
 
 logger = logging.getLogger(__name__)
@@ -68,19 +71,38 @@ class CredentialsUnavailable(CredentialsRefused):
 
 RETRY_AFTER = 5  # seconds, for a CredentialsUnavailable
 
+# A training session's name, as a client may give it (or as OpenEnv's
+# ``reset(training_session=…)``, which wins): episodes a studio key plays under one name
+# form one training session in the web project.
+TRAINING_SESSION_HEADER = "x-tau2-training-session"
+TRAINING_SESSION_QUERY = "training_session"
+TRAINING_SESSION_MAX_LENGTH = 100
+
+
+def training_session_name(value: Any) -> str | None:
+    """``value`` as a training session's name: printable, spaces collapsed, at most
+    :data:`TRAINING_SESSION_MAX_LENGTH` characters; ``None`` when empty or not text."""
+    if not isinstance(value, str):
+        return None
+    name = " ".join("".join(c for c in value if c.isprintable()).split())
+    return name[:TRAINING_SESSION_MAX_LENGTH] or None
+
 
 @dataclass(frozen=True)
 class ClientRequest:
     """What a client presented: its HTTP ``headers`` (lower-case names), its network
     ``address``, the face it came through (``"openenv"`` or ``"mcp"``), at a reset the
     ``hf_token`` it gave in the request body, and its URL's ``query`` (last value of each
-    name; e.g. ``agent``, the name it plays under)."""
+    name; e.g. ``agent``, the name it plays under). ``training_session``: the training
+    session its episodes belong to (:data:`TRAINING_SESSION_HEADER`, else the
+    :data:`TRAINING_SESSION_QUERY` parameter, else a reset's own argument), or ``None``."""
 
     headers: Mapping[str, str] = field(repr=False, default_factory=dict)
     address: str = ""
     face: str = ""
     hf_token: str | None = field(repr=False, default=None)
     query: Mapping[str, str] = field(repr=False, default_factory=dict)
+    training_session: str | None = None
 
     @classmethod
     def from_scope(cls, scope: Mapping[str, Any], *, face: str) -> ClientRequest:
@@ -94,7 +116,16 @@ class ClientRequest:
             name: values[-1]
             for name, values in parse_qs(scope.get("query_string", b"").decode("latin-1")).items()
         }
-        return cls(headers=headers, address=str(client[0] or ""), face=face, query=query)
+        training = training_session_name(
+            headers.get(TRAINING_SESSION_HEADER) or query.get(TRAINING_SESSION_QUERY)
+        )
+        return cls(
+            headers=headers,
+            address=str(client[0] or ""),
+            face=face,
+            query=query,
+            training_session=training,
+        )
 
 
 class EpisodeHooks(Protocol):
@@ -120,7 +151,8 @@ class Credentials:
 
     ``hf_token``: the customer's Hugging Face token (``None``: the server's configured
     provider and key). ``client``: the cap its sessions count against (never the token
-    itself), at most ``limit`` sessions (``None``: the server's per-client cap).
+    itself), at most ``limit`` sessions (``None``: the server's per-client cap; a
+    studio key's own cap may exceed it, up to ``TAU2_SESSIONS_PER_KEY_MAX``).
     ``owner``: the credential its sessions belong to (default ``client``): only the
     same owner may use them. ``hooks``: told about its episodes, or ``None``.
     ``check``: asks again whether these credentials still stand (raises
@@ -130,6 +162,10 @@ class Credentials:
     ``org/model`` on the router, ``@connection/model``), raising ``ValueError`` with a
     reason for one it may not use; ``None``: the client cannot choose (no studio key),
     its customer is the server's.
+    ``admit``: asked, before an episode on ``(domain, split)`` starts, whether it may
+    (a training session's split guard): returns a line to add to the episode's opening
+    (a warning) or ``None``; raises :class:`CredentialsRefused` to refuse the episode.
+    ``None``: every episode may start.
     """
 
     client: str
@@ -139,6 +175,7 @@ class Credentials:
     limit: int | None = None
     check: Callable[[], None] | None = field(repr=False, default=None, compare=False)
     customer: Callable[[str], Any] | None = field(repr=False, default=None, compare=False)
+    admit: Callable[[str, str], str | None] | None = field(repr=False, default=None, compare=False)
 
     @property
     def holder(self) -> str:
@@ -159,11 +196,12 @@ def _fingerprint(secret: str) -> str:
 
 def sessions_per_address() -> int | None:
     """``TAU2_SESSIONS_PER_ADDRESS``: sessions a client without a key or a known token
-    may hold from one address; unset (``None``), the per-client cap. An OpenEnv client
-    that gives its token only at ``reset`` is such a client while it connects."""
+    may hold from one address, never more than the per-client cap; unset (``None``), the
+    per-client cap. An OpenEnv client that gives its token only at ``reset`` is such a
+    client while it connects."""
     if config.env_value("TAU2_SESSIONS_PER_ADDRESS") is None:
         return None
-    return config._env_int("TAU2_SESSIONS_PER_ADDRESS", 1)
+    return min(config._env_int("TAU2_SESSIONS_PER_ADDRESS", 1), config.sessions_per_client())
 
 
 def default_resolver(request: ClientRequest) -> Credentials:

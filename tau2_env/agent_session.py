@@ -59,6 +59,17 @@ def _customer_route(credentials: access.Credentials, user_model: str | None) -> 
         raise BadRequest(str(exc), status=401) from None
 
 
+def _admitted(credentials: access.Credentials, *, domain: str, split: str) -> str | None:
+    """What the credentials' ``admit`` says of an episode on ``(domain, split)``: a
+    warning line, or ``None``; a refusal as :class:`BadRequest` (403)."""
+    if credentials.admit is None:
+        return None
+    try:
+        return credentials.admit(domain, split)
+    except access.CredentialsRefused as exc:
+        raise BadRequest(str(exc), status=403) from None
+
+
 class BadRequest(ValueError):
     """A client's input cannot be used; ``str()`` says why, ``status`` is the HTTP status
     it deserves (400, or 401 for missing or refused credentials)."""
@@ -164,7 +175,8 @@ class AgentSession:
     ) -> dict[str, Any]:
         """End any open episode (unscored) and start one; returns its opening:
         ``user_message``, ``policy``, ``task_id``, ``domain``, ``split``,
-        ``episode_id``, ``user_model``. ``user_model`` chooses the customer (a picker id,
+        ``episode_id``, ``user_model`` (and ``training_warning`` when the credentials'
+        ``admit`` warns). ``user_model`` chooses the customer (a picker id,
         for clients whose credentials allow it: a studio key). Raises
         :class:`BadRequest` for an unknown domain, split or task, a mistyped value, a
         customer model the client may not use, or no credentials for the customer."""
@@ -186,6 +198,7 @@ class AgentSession:
             task = catalog.get_tau2_task(domain, str(task_id))
         except KeyError as exc:
             raise BadRequest(exc.args[0] if exc.args else str(exc)) from None
+        warning = _admitted(credentials, domain=domain, split=split)
 
         episode = engine.Episode(domain=domain, task=task, user_llm=route)
         self.episode, self.split, self._hooks = episode, split, credentials.hooks
@@ -194,7 +207,7 @@ class AgentSession:
         self._reported = len(episode.messages)
         access.call_hook(self._hooks, "on_start", episode, face=self.face)
         self._report_end()
-        return {
+        started = {
             "user_message": opening.content if opening is not None else None,
             "policy": episode.policy,
             "task_id": task.id,
@@ -203,6 +216,9 @@ class AgentSession:
             "episode_id": episode.id,
             "user_model": route.describe(),
         }
+        if warning:
+            started["training_warning"] = warning
+        return started
 
     # ------------------------------------------------------------------- act
 

@@ -5,7 +5,9 @@ Every open OpenEnv session (a ``/ws`` connection, an ``openenv/session/create`` 
 HTTP) and every MCP session holds one :class:`Slot` of one :class:`SessionSlots`. A
 client (see :class:`tau2_env.access.Credentials`: a person with all their keys and
 browser sessions, a Hugging Face account, else an address) holds at most its cap of
-them, below the total, so one client cannot take every slot; the faces close a session
+them, below the total, so one client cannot take every slot — a studio key made with a
+cap of its own (a trainer's key, say) is a client by itself holding up to that cap, at
+most ``per_key_max``; the faces close a session
 idle for ``idle_seconds``, so an abandoned one frees its slot. A refusal
 (:class:`CapacityReached`) names the cap that was hit and says when to retry: when the
 first slot that could free up goes idle, if its client does nothing more.
@@ -35,6 +37,7 @@ logger = logging.getLogger(__name__)
 # What a client's cap is, by the kind of client (the prefix of ``Credentials.client``).
 _WHO = {
     "person": ("you", "per person: all your keys and browser sessions together"),
+    "key": ("this API key", "for this key, as set when it was made"),
     "hf": ("this Hugging Face account", "per Hugging Face account"),
     "address": ("this address", "per address for clients without a key"),
 }
@@ -106,10 +109,12 @@ class SessionSlots:
         total: int,
         per_client: int,
         idle_seconds: float,
+        per_key_max: int | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.total = total
         self.per_client = per_client
+        self.per_key_max = per_key_max if per_key_max is not None else total
         self.idle_seconds = idle_seconds
         self._clock = clock
         self._slots: set[Slot] = set()
@@ -118,11 +123,13 @@ class SessionSlots:
 
     @classmethod
     def from_config(cls) -> SessionSlots:
-        """``MAX_CONCURRENT_ENVS`` slots, ``TAU2_SESSIONS_PER_CLIENT`` per client,
+        """``MAX_CONCURRENT_ENVS`` slots, ``TAU2_SESSIONS_PER_CLIENT`` per client (a
+        credential's own limit up to ``TAU2_SESSIONS_PER_KEY_MAX``),
         ``TAU2_SESSION_IDLE_SECONDS`` of idleness before a session is closed."""
         return cls(
             total=config.max_concurrent_envs(),
             per_client=config.sessions_per_client(),
+            per_key_max=config.sessions_per_key_max(),
             idle_seconds=config.session_idle_seconds(),
         )
 
@@ -138,10 +145,13 @@ class SessionSlots:
         owner: str = "",
         check: Callable[[], None] | None = None,
     ) -> Slot:
-        """A slot for ``client`` (at most ``per_client`` of them, or ``limit`` if lower,
-        nor more than the total), belonging to ``owner`` (default: ``client``); raises
-        :class:`CapacityReached` when the server or the client is full."""
-        cap = min(limit or self.per_client, self.per_client, self.total)
+        """A slot for ``client`` (at most ``limit`` of them — its credentials' own cap,
+        up to ``per_key_max`` — or ``per_client`` without one; never more than the
+        total), belonging to ``owner`` (default: ``client``); raises
+        :class:`CapacityReached` (with ``retry_after``) when the server or the client is
+        full."""
+        cap = min(limit, self.per_key_max) if limit else self.per_client
+        cap = min(cap, self.total)
         with self._lock:
             now = self._clock()
             mine = [slot for slot in self._slots if slot.client == client]

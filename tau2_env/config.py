@@ -35,6 +35,7 @@ __all__ = [
     "scoring_concurrency",
     "session_idle_seconds",
     "sessions_per_client",
+    "sessions_per_key_max",
     "trusted_origins",
 ]
 
@@ -180,6 +181,14 @@ def sessions_per_client() -> int:
     """``TAU2_SESSIONS_PER_CLIENT``, default 16: open OpenEnv and MCP sessions one client
     (one token or key, else one address) may hold at once."""
     return _env_int("TAU2_SESSIONS_PER_CLIENT", 16)
+
+
+def sessions_per_key_max() -> int:
+    """``TAU2_SESSIONS_PER_KEY_MAX``, default 256: the most sessions a studio key may be
+    given as its own cap when it is made (a trainer's batch of generations opens one
+    session each). A key without a cap holds ``TAU2_SESSIONS_PER_CLIENT`` with its
+    owner's other keys; every cap stays below ``MAX_CONCURRENT_ENVS``."""
+    return _env_int("TAU2_SESSIONS_PER_KEY_MAX", 256)
 
 
 def session_idle_seconds() -> int:

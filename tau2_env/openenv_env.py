@@ -215,10 +215,11 @@ class Tau2Environment(MCPEnvironment):
         domain: str | None = None,
         split: str | None = None,
         user_model: str | None = None,
+        training_session: str | None = None,
         **kwargs: Any,
     ) -> Observation:
         """Blocking reset (in-process use); the servers call :meth:`reset_async`."""
-        credentials = _resolved(_reset_request(hf_token))
+        credentials = _resolved(_reset_request(hf_token, training_session))
         return self._reset(
             credentials=credentials,
             seed=seed,
@@ -237,21 +238,26 @@ class Tau2Environment(MCPEnvironment):
         domain: str | None = None,
         split: str | None = None,
         user_model: str | None = None,
+        training_session: str | None = None,
         **kwargs: Any,
     ) -> Observation:
         """End any open conversation and start one on a task; returns the customer's opening.
 
         ``user_model`` chooses the customer model (a picker id: ``org/model`` on the
         router, ``@connection/model``), for a client with a studio key; without a key the
-        customer is the server's. ``observation.metadata``: ``user_message``, ``policy``,
-        ``task_id``, ``domain``, ``split``, ``episode_id``, ``user_model``. Raises
+        customer is the server's. ``training_session`` names the training session the
+        episode belongs to (for a studio key; it wins over the request's
+        ``X-Tau2-Training-Session`` header and ``training_session`` query parameter).
+        ``observation.metadata``: ``user_message``, ``policy``, ``task_id``, ``domain``,
+        ``split``, ``episode_id``, ``user_model``, and ``training_warning`` (one line)
+        when the training session's split guard warns. Raises
         :class:`~tau2_env.agent_session.BadRequest` (a ``ValueError``: sent to the
         client as an error, 4xx over HTTP) for an unknown domain, split or task, a
         mistyped value, and when there are no credentials for the customer. The
         credentials come from :func:`tau2_env.access.resolve_credentials` (the request's
         ``Authorization`` header, ``hf_token``), resolved in a worker thread.
         """
-        credentials = await _credentials(hf_token)
+        credentials = await _credentials(hf_token, training_session)
         return await _run(
             self._reset,
             credentials=credentials,
@@ -363,11 +369,15 @@ def _task_json(task_id: str) -> dict[str, Any]:
     return catalog.get_tau2_task(config.default_domain(), task_id).model_dump(mode="json")
 
 
-def _reset_request(hf_token: Any) -> access.ClientRequest:
-    """The current request with the reset's ``hf_token``; ``BadRequest`` if not text."""
-    if hf_token is not None and not isinstance(hf_token, str):
-        raise agent_session.BadRequest(f"hf_token must be a string, got {type(hf_token).__name__}")
-    return dataclasses.replace(access.current_request(), hf_token=hf_token or None)
+def _reset_request(hf_token: Any, training_session: Any = None) -> access.ClientRequest:
+    """The current request with the reset's ``hf_token`` and ``training_session`` (when
+    given, it wins over the request's); ``BadRequest`` if either is not text."""
+    for name, value in (("hf_token", hf_token), ("training_session", training_session)):
+        if value is not None and not isinstance(value, str):
+            raise agent_session.BadRequest(f"{name} must be a string, got {type(value).__name__}")
+    request = access.current_request()
+    training = access.training_session_name(training_session) or request.training_session
+    return dataclasses.replace(request, hf_token=hf_token or None, training_session=training)
 
 
 def _resolved(request: access.ClientRequest) -> access.Credentials:
@@ -383,10 +393,10 @@ def _resolved(request: access.ClientRequest) -> access.Credentials:
     return credentials
 
 
-async def _credentials(hf_token: Any) -> access.Credentials:
+async def _credentials(hf_token: Any, training_session: Any = None) -> access.Credentials:
     """The reset's credentials (:func:`_resolved`), resolved in a worker thread (they
     may read a database or ask the Hub)."""
-    request = _reset_request(hf_token)
+    request = _reset_request(hf_token, training_session)
     # The thread gets a copy of this context; what it is told is heard here.
     return await access.in_credentials_pool(_resolved, request)
 

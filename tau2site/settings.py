@@ -400,12 +400,27 @@ TAU2_DEV_LOGIN = envbool("TAU2_DEV_LOGIN", False)
 # refused and the server's own credential (HF_TOKEN) is never spent for them. On by
 # default where a server credential is set and DEBUG is off: a server others can reach
 # would otherwise spend it for anyone who asks.
+# A studio key may be given its own cap of sessions at once when it is made (a trainer's
+# batch: one session per generation), at most TAU2_SESSIONS_PER_KEY_MAX (default 256);
+# keys without one share TAU2_SESSIONS_PER_CLIENT with their owner's other keys.
 try:
     TAU2_AGENT_API_MAX_BODY_BYTES = tau2_config.agent_api_max_body_bytes()
     _SERVER_CREDENTIAL = tau2_config.provider_settings().server_credential is not None
+    TAU2_SESSIONS_PER_CLIENT = tau2_config.sessions_per_client()
+    TAU2_SESSIONS_PER_KEY_MAX = tau2_config.sessions_per_key_max()
 except tau2_config.ConfigError as exc:
     raise ImproperlyConfigured(str(exc)) from exc
 TAU2_AGENT_API_REQUIRE_KEY = envbool("TAU2_AGENT_API_REQUIRE_KEY", _SERVER_CREDENTIAL and not DEBUG)
+
+# --- Training sessions (apps.training) ---------------------------------------------------
+# Training on a split one of the team's evaluations uses leaks training into the
+# benchmark ("train on `train`, evaluate on `test`"): "warn" (default) says so on the
+# session's page and in each such episode's opening; "refuse" refuses the reset.
+TAU2_TRAINING_SPLIT_GUARD = (envstr("TAU2_TRAINING_SPLIT_GUARD", "warn") or "warn").lower()
+if TAU2_TRAINING_SPLIT_GUARD not in ("warn", "refuse"):
+    raise ImproperlyConfigured(
+        f"TAU2_TRAINING_SPLIT_GUARD must be warn or refuse, got {TAU2_TRAINING_SPLIT_GUARD!r}"
+    )
 
 # --- Connections: models beyond Hugging Face's router (apps.connections) -----------------
 # Each kind's API when a connection names no base URL of its own (tests point them at

@@ -4,8 +4,11 @@
 A client that presents a key (``Authorization: Bearer tau2s_…`` on either face, or the
 key as OpenEnv's ``reset(hf_token=…)``) plays on its owner's Hugging Face token from
 the vault, its sessions belong to that key and count against its owner's cap (all
-their keys and browser sessions together), and its episodes are recorded as runs of
-kind "agent via API" (``apps.agents.recording``). While a session is open its key is
+their keys and browser sessions together) — or, for a key made with a cap of its own
+(``ApiKey.max_sessions``), against that cap alone — and its episodes are recorded as
+runs of kind "agent via API" (``apps.agents.recording``), in the training session its
+request names (``X-Tau2-Training-Session``, ``?training_session=``, or OpenEnv's
+``reset(training_session=…)``) if any. While a session is open its key is
 checked again every few seconds: revoking it (or the owner's Hugging Face sign-in
 being revoked) ends the session. Without a key a client goes on as
 before (its own Hugging Face token, else the server's) — unless
@@ -65,9 +68,10 @@ def agent_name(request: access.ClientRequest) -> str:
     return name or AGENT_VIA_API
 
 
-def _key_owner_token(raw: str) -> tuple[int, str, str]:
-    """(owner's id, key id, owner's Hugging Face token) of the key ``raw``; raises
-    :class:`~tau2_env.access.CredentialsRefused`. Runs off the event loop."""
+def _key_owner_token(raw: str) -> tuple[int, str, str, int | None]:
+    """(owner's id, key id, owner's Hugging Face token, the key's own session cap) of
+    the key ``raw``; raises :class:`~tau2_env.access.CredentialsRefused`. Runs off the
+    event loop."""
     close_old_connections()
     try:
         key = api_key_resolve(raw=raw)
@@ -76,7 +80,7 @@ def _key_owner_token(raw: str) -> tuple[int, str, str]:
         raise access.CredentialsRefused(str(exc)) from None
     except SignInRequired as exc:
         raise access.CredentialsRefused(f"The owner of this API key: {exc}") from None
-    return key.user_id, key.key_id, token
+    return key.user_id, key.key_id, token, key.max_sessions
 
 
 def _off_loop(func: Callable[..., _T], *args) -> _T:
@@ -112,19 +116,27 @@ def _studio_credentials(request: access.ClientRequest) -> access.Credentials:
         if settings.TAU2_AGENT_API_REQUIRE_KEY:
             raise access.CredentialsRefused(KEY_REQUIRED)
         return access.default_resolver(request)
-    user_id, key_id, token = _off_loop(_key_owner_token, raw)
+    user_id, key_id, token, max_sessions = _off_loop(_key_owner_token, raw)
     # With the first keyed episode, not at start-up (this resolver is installed by
     # AgentsConfig.ready): recording imports τ²'s engine and litellm (seconds).
     from apps.agents.recording import AgentRunRecorder
 
-    recorder = AgentRunRecorder(user_id=user_id, key_id=key_id, agent=agent_name(request))
+    recorder = AgentRunRecorder(
+        user_id=user_id,
+        key_id=key_id,
+        agent=agent_name(request),
+        training_session=request.training_session,
+    )
     return access.Credentials(
-        client=f"person:{user_id}",
+        # A key with a cap of its own counts against it alone; others share their owner's.
+        client=f"key:{key_id}" if max_sessions else f"person:{user_id}",
+        limit=min(max_sessions, settings.TAU2_SESSIONS_PER_KEY_MAX) if max_sessions else None,
         owner=f"key:{key_id}",
         hf_token=token,
         hooks=recorder,
         check=functools.partial(_key_check, key_id),
         customer=functools.partial(customer_route, user_id),
+        admit=recorder.admit if request.training_session else None,
     )
 
 

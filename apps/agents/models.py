@@ -14,6 +14,12 @@ class ApiKey(models.Model):
     The key itself (``tau2s_<key_id>_<secret>``) is shown once, at creation; only its
     SHA-256 is kept. ``key_id`` is not secret: it finds the row, and the hash is then
     compared in constant time. Life: created → revoked (``revoked_at`` set, final).
+
+    ``max_sessions``: the sessions the key may hold at once, set when it is made (a
+    trainer's key: one per generation of a batch), at most ``TAU2_SESSIONS_PER_KEY_MAX``;
+    such a key's sessions count against its own cap alone. Without one (``None``) they
+    count with its owner's other keys and browser sessions against
+    ``TAU2_SESSIONS_PER_CLIENT``.
     """
 
     user = models.ForeignKey(
@@ -27,6 +33,11 @@ class ApiKey(models.Model):
     created_at = models.DateTimeField(default=timezone.now)
     last_used_at = models.DateTimeField(null=True, blank=True)
     revoked_at = models.DateTimeField(null=True, blank=True)
+    max_sessions = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Sessions at once, set when the key is made; empty: the per-person default.",
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -37,6 +48,10 @@ class ApiKey(models.Model):
             models.CheckConstraint(
                 condition=models.Q(secret_hash__regex=r"^[0-9a-f]{64}$"),  # noqa: S106
                 name="apikey_secret_is_a_sha256",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(max_sessions__isnull=True) | models.Q(max_sessions__gte=1),
+                name="apikey_max_sessions_at_least_one",
             ),
         ]
 

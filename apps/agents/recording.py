@@ -10,6 +10,11 @@ STOPPED with the reason; one whose server died is stopped by the reaper once its
 (renewed at each hop) ran out. Stop on the run page stops the recording at the next
 hop (the agent's episode goes on, unrecorded).
 
+An episode the key plays under a training session's name (``X-Tau2-Training-Session``,
+``?training_session=``, ``reset(training_session=…)``) is asked of the registered
+training hooks (:mod:`apps.agents.hooks`) before it starts — they may warn or refuse —
+and its run is told to them once recorded.
+
 The hooks are called on the episode's own thread: they copy what they need and hand the
 database work to a queue served by a small thread pool, one run's writes in order, so
 an episode never waits for the database.
@@ -17,6 +22,7 @@ an episode never waits for the database.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 from collections import deque
@@ -30,6 +36,7 @@ from django.conf import settings
 from django.db import close_old_connections
 from django.utils import timezone
 
+from apps.agents.hooks import EpisodeRefused, TrainingEpisode, training_hooks
 from apps.connections.models import Connection
 from apps.connections.routes import parse_value
 from apps.runs.events import LostRun, events_publish
@@ -37,7 +44,7 @@ from apps.runs.lifecycle import run_finish
 from apps.runs.models import Run
 from apps.runs.services import customer_prices, run_provenance
 from apps.tasks.models import Task
-from tau2_env import config
+from tau2_env import access, config
 from tau2_env.engine import DEFAULT_MAX_STEPS, Episode, TerminationReason
 
 __all__ = ["AgentRunRecorder", "agent_lease", "agent_run_end", "agent_run_start"]
@@ -67,6 +74,7 @@ class Opening:
     user_origin: str  # "@connection/model" when the customer runs on a connection
     face: str
     messages: list[dict[str, Any]]
+    training: TrainingEpisode | None = None
 
 
 @dataclass(frozen=True)
@@ -227,13 +235,43 @@ class _Serial:
 class AgentRunRecorder:
     """Episode hooks recording each episode of one keyed client as an agent run."""
 
-    def __init__(self, *, user_id: int, key_id: str, agent: str) -> None:
+    def __init__(
+        self, *, user_id: int, key_id: str, agent: str, training_session: str | None = None
+    ) -> None:
         self.user_id, self.key_id, self.agent = user_id, key_id, agent
+        self.training_session = training_session
         self._serial = _Serial()
         self._runs: dict[str, Run | None] = {}  # episode id → its run (touched by jobs only)
+        # The training episode admit() let start, for the on_start that follows it (both
+        # on the episode's thread, one start at a time).
+        self._admitted: TrainingEpisode | None = None
 
     def __repr__(self) -> str:
         return f"<AgentRunRecorder user_id={self.user_id} key_id={self.key_id}>"
+
+    def admit(self, domain: str, split: str) -> str | None:
+        """``Credentials.admit`` of a key playing under a training session's name: the
+        training hooks' warning line for the episode on ``domain``/``split``, or
+        ``None``; raises :class:`~tau2_env.access.CredentialsRefused` when they refuse
+        it. Runs on the episode's thread (the guard reads the database)."""
+        self._admitted = None
+        hooks = training_hooks()
+        if hooks is None or not self.training_session:
+            return None
+        episode = TrainingEpisode(
+            user_id=self.user_id,
+            key_id=self.key_id,
+            session=self.training_session,
+            domain=domain,
+            split=split,
+        )
+        close_old_connections()
+        try:
+            warning = hooks.admit(episode=episode)
+        except EpisodeRefused as exc:
+            raise access.CredentialsRefused(str(exc)) from None
+        self._admitted = dataclasses.replace(episode, warning=warning or "")
+        return warning
 
     def on_start(self, episode: Episode, *, face: str) -> None:
         opening = Opening(
@@ -246,7 +284,9 @@ class AgentRunRecorder:
             seed=episode.seed,
             face=face,
             messages=episode.messages_json(),
+            training=self._admitted,
         )
+        self._admitted = None
         self._serial.submit(self._start, opening)
 
     def on_hop(self, episode: Episode, messages: list[dict[str, Any]]) -> None:
@@ -261,9 +301,13 @@ class AgentRunRecorder:
 
     # Jobs, in order on the pool.
     def _start(self, opening: Opening) -> None:
-        self._runs[opening.episode_id] = agent_run_start(
+        run = agent_run_start(
             user_id=self.user_id, key_id=self.key_id, agent=self.agent, opening=opening
         )
+        self._runs[opening.episode_id] = run
+        hooks = training_hooks()
+        if run is not None and opening.training is not None and hooks is not None:
+            hooks.recorded(episode=opening.training, run=run)
 
     def _hop(self, episode_id: str, messages: list[dict[str, Any]]) -> None:
         run = self._runs.get(episode_id)

@@ -8,6 +8,7 @@ import logging
 import secrets
 from datetime import timedelta
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db.models import Q
 from django.utils import timezone
@@ -29,21 +30,34 @@ def _key_hash(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
-def api_key_create(*, user, name: str) -> tuple[ApiKey, str]:
-    """A new key of ``user`` named ``name``; returns the row and the key itself, which
-    exists nowhere else (only its hash is kept): show it once. Raises ``ValidationError``
-    for an empty or long name, or when the person has too many keys."""
+def api_key_create(*, user, name: str, max_sessions: int | None = None) -> tuple[ApiKey, str]:
+    """A new key of ``user`` named ``name``, holding at most ``max_sessions`` sessions at
+    once (``None``: it shares its owner's ``TAU2_SESSIONS_PER_CLIENT``); returns the row
+    and the key itself, which exists nowhere else (only its hash is kept): show it once.
+    Raises ``ValidationError`` for an empty or long name, a cap below 1 or above
+    ``TAU2_SESSIONS_PER_KEY_MAX``, or when the person has too many keys."""
     name = " ".join((name or "").split())
     if not name or len(name) > 100:
         raise ValidationError({"name": "Give the key a name (at most 100 characters)."})
+    most = settings.TAU2_SESSIONS_PER_KEY_MAX
+    if max_sessions is not None and not 1 <= max_sessions <= most:
+        raise ValidationError(
+            {"max_sessions": f"Sessions at once: from 1 to {most} (this server's maximum)."}
+        )
     if ApiKey.objects.filter(user=user, revoked_at__isnull=True).count() >= API_KEYS_PER_PERSON:
         raise ValidationError(
             {"name": f"You have {API_KEYS_PER_PERSON} keys: revoke one you no longer use first."}
         )
     key_id = secrets.token_hex(6)
     raw = f"{API_KEY_PREFIX}{key_id}_{secrets.token_urlsafe(32)}"
-    key = ApiKey.objects.create(user=user, name=name, key_id=key_id, secret_hash=_key_hash(raw))
-    logger.info("User %s created API key %s", user.pk, key_id)
+    key = ApiKey.objects.create(
+        user=user,
+        name=name,
+        key_id=key_id,
+        secret_hash=_key_hash(raw),
+        max_sessions=max_sessions,
+    )
+    logger.info("User %s created API key %s (sessions: %s)", user.pk, key_id, max_sessions)
     return key, raw
 
 

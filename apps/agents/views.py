@@ -20,6 +20,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from apps.accounts.access import signin_required_to_start
 from apps.agents import services as key_services
+from apps.agents.forms import ApiKeyForm
 from apps.agents.models import ApiKey
 from apps.agents.selectors import api_keys_for
 from apps.tasks.selectors import domain_list
@@ -177,15 +178,19 @@ def playground(request):
     )
 
 
-def _keys_page(request, *, created_key: str = "", name_error: str = "", status: int = 200):
+def _keys_page(request, *, form: ApiKeyForm, created_key: str = "", status: int = 200):
     response = render(
         request,
         "agents/keys.html",
         {
             "keys": api_keys_for(user=request.user),
             "created_key": created_key,
-            "name_error": name_error,
+            "form": form,
+            "name_error": " ".join(form.errors.get("name", [])),
+            "sessions_error": " ".join(form.errors.get("max_sessions", [])),
             "require_key": settings.TAU2_AGENT_API_REQUIRE_KEY,
+            "sessions_default": settings.TAU2_SESSIONS_PER_CLIENT,
+            "sessions_max": settings.TAU2_SESSIONS_PER_KEY_MAX,
         },
         status=status,
     )
@@ -196,14 +201,25 @@ def _keys_page(request, *, created_key: str = "", name_error: str = "", status: 
 @signin_required_to_start
 @require_http_methods(["GET", "POST"])
 def api_keys(request):
-    """The person's studio API keys; POST creates one and shows it, this once."""
+    """The person's studio API keys; POST creates one (with its own cap of sessions at
+    once, if given) and shows it, this once."""
     if request.method == "GET":
-        return _keys_page(request)
+        return _keys_page(request, form=ApiKeyForm())
+    form = ApiKeyForm(request.POST)
+    if not form.is_valid():
+        return _keys_page(request, form=form, status=400)
     try:
-        _, raw = key_services.api_key_create(user=request.user, name=request.POST.get("name", ""))
+        _, raw = key_services.api_key_create(
+            user=request.user,
+            name=form.cleaned_data["name"],
+            max_sessions=form.cleaned_data["max_sessions"],
+        )
     except ValidationError as exc:
-        return _keys_page(request, name_error=" ".join(exc.message_dict["name"]), status=400)
-    return _keys_page(request, created_key=raw)
+        for field, errors in exc.message_dict.items():
+            for error in errors:
+                form.add_error(field, error)
+        return _keys_page(request, form=form, status=400)
+    return _keys_page(request, form=ApiKeyForm(), created_key=raw)
 
 
 @signin_required_to_start

@@ -14,13 +14,15 @@ from datetime import timedelta
 import httpx
 import pytest
 from asgiref.sync import sync_to_async
-from django.db import connection
+from django.core.exceptions import ValidationError
+from django.db import IntegrityError, connection, transaction
 from django.utils import timezone
 from websockets.asyncio.client import connect
 
 from apps.agents.credentials import KEY_REQUIRED, install
 from apps.agents.models import ApiKey
 from apps.agents.services import ApiKeyRefused, api_key_create, api_key_resolve, api_key_revoke
+from tau2_env import access
 from tests.support.agents import agent_runs_of
 from tests.support.llm_server import text
 from tests.support.mcp_client import INITIALIZE, MCP_HEADERS
@@ -142,6 +144,62 @@ def test_alice_revokes_her_key_and_it_is_refused_from_then_on(alice, alice_clien
         api_key_resolve(raw=raw)
     page = alice_client.get("/accounts/keys/").content.decode()
     assert 'data-testid="key-revoke"' not in page and "revoked" in page
+
+
+def test_a_new_key_is_shown_whole_with_a_copy_button_and_revoke_asks_first(alice, alice_client):
+    response = alice_client.post("/accounts/keys/", {"name": "ci"})
+
+    page = response.content.decode()
+    raw = response.context["created_key"]
+    assert '<button type="button" data-copy="#new-key"' in page
+    # The whole key, underscores and all, as the element's text (what Copy copies).
+    assert f'id="new-key" aria-label="Your new API key" data-testid="key-value">{raw}</pre>' in page
+    assert 'data-confirm="Revoke the key “ci”?' in page
+
+
+# --- a key's own cap of sessions at once ----------------------------------------------
+
+
+def test_alice_gives_a_trainers_key_a_cap_of_its_own_when_she_makes_it(
+    alice, alice_client, settings
+):
+    response = alice_client.post("/accounts/keys/", {"name": "grpo", "max_sessions": "64"})
+    plain = api_key_create(user=alice, name="notebook")[1]
+
+    key = ApiKey.objects.get(user=alice, name="grpo")
+    assert response.status_code == 200 and key.max_sessions == 64
+    raw = response.context["created_key"]
+    trainer = access.resolve_credentials(access.ClientRequest(hf_token=raw))
+    shared = access.resolve_credentials(access.ClientRequest(hf_token=plain))
+    # Its sessions count against its own 64; the other key shares alice's default.
+    assert (trainer.client, trainer.limit) == (f"key:{key.key_id}", 64)
+    assert (shared.client, shared.limit) == (f"person:{alice.pk}", None)
+    page = alice_client.get("/accounts/keys/").content.decode()
+    assert '<td data-testid="key-cap">64</td>' in page
+    assert f"{settings.TAU2_SESSIONS_PER_CLIENT}, shared" in page
+
+
+def test_a_keys_cap_is_bounded_by_the_servers_maximum(alice, alice_client, settings):
+    settings.TAU2_SESSIONS_PER_KEY_MAX = 100
+
+    over = alice_client.post("/accounts/keys/", {"name": "big", "max_sessions": "101"})
+    zero = alice_client.post("/accounts/keys/", {"name": "none", "max_sessions": "0"})
+    words = alice_client.post("/accounts/keys/", {"name": "odd", "max_sessions": "many"})
+    most = alice_client.post("/accounts/keys/", {"name": "most", "max_sessions": "100"})
+
+    for refused in (over, zero, words):
+        assert refused.status_code == 400
+        page = refused.content.decode()
+        assert 'data-testid="key-sessions-error"' in page and "from 1 to 100" in page
+    assert most.status_code == 200
+    assert list(ApiKey.objects.filter(user=alice).values_list("name", "max_sessions")) == [
+        ("most", 100)
+    ]
+    with pytest.raises(ValidationError, match="from 1 to 100"):
+        api_key_create(user=alice, name="direct", max_sessions=101)
+    # The table itself refuses a cap below 1.
+    with pytest.raises(IntegrityError), transaction.atomic():
+        ApiKey.objects.filter(user=alice).update(max_sessions=0)
 
 
 def test_bob_cannot_revoke_alices_key(alice, bob_client):

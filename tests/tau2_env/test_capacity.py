@@ -1,6 +1,7 @@
 """Capacity that cannot be held hostage: a per-client cap on open sessions, idle sessions
 closed, and a refusal that says when to retry — on a real server process (uvicorn,
-``tau2site.asgi:application``) with 3 slots, 2 per client and a 2-second idle time.
+``tau2site.asgi:application``) with 3 slots, 2 per client and a 2-second idle time; and a
+trainer's studio key with a cap of its own (64), on the live server.
 """
 
 from __future__ import annotations
@@ -14,12 +15,16 @@ from contextlib import AsyncExitStack, asynccontextmanager
 
 import httpx
 import pytest
+from asgiref.sync import sync_to_async
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
+from apps.agents.credentials import install
+from apps.agents.services import api_key_create
 from tau2_env.capacity import CapacityReached, SessionSlots
+from tau2site.asgi import application
 from tests.support import processes
-from tests.support.mcp_client import mcp_initialize, mcp_session
+from tests.support.mcp_client import INITIALIZE, MCP_HEADERS, mcp_initialize, mcp_session
 
 IDLE = 2
 OPENENV_REAPER_INTERVAL = 5  # openenv checks HTTP sessions every max(idle / 4, 5) s
@@ -141,3 +146,62 @@ def test_retry_after_is_when_the_first_slot_can_go_idle():
     assert again.value.retry_after == 50  # both were active at 130: idle at 190
     assert full.value.limit == 3 and full.value.active == 3
     assert full.value.details()["code"] == "CAPACITY_REACHED"
+
+
+def test_a_credentials_own_limit_may_exceed_the_per_client_cap_up_to_the_key_maximum():
+    slots = SessionSlots(total=10, per_client=2, per_key_max=6, idle_seconds=60)
+
+    held = [slots.acquire("key:trainer", limit=8) for _ in range(6)]
+    with pytest.raises(CapacityReached) as capped:
+        slots.acquire("key:trainer", limit=8)
+    slots.acquire("person:1")
+    slots.acquire("person:1")
+    with pytest.raises(CapacityReached) as default:
+        slots.acquire("person:1")
+
+    assert len(held) == 6 and capped.value.limit == 6  # the server's maximum wins
+    assert "this API key already has 6 open sessions" in str(capped.value)
+    assert default.value.limit == 2  # no limit of its own: the per-client cap
+
+
+# --- a trainer's key: its own cap, set when it was made ---------------------------------
+
+
+async def test_a_key_with_a_cap_of_64_holds_64_sessions_and_the_65th_is_told_when_to_retry(
+    asgi_server, llm_server, alice, monkeypatch
+):
+    install()
+    slots = application.mcp_app.slots
+    monkeypatch.setattr(slots, "total", 100)  # the key's cap, not the server's, is reached
+    _, trainer = await sync_to_async(api_key_create)(user=alice, name="grpo", max_sessions=64)
+    _, other = await sync_to_async(api_key_create)(user=alice, name="notebook")
+    url = f"{asgi_server.url}/agent/mcp"
+    opened: list[tuple[dict, httpx.Response]] = []
+    try:
+        async with httpx.AsyncClient(timeout=60) as http:
+
+            async def initialize(raw: str) -> httpx.Response:
+                headers = {**MCP_HEADERS, "Authorization": f"Bearer {raw}"}
+                response = await http.post(url, headers=headers, json=INITIALIZE)
+                opened.append((headers, response))
+                return response
+
+            batch = await asyncio.gather(*(initialize(trainer) for _ in range(64)))
+            refused = await initialize(trainer)
+            beside = await initialize(other)  # alice's other keys share the default cap
+    finally:
+        async with httpx.AsyncClient(timeout=60) as http:
+            for headers, response in opened:
+                if "mcp-session-id" in response.headers:
+                    session = {**headers, "Mcp-Session-Id": response.headers["mcp-session-id"]}
+                    await http.delete(url, headers=session)
+
+    assert [r.status_code for r in batch] == [200] * 64
+    assert refused.status_code == 503
+    error = refused.json()["error"]
+    assert error["data"]["code"] == "CAPACITY_REACHED"
+    assert (error["data"]["active_sessions"], error["data"]["max_sessions"]) == (64, 64)
+    assert error["data"]["retry_after"] >= 1
+    assert refused.headers["retry-after"] == str(error["data"]["retry_after"])
+    assert "this API key already has 64 open sessions" in error["message"]
+    assert beside.status_code == 200
