@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import json
 import pickle
 import re
 import sys
@@ -18,9 +19,10 @@ import pytest
 from tau2.agent.llm_agent import LLMAgent
 from transformers import TrainingArguments
 from transformers.utils import get_json_schema
+from transformers.utils.chat_template_utils import render_jinja_template
 
 from apps.agents.credentials import install, studio_credentials
-from apps.agents.services import api_key_create
+from apps.agents.services import api_key_create, api_key_revoke
 from tau2_env import access, agent_session, catalog, trl_environment
 from tau2_env._tau2 import registry
 from tau2_env.training_data import prompt_dataset
@@ -45,13 +47,19 @@ RESIDUE = {
 }
 
 
-def _tools_as_trl_reads_them(cls: type) -> dict[str, Any]:
-    """TRL 1.16's GRPOTrainer: the class's public functions but reset and get_reward."""
+def _tools_as_trl_reads_them(env: object) -> dict[str, Any]:
+    """TRL 1.16's GRPOTrainer: the public functions of the environment's class but reset
+    and get_reward, taken from the instance (bound methods)."""
     return {
-        name: function
-        for name, function in inspect.getmembers(cls, predicate=inspect.isfunction)
+        name: getattr(env, name)
+        for name, _ in inspect.getmembers(type(env), predicate=inspect.isfunction)
         if name not in ("reset", "get_reward") and not name.startswith("_")
     }
+
+
+def _unconnected(cls: type) -> object:
+    """An instance of ``cls`` that has not connected (its methods are only read)."""
+    return cls.__new__(cls)
 
 
 def _taus_tools(domain: str) -> dict[str, dict]:
@@ -100,8 +108,7 @@ def _expressible(schema: dict) -> tuple[dict, dict[str, list[str]]]:
 
 @pytest.mark.parametrize("domain", DOMAINS)
 def test_every_tool_reads_as_taus_schema_through_get_json_schema(domain):
-    cls = tau2_environment(domain=domain)
-    methods = _tools_as_trl_reads_them(cls)
+    methods = _tools_as_trl_reads_them(_unconnected(tau2_environment(domain=domain)))
     taus = _taus_tools(domain)
 
     assert set(methods) == set(taus) | {"respond_to_user"}
@@ -112,12 +119,19 @@ def test_every_tool_reads_as_taus_schema_through_get_json_schema(domain):
         if residue:
             residues[f"{domain}.{name}"] = residue
     assert residues == {k: v for k, v in RESIDUE.items() if k.startswith(f"{domain}.")}
+    # What a chat template gets for them (transformers' rendering, as TRL calls it).
+    rendered, _ = render_jinja_template(
+        conversations=[[{"role": "user", "content": "Hi"}]],
+        tools=list(methods.values()),
+        chat_template="{{ tools | tojson }}",
+    )
+    assert json.loads(rendered[0]) == [get_json_schema(m) for m in methods.values()]
 
 
 @pytest.mark.parametrize("domain", DOMAINS)
 def test_respond_to_user_reads_as_the_servers_schema_exactly(domain):
     (served,) = [t for t in agent_session.tool_specs(domain) if t["name"] == "respond_to_user"]
-    method = tau2_environment(domain=domain).respond_to_user
+    method = _unconnected(tau2_environment(domain=domain)).respond_to_user
 
     assert get_json_schema(method)["function"] == {
         "name": "respond_to_user",
@@ -130,8 +144,8 @@ def test_only_the_domains_tools_are_offered_to_the_model():
     cls = tau2_environment(domain="airline")
 
     # No `done` (τ²'s agent has none), nothing of the connection's.
-    assert "done" not in _tools_as_trl_reads_them(cls)
-    assert _tools_as_trl_reads_them(Tau2Environment) == {}
+    assert "done" not in _tools_as_trl_reads_them(_unconnected(cls))
+    assert _tools_as_trl_reads_them(_unconnected(Tau2Environment)) == {}
     assert tau2_environment(domain="airline") is cls
     assert tau2_environments() == {d: tau2_environment(domain=d) for d in DOMAINS}
     with pytest.raises(KeyError, match="nowhere"):
@@ -221,10 +235,10 @@ def test_the_environment_plays_a_golden_episode_to_reward_1(
     opening = trainer_env.reset(**row)
     # What TRL does with it: appended to the prompt's last message.
     prompt = row["prompt"][:-1] + [{**row["prompt"][-1], "content": opening}]
-    tools = _tools_as_trl_reads_them(type(trainer_env))
+    tools = _tools_as_trl_reads_them(trainer_env)
     task = catalog.get_tau2_task("airline", "27")
     results = [
-        tools[action.name](trainer_env, **action.arguments)
+        tools[action.name](**action.arguments)
         for action in task.evaluation_criteria.actions  # τ²'s expected actions
     ]
     said = trainer_env.respond_to_user(message="I have sent you a $150 certificate.")
@@ -278,6 +292,18 @@ def test_a_row_without_the_prompt_gets_the_policy_with_the_opening(trainer_env):
     assert system == _taus_system_prompt("airline")
     with pytest.raises(ValueError, match="retail"):
         trainer_env.reset(domain="retail", task_id="0")
+
+
+def test_a_revoked_key_ends_the_session_and_the_next_reset_says_why(trainer_env, alice):
+    trainer_env.reset(**_gold_row())
+    (key,) = alice.api_keys.all()
+    api_key_revoke(user=alice, pk=key.pk)
+    (run,) = agent_runs_of(alice)  # the server ended the session, and its episode
+
+    with pytest.raises(ConnectionError, match="Could not open a τ²-bench session") as refused:
+        trainer_env.reset(**_gold_row())  # its connection was closed: opened again, refused
+    assert "revoked" in str(refused.value).lower()
+    assert trainer_env.get_reward() is None  # unscored
 
 
 def test_a_refused_key_is_said_at_construction(asgi_server, llm_server, monkeypatch):
