@@ -17,12 +17,14 @@ from django.template.loader import render_to_string
 from django.test import AsyncClient, Client
 
 from apps.accounts.models import HFCredential
+from apps.agents.services import api_key_create
 from apps.datasets import selectors
 from apps.datasets.conversation import system_prompt
 from apps.runs import review
 from apps.runs.models import Run
 from apps.runs.runner import run_execute
 from tau2_env import catalog
+from tests.support.connections import CONNECTION_KEY, openai_compatible_connection
 from tests.support.evaluations import stored_evaluation
 from tests.support.people import ALICE_TOKEN, BOB_TOKEN, signed_in
 from tests.support.review import staff_member
@@ -263,9 +265,20 @@ def test_an_evaluations_runs_are_its_dataset(runs, alice, alice_client):
     assert [(p["chosen_run_id"], p["rejected_run_id"]) for p in pairs] == [tuple(theirs)]
 
 
-def test_no_download_holds_a_token_or_a_key(runs, alice, bob, alice_client):
+def test_no_download_holds_a_token_or_a_key(runs, alice, bob, alice_client, llm_server):
     assert HFCredential.objects.filter(user__in=[alice, bob]).count() == 2
-    secrets = [ALICE_TOKEN, BOB_TOKEN, f"{ALICE_TOKEN}_refresh", f"{BOB_TOKEN}_refresh", "hf_x7"]
+    _, studio_key = api_key_create(user=alice, name="trainer")
+    openai_compatible_connection(llm_server, by=alice, owner=alice)
+    secrets = [
+        ALICE_TOKEN,
+        BOB_TOKEN,
+        f"{ALICE_TOKEN}_refresh",
+        f"{BOB_TOKEN}_refresh",
+        "hf_x7",  # the customer's route key the stored runs were played with
+        studio_key,
+        CONNECTION_KEY,
+        "CANARY",
+    ]
     for query in [
         "type=sft&format=jsonl",
         "type=sft&format=parquet",
