@@ -48,7 +48,7 @@ class Site:
     session: Any  # alice's open play session of the longest task
     race: Any  # a race whose lanes are the run and the session
     evaluation: Any  # a finished telecom evaluation over the long ids
-    other_evaluation: Any  # an airline one, beside it on compare
+    other_evaluation: Any  # another model's on the same tasks, beside it on compare
     connection: Any  # alice's OpenAI-compatible connection
 
     def pages(self) -> list[SitePage]:
@@ -178,7 +178,14 @@ def site_with_content(*, alice, llm) -> Site:
         user_model=CUSTOMER_MODEL,
         cost_usd="0.036000",
     )
-    other = stored_evaluation(alice, outcomes={"27": [1.0, 1.0], "2": [0.0, 1.0]})
+    other = stored_evaluation(
+        alice,
+        domain="telecom",
+        split="test",
+        outcomes={LONG_TELECOM_IDS[0]: [1.0, 1.0], LONG_TELECOM_IDS[1]: [1.0, 0.0]},
+        agent_model="Qwen/Qwen3-32B:cerebras",
+        user_model=CUSTOMER_MODEL,
+    )
     api_key_create(user=alice, name="k" * 100)
     connection = openai_compatible_connection(llm, by=alice, name="Our vLLM " + "v" * 60)
     return Site(
