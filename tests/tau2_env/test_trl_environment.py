@@ -12,6 +12,7 @@ import json
 import pickle
 import re
 import sys
+import time
 import types
 from typing import Any
 
@@ -27,6 +28,7 @@ from tau2_env import access, agent_session, catalog, trl_environment
 from tau2_env._tau2 import registry
 from tau2_env.training_data import prompt_dataset
 from tau2_env.trl_environment import Tau2Environment, tau2_environment, tau2_environments
+from tau2site.asgi import application
 from tests.support.agents import agent_runs_of
 from tests.support.people import ALICE_TOKEN
 from tests.support.scripts import gold_script
@@ -211,15 +213,16 @@ def heard_headers():
 
 
 @pytest.fixture
-def trainer_env(asgi_server, llm_server, alice_key, monkeypatch):
+def trainer_env(asgi_server, llm_server, alice, alice_key, monkeypatch):
     """As TRL makes it: the airline class, called with no argument, configured from the
-    environment."""
+    environment. Closed afterwards, once the server has recorded its episodes' ends."""
     monkeypatch.setenv("TAU2_URL", asgi_server.url)
     monkeypatch.setenv("TAU2_API_KEY", alice_key)
     monkeypatch.setenv("TAU2_TRAINING_SESSION", "alice's first GRPO")
     gold_script(llm_server)
     with tau2_environment(domain="airline")() as env:
         yield env
+    agent_runs_of(alice, final=True)  # an open episode is stopped by the close
 
 
 def _gold_row() -> dict:
@@ -292,6 +295,16 @@ def test_a_row_without_the_prompt_gets_the_policy_with_the_opening(trainer_env):
     assert system == _taus_system_prompt("airline")
     with pytest.raises(ValueError, match="retail"):
         trainer_env.reset(domain="retail", task_id="0")
+
+
+def test_a_session_the_server_closed_while_idle_is_opened_again_at_reset(trainer_env, monkeypatch):
+    first = trainer_env.reset(**_gold_row())
+    monkeypatch.setattr(application.mcp_app.slots, "idle_seconds", 1)
+    trainer_env.get_user_details(user_id=GOLD_USER)  # the connection now waits 1 s at most
+    time.sleep(2.5)  # between two of TRL's batches: the server closes it
+
+    assert trainer_env.reset(**_gold_row()) == first
+    assert trainer_env.get_user_details(user_id=GOLD_USER).startswith("{")
 
 
 def test_a_revoked_key_ends_the_session_and_the_next_reset_says_why(trainer_env, alice):
