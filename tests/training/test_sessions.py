@@ -19,6 +19,7 @@ from apps.runs.models import Run
 from apps.tasks.models import Task
 from apps.training.models import TrainingEpisode, TrainingSession
 from tests.support.agents import agent_runs_of
+from tests.support.mcp_client import mcp_session
 from tests.support.scripts import gold_script
 from tests.support.training import training_episodes, ws_reset
 
@@ -118,6 +119,21 @@ async def test_the_reset_argument_names_the_session_and_wins_over_the_header(
     assert answer["type"] == "observation", answer
     (episode,) = await sync_to_async(training_episodes)(count=1)
     assert episode.session.name == "from the adapter"
+
+
+async def test_an_mcp_episode_named_by_its_urls_query_joins_the_session_too(
+    asgi_server, llm_server, alice, alice_key
+):
+    gold_script(llm_server)
+    _, raw = alice_key
+    url = f"{asgi_server.url}/agent/mcp?task_id=27&split=train&training_session=grpo"
+    async with mcp_session(url, token=raw) as session:
+        opening = await session.call_tool("start", {})
+        await session.call_tool("done", {})
+
+    assert not opening.isError, opening.content
+    (episode,) = await sync_to_async(training_episodes)(count=1)
+    assert episode.session.name == "grpo" and episode.run.provenance["agent"]["face"] == "mcp"
 
 
 async def test_episodes_without_a_name_or_without_a_key_form_no_session(
