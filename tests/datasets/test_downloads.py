@@ -23,6 +23,7 @@ from apps.datasets.conversation import system_prompt
 from apps.runs import review
 from apps.runs.models import Run
 from apps.runs.runner import run_execute
+from apps.training.models import TrainingEpisode, TrainingSession
 from tau2_env import catalog
 from tests.support.connections import CONNECTION_KEY, openai_compatible_connection
 from tests.support.evaluations import stored_evaluation
@@ -238,7 +239,7 @@ def test_a_selection_too_large_is_refused_in_words(runs, alice_client, monkeypat
         ("type=rl", "Unknown type 'rl': choose one of sft, preference."),
         ("evaluation=x", "The evaluation should be a number, not 'x'."),
         ("evaluation=999999", "There is no evaluation 999999."),
-        ("session=3", "Training sessions cannot be chosen yet: no session has runs."),
+        ("session=999999", "There is no training session 999999."),
         ("domain=nowhere", "No finished run matches this selection: there is nothing to download."),
     ],
 )
@@ -263,6 +264,22 @@ def test_an_evaluations_runs_are_its_dataset(runs, alice, alice_client):
         json.loads(line) for line in download(alice_client, f"{query}&type=preference").splitlines()
     ]
     assert [(p["chosen_run_id"], p["rejected_run_id"]) for p in pairs] == [tuple(theirs)]
+
+
+def test_a_training_sessions_episodes_are_its_dataset(runs, alice, alice_client):
+    key, _ = api_key_create(user=alice, name="trainer")
+    session = TrainingSession.objects.create(owner=alice, key=key, name="grpo-1", splits=["train"])
+    for run in runs[1:3]:
+        TrainingEpisode.objects.create(session=session, run=run, domain="airline", split="train")
+    other = TrainingSession.objects.create(owner=alice, key=key, name="grpo-2")
+    TrainingEpisode.objects.create(session=other, run=runs[0], domain="airline", split="train")
+    query = f"session={session.pk}"
+    rows = [json.loads(line) for line in download(alice_client, query).splitlines()]
+    assert [r["run_id"] for r in rows] == [runs[1].pk, runs[2].pk]
+    pairs = download(alice_client, f"{query}&type=preference").splitlines()
+    assert [(json.loads(p)["chosen_run_id"], json.loads(p)["rejected_run_id"]) for p in pairs] == [
+        (runs[2].pk, runs[1].pk)
+    ]
 
 
 def test_no_download_holds_a_token_or_a_key(runs, alice, bob, alice_client, llm_server):
