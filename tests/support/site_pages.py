@@ -63,7 +63,7 @@ class Site:
             SitePage("runs list", "/runs/"),
             SitePage("runs list, every kind", "/runs/?kind=all"),
             SitePage("runs list, evaluation runs", "/runs/?kind=evaluation"),
-            SitePage("run page", self.run.get_absolute_url()),
+            SitePage("run page (run detail)", self.run.get_absolute_url()),
             SitePage("fork page (run detail)", self.fork.get_absolute_url()),
             SitePage("new run", f"/runs/new/?domain={domain}&task={task.task_id}"),
             SitePage("compare runs", f"/runs/compare/?ids={self.run.pk},{self.fork.pk}"),
@@ -187,7 +187,9 @@ def site_with_content(*, alice, llm) -> Site:
         user_model=CUSTOMER_MODEL,
     )
     api_key_create(user=alice, name="k" * 100)
-    connection = openai_compatible_connection(llm, by=alice, name="Our vLLM " + "v" * 60)
+    connection = openai_compatible_connection(
+        llm, by=alice, name="Our vLLM: lab-8xh100-node-finetunes-eu-west-1 (shared)"
+    )
     return Site(
         longest=longest,
         run=run,
