@@ -347,14 +347,20 @@ def test_the_page_previews_the_selection_with_its_counts_and_first_row(runs, ali
 
 
 def test_the_download_menu_include_links_the_selections_datasets(committed_db):
-    html = render_to_string(
-        "includes/dataset_download.html", {"dataset_query": "evaluation=12&amp;x=1"}
-    )
+    menu = "includes/dataset_download.html"
+    html = render_to_string(menu, {"dataset_query": "model=qwen&reward=1"})
     assert (
-        'href="/datasets/download/?evaluation=12&amp;amp;x=1&amp;type=sft&amp;format=jsonl"' in html
+        'href="/datasets/download/?model=qwen&amp;reward=1&amp;type=sft&amp;format=jsonl"' in html
     )
-    html = render_to_string("includes/dataset_download.html", {"dataset_query": "evaluation=12"})
+    assert 'href="/datasets/?model=qwen&amp;reward=1"' in html
+    html = render_to_string(menu, {"dataset_evaluation": 12})
     assert 'href="/datasets/download/?evaluation=12&amp;type=sft&amp;format=parquet"' in html
-    assert 'href="/datasets/?evaluation=12"' in html
-    bare = render_to_string("includes/dataset_download.html", {})
+    assert 'href="/datasets/download/?evaluation=12&amp;type=preference&amp;format=jsonl"' in html
+    html = render_to_string(menu, {"dataset_session": 3, "dataset_query": "domain=retail"})
+    assert 'href="/datasets/?domain=retail&amp;session=3"' in html
+    bare = render_to_string(menu, {})
     assert 'href="/datasets/download/?type=sft&amp;format=jsonl"' in bare
+    assert 'href="/datasets/"' in bare
+    # Nothing a query string holds escapes the attribute.
+    html = render_to_string(menu, {"dataset_query": 'model="><script>'})
+    assert "<script>" not in html and "model=%22%3E%3Cscript%3E" in html
