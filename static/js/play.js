@@ -48,10 +48,6 @@
   function setEnabled(enabled) {
     root.querySelectorAll("#say-form textarea, #say-form button, #tool-name, #tool-form button, #tool-form input, #tool-form select, #tool-form textarea, #end-form button")
       .forEach((el) => { el.disabled = !enabled; });
-    // No tool chosen yet (the form opens on none): nothing to call.
-    const call = document.querySelector("#tool-form button[type=submit]");
-    const picked = document.getElementById("tool-name");
-    if (call && picked && !picked.value) call.disabled = true;
   }
 
   function applyState(state) {
@@ -162,15 +158,7 @@
 
   function pickTool() {
     const tool = tools.find((t) => t.name === select.value);
-    resultBox.replaceChildren();
-    if (!tool) { // "Choose a tool…": an empty form
-      form = null;
-      description.textContent = "";
-      fieldsBox.replaceChildren();
-      preview.textContent = "{}";
-      setEnabled(!select.disabled);
-      return;
-    }
+    if (!tool) return;
     description.textContent = tool.description;
     fieldsBox.replaceChildren();
     form = makeNode(tool.schema, tool.name, true);
@@ -200,7 +188,6 @@
 
   toolForm.addEventListener("submit", async (event) => {
     event.preventDefault();
-    if (!form) { say("Choose a tool first."); return; }
     const { value, errors, nodes } = collect();
     if (Object.keys(errors).length) { showErrors(errors, nodes); return; } // nothing is sent
     const body = new FormData();

@@ -91,10 +91,7 @@ def evaluation_import(request):
             if upload.size > imports.max_upload_bytes():
                 raise ValidationError(imports.too_large(upload.size))
             evaluation = imports.evaluation_import(
-                user=request.user,
-                data=upload.read(),
-                name=form.cleaned_data["name"],
-                filename=upload.name,
+                user=request.user, data=upload.read(), name=form.cleaned_data["name"]
             )
         except ValidationError as exc:
             form.add_error("file", exc.messages)
