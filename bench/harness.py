@@ -470,6 +470,21 @@ def start_openenv(env: dict[str, str], *, app: str = ASGI_APP) -> Process:
     return start_web(env, app=app, ws=None, backlog=4096, timeout=300.0)
 
 
+def start_router(env: dict[str, str], *, processes: int, app: str = ASGI_APP) -> Process:
+    """``python -m tau2_env.router``: ``processes`` OpenEnv processes behind one port
+    (its children are the uvicorns), up when every one answers ``/health``."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tau2_env.router", app, "--processes", str(processes)]
+        + ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
+        cwd=ROOT,
+        env=env,
+    )
+    router = Process(proc=proc, url=f"http://127.0.0.1:{port}")
+    _up(router, timeout=300.0)
+    return router
+
+
 # ------------------------------------------------------------------ people and browsers
 
 

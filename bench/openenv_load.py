@@ -137,28 +137,39 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def server_cpu(pid: int) -> float:
-    """CPU seconds of the server: its process and every descendant (uvicorn --workers,
-    the router's processes)."""
+def _tree(pid: int) -> list[int]:
+    """``pid`` and every descendant (uvicorn --workers, the router's processes)."""
     children: dict[int, list[int]] = {}
     for stat in Path("/proc").glob("[0-9]*/stat"):
         with contextlib.suppress(OSError, IndexError, ValueError):
             parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
             children.setdefault(parent, []).append(int(stat.parent.name))
-    total, todo = 0.0, [pid]
+    found, todo = [], [pid]
     while todo:
         current = todo.pop()
-        with contextlib.suppress(OSError):
-            total += cpu_s(current)
+        found.append(current)
         todo.extend(children.get(current, []))
+    return found
+
+
+def server_cpu(pid: int) -> float:
+    """CPU seconds of the server: its process and every descendant."""
+    total = 0.0
+    for each in _tree(pid):
+        with contextlib.suppress(OSError):
+            total += cpu_s(each)
     return total
 
 
 def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
+    """Resident MiB of the server: its process and every descendant."""
+    total = 0.0
+    for each in _tree(pid):
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{each}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1]) / 1024
+    return total
 
 
 # ------------------------------------------------------------------ one session
@@ -493,6 +504,12 @@ def main() -> None:
     parser.add_argument("--scored", type=int, default=8, help="sessions per phase that call done")
     parser.add_argument("--app", default="tau2site.asgi:application")
     parser.add_argument(
+        "--processes",
+        type=int,
+        default=1,
+        help="OpenEnv processes; more than 1: behind tau2_env.router",
+    )
+    parser.add_argument(
         "--keys", action="store_true", help="play with studio API keys: episodes recorded as runs"
     )
     args = parser.parse_args()
@@ -513,13 +530,17 @@ def main() -> None:
                     for token in [probe, *others]
                 ]
                 KEYS.update(make_keys(env, tokens))
-            server = harness.start_openenv(env, app=args.app)
+            if args.processes > 1:
+                server = harness.start_router(env, processes=args.processes, app=args.app)
+            else:
+                server = harness.start_openenv(env, app=args.app)
             try:
                 measure(
                     server,
                     env,
                     app=args.app,
                     max_envs=max_envs,
+                    processes=args.processes,
                     counts=counts,
                     delays=delays,
                     scored=args.scored,
@@ -536,6 +557,7 @@ def measure(
     *,
     app: str,
     max_envs: int,
+    processes: int = 1,
     counts: list[int],
     delays: list[float],
     scored: int,
@@ -543,7 +565,9 @@ def measure(
     """Warm up, run every phase, print the table and the targets."""
     url = server.ws_url("/ws")
     print(
-        f"server {app} pid {server.pid}, MAX_CONCURRENT_ENVS={max_envs}, "
+        f"server {app} pid {server.pid} ({processes} process"
+        f"{'es behind tau2_env.router' if processes > 1 else ''}), "
+        f"MAX_CONCURRENT_ENVS={max_envs}, "
         f"{'studio keys: episodes recorded' if KEYS else 'no keys'}; "
         f"RSS at start {rss_mib(server.pid):.0f} MiB; "
         f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}"

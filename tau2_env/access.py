@@ -162,10 +162,10 @@ class Credentials:
     ``org/model`` on the router, ``@connection/model``), raising ``ValueError`` with a
     reason for one it may not use; ``None``: the client cannot choose (no studio key),
     its customer is the server's.
-    ``admit``: asked, before an episode on ``(domain, split)`` starts, whether it may
-    (a training session's split guard): returns a line to add to the episode's opening
-    (a warning) or ``None``; raises :class:`CredentialsRefused` to refuse the episode.
-    ``None``: every episode may start.
+    ``admit``: asked, before an episode of task ``task_id`` drawn from ``(domain,
+    split)`` starts, whether it may (a training session's split guard): returns a line
+    to add to the episode's opening (a warning) or ``None``; raises
+    :class:`CredentialsRefused` to refuse the episode. ``None``: every episode may start.
     """
 
     client: str
@@ -175,7 +175,9 @@ class Credentials:
     limit: int | None = None
     check: Callable[[], None] | None = field(repr=False, default=None, compare=False)
     customer: Callable[[str], Any] | None = field(repr=False, default=None, compare=False)
-    admit: Callable[[str, str], str | None] | None = field(repr=False, default=None, compare=False)
+    admit: Callable[[str, str, str], str | None] | None = field(
+        repr=False, default=None, compare=False
+    )
 
     @property
     def holder(self) -> str:

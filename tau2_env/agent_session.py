@@ -59,13 +59,16 @@ def _customer_route(credentials: access.Credentials, user_model: str | None) -> 
         raise BadRequest(str(exc), status=401) from None
 
 
-def _admitted(credentials: access.Credentials, *, domain: str, split: str) -> str | None:
-    """What the credentials' ``admit`` says of an episode on ``(domain, split)``: a
-    warning line, or ``None``; a refusal as :class:`BadRequest` (403)."""
+def _admitted(
+    credentials: access.Credentials, *, domain: str, split: str, task_id: str
+) -> str | None:
+    """What the credentials' ``admit`` says of an episode of ``task_id`` drawn from
+    ``(domain, split)``: a warning line, or ``None``; a refusal as :class:`BadRequest`
+    (403)."""
     if credentials.admit is None:
         return None
     try:
-        return credentials.admit(domain, split)
+        return credentials.admit(domain, split, task_id)
     except access.CredentialsRefused as exc:
         raise BadRequest(str(exc), status=403) from None
 
@@ -198,7 +201,7 @@ class AgentSession:
             task = catalog.get_tau2_task(domain, str(task_id))
         except KeyError as exc:
             raise BadRequest(exc.args[0] if exc.args else str(exc)) from None
-        warning = _admitted(credentials, domain=domain, split=split)
+        warning = _admitted(credentials, domain=domain, split=split, task_id=str(task.id))
 
         episode = engine.Episode(domain=domain, task=task, user_llm=route)
         self.episode, self.split, self._hooks = episode, split, credentials.hooks

@@ -155,15 +155,16 @@ class SessionSlots:
         with self._lock:
             now = self._clock()
             mine = [slot for slot in self._slots if slot.client == client]
-            if len(mine) >= cap:
+            held = len(mine) + self.held_elsewhere(client)
+            if held >= cap:
                 who, per = _WHO.get(client.partition(":")[0], ("this client", "per client"))
                 wait = self._retry_after(mine, now)
                 raise CapacityReached(
                     f"CAPACITY_REACHED: {who} already {'have' if who == 'you' else 'has'} "
-                    f"{len(mine)} open sessions (at most {cap} {per}); close one or retry "
+                    f"{held} open sessions (at most {cap} {per}); close one or retry "
                     f"in {wait} s.",
                     retry_after=wait,
-                    active=len(mine),
+                    active=held,
                     limit=cap,
                 )
             if len(self._slots) >= self.total:
@@ -183,6 +184,11 @@ class SessionSlots:
             )
             self._slots.add(slot)
             return slot
+
+    def held_elsewhere(self, client: str) -> int:
+        """``client``'s slots held by the server's other processes: none here (one
+        process); :class:`tau2_env.shared_slots.SharedSessionSlots` counts them."""
+        return 0
 
     async def end_refused(self) -> int:
         """Ask every open slot's credentials again (off the event loop, once per owner)

@@ -29,7 +29,6 @@ Tests point :class:`Route` at a local scripted server through ``TAU2_HF_ROUTER_U
 from __future__ import annotations
 
 import contextvars
-import copy
 import json
 import logging
 import re
@@ -293,118 +292,6 @@ class _LogRedactor(logging.Filter):
 _log_redactor = _LogRedactor()
 for _name in _LogRedactor.LOGGERS:
     logging.getLogger(_name).addFilter(_log_redactor)
-
-
-# ------------------------------------------------------------ litellm's lookups, kept
-
-# litellm looks a model up in its price list about fifteen times per call (the cost of
-# the answer, twice; the supported parameters; …). A model it does not know (most of the
-# router's) is never found: each lookup tries every name variant, then every fallback
-# rule's regex, and raises — and litellm's own lru_caches keep answers, not failures.
-# Both are pure functions of their arguments and of the price list, so their answers are
-# kept here (failures included) until the price list or the rules change. What is sent
-# is not touched: only lookups are remembered.
-_LOOKUPS_KEPT = 1024
-_LITELLM_TESTED = "1.110.2"
-
-
-class _KeptLookups:
-    """``get_model_info_helper``'s failures and the fallback rules' matches, remembered."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._failures: OrderedDict[tuple, BaseException] = OrderedDict()
-        self._matches: OrderedDict[tuple, dict | None] = OrderedDict()
-
-    @staticmethod
-    def _price_list() -> tuple[int, int]:
-        return id(litellm.model_cost), len(litellm.model_cost)
-
-    def model_info(self, lookup):
-        def kept(model, custom_llm_provider=None, api_base=None, api_key=None, **options):
-            key = (
-                self._price_list(),
-                model,
-                custom_llm_provider,
-                api_base,
-                api_key,
-                tuple(sorted(options.items())),
-            )
-            with self._lock:
-                failure = self._failures.get(key)
-            if failure is not None:
-                raise copy.copy(failure)  # a fresh exception: no traceback piling up
-            try:
-                return lookup(
-                    model=model,
-                    custom_llm_provider=custom_llm_provider,
-                    api_base=api_base,
-                    api_key=api_key,
-                    **options,
-                )
-            except Exception as exc:
-                with self._lock:
-                    self._failures[key] = copy.copy(exc)
-                    while len(self._failures) > _LOOKUPS_KEPT:
-                        self._failures.popitem(last=False)
-                raise
-
-        kept.__wrapped__ = lookup
-        return kept
-
-    def capabilities(self, rules, match):
-        def kept(model):
-            key = (id(rules.capability_rules), model)
-            with self._lock:
-                if key in self._matches:
-                    found = self._matches[key]
-                    return dict(found) if found is not None else None
-            found = match(model)
-            with self._lock:
-                self._matches[key] = dict(found) if found is not None else None
-                while len(self._matches) > _LOOKUPS_KEPT:
-                    self._matches.popitem(last=False)
-            return found
-
-        kept.__wrapped__ = match
-        return kept
-
-
-def _keep_litellm_lookups() -> None:
-    """Install :class:`_KeptLookups` in litellm (the tested version only; idempotent)."""
-    from importlib.metadata import version
-
-    from litellm import utils as litellm_utils
-    from litellm.litellm_core_utils import fallback_generalizations
-
-    if version("litellm") != _LITELLM_TESTED:
-        return
-    kept = _KeptLookups()
-    helper = litellm_utils.get_model_info_helper
-    if not hasattr(helper, "__wrapped__"):
-        litellm_utils.get_model_info_helper = kept.model_info(helper)
-        litellm_utils._get_model_info_helper = litellm_utils.get_model_info_helper
-    rules = fallback_generalizations._registry
-    if "match_capabilities" not in vars(rules):
-        rules.match_capabilities = kept.capabilities(rules, rules.match_capabilities)
-
-
-# litellm keeps one OpenAI client (an httpx client, its connection pool and TLS context)
-# per key and endpoint, at most 200 of them: a server whose conversations run on more
-# customers' tokens than that at once builds a client for nearly every call (about 1 ms
-# of CPU each: TLS context, proxy settings read from the environment). The same clients,
-# more of them kept.
-CLIENTS_KEPT = 2048
-
-
-def _keep_more_clients() -> None:
-    cache = litellm.in_memory_llm_clients_cache
-    if getattr(cache, "max_size_in_memory", CLIENTS_KEPT) < CLIENTS_KEPT:
-        cache.max_size_in_memory = CLIENTS_KEPT
-
-
-_keep_litellm_lookups()
-_keep_more_clients()
 
 
 _routes: contextvars.ContextVar[Mapping[str, Route] | None] = contextvars.ContextVar(

@@ -31,6 +31,11 @@ answers 404. A WebSocket (this transport is HTTP only) is refused. The SDK says 
 opens and discards a session only through private methods:
 :func:`tau2_env.compat.mcp_session_manager_class` holds them.
 
+A session that ends normally (the client's DELETE, the idle reaper, a refused
+credential) closes the streams its open GET is reading; the SDK then logs that stream's
+``anyio.ClosedResourceError`` as an ERROR with a traceback. :class:`NormalCloseFilter`
+keeps that one record out of the SDK's logger: every other error stays.
+
 :class:`McpApp` is an ASGI app; its :meth:`McpApp.run` context must be entered for the
 server's lifetime (the project's ASGI lifespan does it).
 """
@@ -40,6 +45,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import logging
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from contextvars import ContextVar
@@ -58,7 +64,7 @@ from tau2_env.agent_session import AgentSession, BadRequest, Outcome, tool_specs
 from tau2_env.capacity import CapacityReached, SessionSlots, Slot
 from tau2_env.openenv_env import episode_executor
 
-__all__ = ["START", "McpApp"]
+__all__ = ["START", "McpApp", "NormalCloseFilter"]
 
 START = "start"
 NOT_STARTED = (
@@ -141,6 +147,30 @@ class _Opening:
 _opening: ContextVar[_Opening | None] = ContextVar("tau2_mcp_opening", default=None)
 
 
+# The SDK's logger and the records it writes when a session's own close ends a stream
+# (mcp 1.x, mcp/server/streamable_http.py: the GET stream's and a POST stream's writer).
+SDK_LOGGER = "mcp.server.streamable_http"
+_STREAM_WRITER_ERRORS = ("Error in standalone SSE writer", "Error in SSE writer")
+
+
+class NormalCloseFilter(logging.Filter):
+    """Drops the SDK's record of a stream writer that met its stream closed
+    (``anyio.ClosedResourceError``): the session it served was closed, as sessions are.
+    A writer's other errors, and every other record, pass."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        error = record.exc_info[1] if record.exc_info else None
+        return not (
+            isinstance(error, anyio.ClosedResourceError) and record.msg in _STREAM_WRITER_ERRORS
+        )
+
+
+def _quiet_normal_closes() -> None:
+    sdk = logging.getLogger(SDK_LOGGER)
+    if not any(isinstance(f, NormalCloseFilter) for f in sdk.filters):
+        sdk.addFilter(NormalCloseFilter())
+
+
 class McpApp:
     """The MCP face's ASGI app (see the module docstring)."""
 
@@ -148,6 +178,7 @@ class McpApp:
         """``transport_security``: the SDK's ``TransportSecuritySettings`` (its
         DNS-rebinding protection: the Host and Origin it accepts), or ``None``."""
         compat.install()
+        _quiet_normal_closes()
         self.slots = slots
         self.transport_security = transport_security
         self.sessions: dict[str, _Session] = {}

@@ -63,7 +63,7 @@ from openenv.core.env_server.exceptions import EnvironmentFactoryError, SessionC
 from openenv.core.env_server.mcp_types import CallToolAction, JsonRpcErrorCode, JsonRpcResponse
 from openenv.core.env_server.types import ConcurrencyConfig
 
-from tau2_env import access, compat, config, guard
+from tau2_env import access, compat, config, guard, shared_slots
 from tau2_env.agent_session import BadRequest
 from tau2_env.capacity import CapacityReached, SessionSlots, Slot
 from tau2_env.openenv_env import Tau2Environment, Tau2State, Tau2ToolObservation
@@ -203,15 +203,17 @@ def create_openenv_app(
     ``/docs`` is Swagger UI; ``swagger_assets`` is the URL of a ``swagger-ui-dist``
     folder this site serves (default: FastAPI's, from a CDN).
 
-    ``slots`` (shared with the MCP face; default :meth:`SessionSlots.from_config`)
-    bound the sessions: ``MAX_CONCURRENT_ENVS`` in all, ``TAU2_SESSIONS_PER_CLIENT`` per
+    ``slots`` (shared with the MCP face; default
+    :func:`tau2_env.shared_slots.session_slots_from_config`: across the router's
+    processes when ``TAU2_SLOTS_LEDGER`` is set) bound the sessions:
+    ``MAX_CONCURRENT_ENVS`` in all (per process), ``TAU2_SESSIONS_PER_CLIENT`` per
     client, closed after ``TAU2_SESSION_IDLE_SECONDS`` idle. ``TAU2_DOMAIN`` and
     ``TAU2_SPLIT`` are read at each reset, so one server serves every domain. Starts
     without any credentials configured (``reset`` then explains what is missing).
     """
     compat.install()
     redact_session_ids_in_server_logs()
-    slots = slots or SessionSlots.from_config()
+    slots = slots or shared_slots.session_slots_from_config()
     hooks = _SlotHooks(slots)
     api = FastAPI(
         title="τ²-bench OpenEnv API",

@@ -35,9 +35,9 @@ from channels.routing import URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 
 from tau2_env import guard  # noqa: E402
-from tau2_env.capacity import SessionSlots  # noqa: E402
 from tau2_env.mcp_server import McpApp  # noqa: E402
 from tau2_env.server import create_openenv_app  # noqa: E402
+from tau2_env.shared_slots import session_slots_from_config  # noqa: E402
 from tau2site import embedded_worker  # noqa: E402
 from tau2site.middleware import (  # noqa: E402
     ApiSecurityHeaders,
@@ -63,7 +63,9 @@ class Application:
     """Routes each ASGI connection to OpenEnv, Channels or Django."""
 
     def __init__(self) -> None:
-        slots = SessionSlots.from_config()  # one pool for both agent faces
+        # One pool for both agent faces; behind tau2_env.router, caps shared with its
+        # other processes (TAU2_SLOTS_LEDGER).
+        slots = session_slots_from_config()
         swagger = f"{settings.STATIC_URL}drf_spectacular_sidecar/swagger-ui-dist"
         # Its lifespan goes to the app itself (the wrapper adds headers to HTTP only).
         # A signed-in person's page may open /ws on their session (the agents playground).

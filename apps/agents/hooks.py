@@ -33,13 +33,15 @@ class EpisodeRefused(Exception):
 @dataclass(frozen=True)
 class TrainingEpisode:
     """An episode about to start, or started, under training session ``session`` (its
-    name) of the studio key ``key_id`` of person ``user_id``, on ``domain``/``split``."""
+    name) of the studio key ``key_id`` of person ``user_id``: task ``task_id`` of
+    ``domain``, drawn from ``split``."""
 
     user_id: int
     key_id: str
     session: str
     domain: str
     split: str
+    task_id: str
     warning: str = ""  # what the training hooks' admit() said of it, if anything
 
 

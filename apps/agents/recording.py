@@ -249,9 +249,10 @@ class AgentRunRecorder:
     def __repr__(self) -> str:
         return f"<AgentRunRecorder user_id={self.user_id} key_id={self.key_id}>"
 
-    def admit(self, domain: str, split: str) -> str | None:
+    def admit(self, domain: str, split: str, task_id: str) -> str | None:
         """``Credentials.admit`` of a key playing under a training session's name: the
-        training hooks' warning line for the episode on ``domain``/``split``, or
+        training hooks' warning line for the episode of ``task_id`` drawn from
+        ``domain``/``split``, or
         ``None``; raises :class:`~tau2_env.access.CredentialsRefused` when they refuse
         it. Runs on the episode's thread (the guard reads the database)."""
         self._admitted = None
@@ -264,6 +265,7 @@ class AgentRunRecorder:
             session=self.training_session,
             domain=domain,
             split=split,
+            task_id=task_id,
         )
         close_old_connections()
         try:

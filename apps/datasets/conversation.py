@@ -15,7 +15,8 @@ string τ² sent (a dict would become a struct of every tool's parameters in Arr
 domain's tools are one JSON string (``tools``), τ²'s ``Tool.openai_schema`` list, which
 TRL's trainers ``json.loads`` before the chat template.
 
-Preference pairs (:func:`preference_pairs`) follow TRL's conversational preference format.
+Preference pairs (:func:`pair_plan` chooses them, :func:`preference_row` writes one) follow
+TRL's conversational preference format: ``prompt`` / ``chosen`` / ``rejected``.
 """
 
 from __future__ import annotations

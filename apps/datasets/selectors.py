@@ -21,6 +21,7 @@ from apps.datasets.conversation import PAIRINGS, Conversation, Scored, pair_plan
 from apps.evaluations.models import Evaluation
 from apps.runs.models import Run, RunEvent
 from apps.runs.selectors import RunFilters, run_list
+from apps.training.models import TrainingSession
 
 # The most runs one download (or one push to the Hub) holds.
 MAX_RUNS = 5000
@@ -123,10 +124,10 @@ def _reward(params: Mapping[str, str]) -> float | None:
 
 
 def _session_runs(runs: QuerySet[Run], session: int) -> QuerySet[Run]:
-    """The runs of training session ``session``. apps.training has no sessions yet: a
-    selection naming one is refused in words. When it has, this one function filters
-    by it (``runs.filter(<the run's session field>=session)``)."""
-    raise SelectionError("Training sessions cannot be chosen yet: no session has runs.")
+    """The runs of training session ``session`` (its episodes' agent runs)."""
+    if not TrainingSession.objects.filter(pk=session).exists():
+        raise SelectionError(f"There is no training session {session}.")
+    return runs.filter(training_episode__session_id=session)
 
 
 def selected_runs(selection: Selection) -> QuerySet[Run]:
@@ -215,7 +216,12 @@ def conversations(run_ids: list[int]) -> Iterator[Conversation]:
     :data:`CHUNK` runs' messages per query."""
     for start in range(0, len(run_ids), CHUNK):
         chunk = run_ids[start : start + CHUNK]
-        runs = Run.objects.select_related("task").in_bulk(chunk)
+        runs = {
+            row[0]: row
+            for row in Run.objects.filter(pk__in=chunk).values_list(
+                "id", "domain", "task__task_id", "reward", "agent_model", "kind", "evaluation_id"
+            )
+        }
         messages: dict[int, list] = {pk: [] for pk in chunk}
         for run_id, message in (
             RunEvent.objects.filter(run_id__in=chunk)
@@ -224,14 +230,14 @@ def conversations(run_ids: list[int]) -> Iterator[Conversation]:
         ):
             messages[run_id].append(message)
         for pk in chunk:
-            run = runs[pk]
+            _, domain, task_id, reward, model, kind, evaluation_id = runs[pk]
             yield Conversation(
-                run_id=run.pk,
-                domain=run.domain,
-                task_id=run.task.task_id,
-                reward=run.reward,
-                model=run.agent_model,
-                kind=run.kind,
-                evaluation_id=run.evaluation_id,
+                run_id=pk,
+                domain=domain,
+                task_id=task_id,
+                reward=reward,
+                model=model,
+                kind=kind,
+                evaluation_id=evaluation_id,
                 messages=tuple(messages[pk]),
             )

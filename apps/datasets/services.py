@@ -19,7 +19,7 @@ from django.db import transaction
 from django.http import QueryDict
 from django.utils import timezone
 from huggingface_hub import HfApi
-from huggingface_hub.errors import HfHubHTTPError
+from huggingface_hub.errors import HfHubHTTPError, OfflineModeIsEnabled
 
 from apps.accounts.vault import SignInRequired, hf_token_for
 from apps.datasets import exports
@@ -107,6 +107,8 @@ def dataset_push_execute(*, push_id: int) -> str:
         return _fail(push, str(exc))
     except HfHubHTTPError as exc:
         return _fail(push, _hub_refusal(exc, token=token))
+    except OfflineModeIsEnabled:
+        return _fail(push, "This server works offline (HF_HUB_OFFLINE): it cannot push.")
     except (httpx.HTTPError, OSError):
         return _fail(push, f"The Hub at {hub_url()} could not be reached. Try again later.")
     DatasetPush.objects.filter(pk=push.pk).update(

@@ -15,12 +15,11 @@ from apps.evaluations import selectors
 from apps.evaluations.estimates import CostEstimate, evaluation_cost_estimate
 from apps.evaluations.models import Evaluation
 from apps.evaluations.significance import Planner
+from apps.runs import defaults
 from apps.runs.models import MAX_TRIALS, Run
 from apps.tasks import selectors as task_selectors
 from apps.tasks.models import Task
 from apps.tasks.selectors import KINDS, TaskFilters
-from tau2_env import config
-from tau2_env.evaluation import DEFAULT_SEED
 
 MAX_CONCURRENCY = 64
 _SEPARATORS = re.compile(r"[\s,]+")
@@ -103,7 +102,7 @@ class EvaluationForm(LLMArgsMixin, forms.Form):
         label="Trials (k)",
         min_value=1,
         max_value=MAX_TRIALS,
-        initial=4,
+        initial=defaults.NUM_TRIALS,
         help_text=f"Each task runs k times (1–{MAX_TRIALS}); pass^k needs k trials.",
     )
     seed = integer_field(
@@ -111,12 +110,19 @@ class EvaluationForm(LLMArgsMixin, forms.Form):
         "seed",
         label="Seed",
         required=False,
-        initial=DEFAULT_SEED,
+        initial=defaults.SEED,
         help_text="Each trial's seed derives from it as tau2 run --seed derives them.",
     )
-    max_steps = integer_field(Evaluation, "max_steps", label="Step limit", min_value=1, initial=200)
+    max_steps = integer_field(
+        Evaluation, "max_steps", label="Step limit", min_value=1, initial=defaults.MAX_STEPS
+    )
     max_errors = integer_field(
-        Evaluation, "max_errors", label="Error limit", min_value=1, max_value=1000, initial=10
+        Evaluation,
+        "max_errors",
+        label="Error limit",
+        min_value=1,
+        max_value=1000,
+        initial=defaults.MAX_ERRORS,
     )
     concurrency = integer_field(
         Evaluation,
@@ -139,10 +145,11 @@ class EvaluationForm(LLMArgsMixin, forms.Form):
             {(s.name, s.name) for d in self.domains for s in d.splits.all()}
         )
         self.fields["max_steps"].max_value = settings.TAU2_RUN_MAX_STEPS
+        self.fields["max_steps"].initial = defaults.max_steps()  # the cap, if lower
         self.fields["max_steps"].validators.append(
             forms.IntegerField(max_value=settings.TAU2_RUN_MAX_STEPS).validators[-1]
         )
-        self.fields["user_model"].initial = config.provider_settings().model
+        self.fields["user_model"].initial = defaults.customer_model()
 
     def split_options(self) -> list[dict]:
         """Every domain's splits for the split list (the page shows the chosen domain's)."""

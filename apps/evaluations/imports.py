@@ -58,8 +58,11 @@ _LATEST = datetime.max.replace(tzinfo=UTC) - timedelta(days=1)
 _SPLIT_PREFERENCE = ("test", "base", "train")
 
 
-def evaluation_import(*, user, data: bytes, name: str = "") -> Evaluation:
+def evaluation_import(*, user, data: bytes, name: str = "", filename: str = "") -> Evaluation:
     """Store the ``tau2 run`` results file ``data`` as an imported evaluation of ``user``.
+
+    Without a ``name`` it is called after the file (``filename``, as uploaded): the
+    page's title adds the models and the domain itself, so the name does not repeat them.
 
     Returns the evaluation (status ``IMPORTED``) with one completed run per simulation:
     its messages as events and τ²'s re-scored reward. Raises ``ValidationError`` with a
@@ -124,7 +127,7 @@ def evaluation_import(*, user, data: bytes, name: str = "") -> Evaluation:
 
     with transaction.atomic():
         evaluation = Evaluation.objects.create(
-            name=(name or f"Imported: {agent_model} on {domain}").strip()[:200],
+            name=(name or _default_name(filename)).strip()[:200],
             status=Evaluation.Status.IMPORTED,
             created_by=user,
             finished_at=timezone.now(),
@@ -317,10 +320,16 @@ def _digest(results) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
+def _default_name(filename: str) -> str:
+    # A browser sends the file's own name; anything before a slash is not part of it.
+    base = filename.replace("\\", "/").rsplit("/", 1)[-1].strip()
+    return f"Imported from {base}" if base else "Imported tau2 run file"
+
+
 def _check_numbers(results) -> None:
     """Raise ``ValidationError`` naming the field of any number the import stores that
     its column cannot hold: the step and error limits, the seeds, every message's token
-    counts and cost, the agent's cost, and a simulation's end (start plus duration)."""
+    counts and cost, each side's cost, and a simulation's end (start plus duration)."""
     info = results.info
     for name in ("max_steps", "max_errors"):
         _in_range(getattr(info, name), f"info.{name}", (1, column_range(Evaluation, name)[1]))
@@ -335,6 +344,7 @@ def _check_numbers(results) -> None:
             _in_range(sim.seed, f"{where}.seed", column_range(Run, "seed"))
         _times(sim, where)
         _money(sim.agent_cost, f"{where}.agent_cost")
+        _money(sim.user_cost, f"{where}.user_cost")
         for j, message in enumerate(sim.messages):
             usage = getattr(message, "usage", None) or {}
             for name in ("prompt_tokens", "completion_tokens"):
@@ -419,11 +429,19 @@ def _usage(message) -> tuple[int, int]:
     return int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
 
 
+def _side_usage(sim, kind: str) -> tuple[int, int]:
+    """The prompt and completion tokens of one side's messages (``kind``: the agent's or
+    the customer's, as a live run counts them in ``apps.runs.events``)."""
+    usages = [_usage(m) for m in sim.messages if event_kind({"role": m.role}) == kind]
+    return sum(p for p, _ in usages), sum(c for _, c in usages)
+
+
 def _run(
     evaluation: Evaluation, task: Task, sim, trial: int, score: Rescore, info, digest: str
 ) -> Run:
     started, finished = _times(sim, "")
-    agent = [m for m in sim.messages if m.role == "assistant"]
+    agent_prompt, agent_completion = _side_usage(sim, RunEvent.Kind.AGENT)
+    user_prompt, user_completion = _side_usage(sim, RunEvent.Kind.CUSTOMER)
     rescore = {"status": score.status, "stored_reward": score.stored}
     if score.reward_info is not None:
         rescore["rescored_reward"] = score.reward
@@ -460,9 +478,13 @@ def _run(
         reward_info=reward_info,
         n_messages=len(sim.messages),
         n_tool_calls=sum(len(m.tool_calls or []) for m in sim.messages if m.role != "tool"),
-        prompt_tokens=sum(_usage(m)[0] for m in agent),
-        completion_tokens=sum(_usage(m)[1] for m in agent),
+        prompt_tokens=agent_prompt,
+        completion_tokens=agent_completion,
         cost_usd=_money(sim.agent_cost, "agent_cost"),
+        # The customer's, as τ² records them on its messages and in user_cost.
+        user_prompt_tokens=user_prompt,
+        user_completion_tokens=user_completion,
+        user_cost_usd=_money(sim.user_cost, "user_cost"),
         provenance={
             "tau2_version": evaluation.provenance["tau2_version"],
             "task_set_hash": evaluation.provenance["task_set_hash"],
@@ -486,6 +508,9 @@ def _run(
     )
 
 
+_PRICED_KINDS = (RunEvent.Kind.AGENT, RunEvent.Kind.CUSTOMER)
+
+
 def _events(run: Run, sim) -> list[RunEvent]:
     events = []
     for seq, message in enumerate(sim.messages):
@@ -500,7 +525,7 @@ def _events(run: Run, sim) -> list[RunEvent]:
                 message=data,
                 prompt_tokens=prompt,
                 completion_tokens=completion,
-                cost_usd=_money(message.cost, "cost") if kind == RunEvent.Kind.AGENT else None,
+                cost_usd=_money(message.cost, "cost") if kind in _PRICED_KINDS else None,
             )
         )
     return events

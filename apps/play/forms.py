@@ -1,19 +1,29 @@
 from django import forms
+from django.conf import settings
 
 from apps.bounds import integer_field
 from apps.connections.picker import RouteField, for_user
+from apps.runs import defaults
 from apps.runs.models import Run
-from apps.tasks.models import Domain, Split, Task
+from apps.tasks import selectors as task_selectors
+from apps.tasks.models import Split, Task
 from tau2_env.arguments import parse_arguments
 
 
 class PlayStartForm(forms.Form):
-    """Which task to play: a task id, or a random one of a split (reproducible with a seed)."""
+    """Which task to play: one picked with the run form's task picker (domain, split, task
+    id), or a random one of the split (reproducible with a seed); the customer's model
+    (the one model picker) and the step limit (the shared default). Pass ``user``."""
 
     domain = forms.ChoiceField(label="Domain")
+    # Sent by the task picker's split list (includes/split_select.html).
     split = forms.CharField(label="Split", max_length=32, initial="base")
     task_id = forms.CharField(
-        label="Task", max_length=255, required=False, help_text="Empty: a random task of the split."
+        label="Task",
+        max_length=255,
+        required=False,
+        help_text="Type words of its title or its id, then pick it from the list; empty: a "
+        "random task of the split.",
     )
     seed = integer_field(
         Run, "given_seed", label="Seed", required=False, help_text="Picks the same task again."
@@ -26,13 +36,34 @@ class PlayStartForm(forms.Form):
         empty_label="The server's default customer",
         help_text="Who plays the customer: on Hugging Face (your own token) or a connection.",
     )
+    max_steps = integer_field(
+        Run,
+        "max_steps",
+        label="Step limit",
+        min_value=1,
+        required=False,
+        initial=defaults.MAX_STEPS,
+        help_text="Empty: τ²'s default.",
+    )
 
     def __init__(self, *args, user=None, **kwargs):
         super().__init__(*args, **kwargs)
         for_user(self, user)
-        self.fields["domain"].choices = [
-            (name, name) for name in Domain.objects.values_list("name", flat=True)
-        ]
+        self.fields["domain"].choices = [(d.name, d.name) for d in task_selectors.domain_list()]
+        self.fields["domain"].widget.attrs["data-testid"] = "domain"
+        self.fields["task_id"].widget.attrs.update(
+            {
+                "data-testid": "task-input",
+                "autocomplete": "off",
+                "spellcheck": "false",
+                "aria-controls": "task-picker",
+            }
+        )
+        self.fields["max_steps"].max_value = settings.TAU2_RUN_MAX_STEPS
+        self.fields["max_steps"].initial = defaults.max_steps()  # the cap, if lower
+        self.fields["max_steps"].validators.append(
+            forms.IntegerField(max_value=settings.TAU2_RUN_MAX_STEPS).validators[-1]
+        )
 
     def clean(self):
         data = super().clean()

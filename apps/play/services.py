@@ -25,7 +25,7 @@ from apps.accounts.vault import SignInRequired, hf_token_for
 from apps.connections.routes import route_for
 from apps.play import schemas, selectors
 from apps.play.selectors import Phase
-from apps.runs import queue
+from apps.runs import defaults, queue
 from apps.runs.events import events_publish, judge_fields, status_publish
 from apps.runs.lifecycle import execution_id, run_finish
 from apps.runs.models import Run, RunEvent
@@ -98,11 +98,18 @@ def play_task_pick(*, domain: str, split: str, seed: int | None) -> Task:
 
 
 def play_start(
-    *, user, task: Task, seed: int | None = None, user_model: str = "", user_connection=None
+    *,
+    user,
+    task: Task,
+    seed: int | None = None,
+    user_model: str = "",
+    user_connection=None,
+    max_steps: int | None = None,
 ) -> Run:
     """Open a session of ``task`` for ``user`` and queue the customer's opening message.
     The customer is ``user_model`` on ``user_connection`` (None: the router on the
-    player's own token; no model: the server's default customer).
+    player's own token; no model: the server's default customer); ``max_steps`` None:
+    the shared default (``apps.runs.defaults``).
 
     Raises ``SignInRequired`` (from the vault) when the customer is on the router and
     ``user`` has no usable token, before anything is stored.
@@ -110,7 +117,7 @@ def play_start(
     if user_connection is None:
         hf_token_for(user=user)  # fail here, with the vault's message, not on a worker
     user_model = user_model or config.provider_settings().model
-    max_steps = min(engine.DEFAULT_MAX_STEPS, settings.TAU2_RUN_MAX_STEPS)
+    max_steps = min(max_steps or defaults.max_steps(), settings.TAU2_RUN_MAX_STEPS)
     now = timezone.now()
     with transaction.atomic():
         run = Run.objects.create(

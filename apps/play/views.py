@@ -18,8 +18,9 @@ from apps.accounts.access import signin_required_to_start, signin_url
 from apps.accounts.vault import SignInRequired
 from apps.play import selectors, services
 from apps.play.forms import PlayStartForm, SayForm, ToolForm
-from apps.runs import presenters
+from apps.runs import defaults, presenters
 from apps.runs.models import Run
+from apps.runs.views.start import query_text, task_picker
 
 
 def _get_session_for_player(request, pk: int) -> Run:
@@ -63,21 +64,40 @@ def _answer(request, run: Run, *, status: int = 200, **extra):
     return redirect("play:detail", pk=run.pk)
 
 
+def _start_initial(params) -> dict:
+    """The start form's choices a link may preselect (``?domain=&split=&task=``), and the
+    customer the other forms start on (``apps.runs.defaults``)."""
+    return {
+        "domain": query_text(params.get("domain")) or "airline",
+        "task_id": query_text(params.get("task")),
+        "split": query_text(params.get("split")) or "base",
+        "user_model": defaults.customer_model(),
+    }
+
+
+def _start_context(form: PlayStartForm, **extra) -> dict:
+    """The start form and its task picker (the run form's: runs.views.start.task_picker)."""
+    picker = task_picker(
+        domain=query_text(form["domain"].value()),
+        split=query_text(form["split"].value()),
+        q=query_text(form["task_id"].value()),
+        form_url=reverse("play:new"),
+    )
+    return {"form": form, "picker": picker, **extra}
+
+
 @signin_required_to_start
 def play_index(request):
-    form = PlayStartForm(initial={"domain": "airline", "split": "base"}, user=request.user)
+    form = PlayStartForm(initial=_start_initial(request.GET), user=request.user)
     sessions = selectors.play_list_open(user=request.user)
-    return render(request, "play/index.html", {"form": form, "sessions": sessions})
+    return render(request, "play/index.html", _start_context(form, sessions=sessions))
 
 
 @signin_required_to_start
 def play_new(request):
-    initial = {
-        "domain": request.GET.get("domain") or "airline",
-        "task_id": request.GET.get("task") or "",
-        "split": request.GET.get("split") or "base",
-    }
-    form = PlayStartForm(request.POST or None, initial=initial, user=request.user)
+    form = PlayStartForm(
+        request.POST or None, initial=_start_initial(request.GET), user=request.user
+    )
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         try:
@@ -91,6 +111,7 @@ def play_new(request):
                 seed=data.get("seed"),
                 user_model=customer.model if customer else "",
                 user_connection=customer.connection if customer else None,
+                max_steps=data.get("max_steps"),
             )
         except ValidationError as exc:
             for field, errors in exc.message_dict.items():
@@ -101,7 +122,9 @@ def play_new(request):
         else:
             return redirect("play:detail", pk=run.pk)
     # A refused start is a client error.
-    return render(request, "play/new.html", {"form": form}, status=400 if form.errors else 200)
+    return render(
+        request, "play/new.html", _start_context(form), status=400 if form.errors else 200
+    )
 
 
 @signin_required_to_start

@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.shortcuts import get_object_or_404, redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_safe
 
 from apps.accounts.access import can_view_runs, signin_required_to_start, signin_url
@@ -75,6 +76,7 @@ def race_new(request):
         domain=query_text(form["domain"].value()),
         split=query_text(form["split"].value()),
         q=query_text(form["task_id"].value()),
+        form_url=reverse("races:new"),
     )
     return render(
         request,

@@ -17,11 +17,13 @@ knows nothing of play sessions.
 A fork records its parent and fork point (``Run.parent``, ``Run.fork_seq``); it is a run
 like any other, never one of an evaluation's trials. Its usage counts only its own calls:
 the prefix's were the parent's.
+
+What a page reads of forks (the lineage, whether one may fork here, where a comparison
+of a family starts) is in :mod:`apps.runs.lineage`, apart from these writes: rendering a
+run needs no model route, hence none of the engine.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
@@ -30,32 +32,10 @@ from django.utils import timezone
 from apps.accounts.access import can_start
 from apps.connections.routes import can_use, route_resolve
 from apps.runs import hooks, queue
+from apps.runs.lineage import FORKABLE, fork_compare_from, fork_context  # noqa: F401 (read here too)
 from apps.runs.models import Run, RunEvent
 from apps.runs.services import model_run_build, model_run_validate, prices_for_storage
 from tau2_env.evaluation import trial_seeds
-
-# Where a fork may start: a message the agent or the customer says (a tool's result
-# follows from its call; fork at the call instead).
-FORKABLE = (RunEvent.Kind.AGENT, RunEvent.Kind.CUSTOMER)
-
-
-@dataclass(frozen=True)
-class Lineage:
-    """Where ``run`` comes from and what came of it: its parent and fork point (if it
-    is a fork) and its own forks, oldest first."""
-
-    parent: Run | None
-    fork_seq: int | None
-    children: list[Run]
-
-    @property
-    def is_fork(self) -> bool:
-        return self.fork_seq is not None
-
-
-def fork_lineage(run: Run) -> Lineage:
-    children = list(run.forks.order_by("created_at", "id"))
-    return Lineage(parent=run.parent, fork_seq=run.fork_seq, children=children)
 
 
 def fork_point(*, run: Run, at_seq) -> RunEvent:
@@ -202,22 +182,3 @@ def _queue(fork: Run, *, next_: RunEvent) -> None:
         queue.run_enqueue(fork.pk)
     elif next_.kind == RunEvent.Kind.CUSTOMER:
         queue.enqueue(queue.PLAY_CUSTOMER_TURN, fork.pk, fork.n_messages)
-
-
-def fork_context(user, run: Run) -> dict:
-    """What the run page shows of forks: the lineage, whether ``user`` may fork ``run``
-    here ("Fork here" on its messages), and which kinds of message they may fork at."""
-    return {
-        "lineage": fork_lineage(run),
-        "can_fork": can_start(user) and run.is_final and run.mode == Run.Mode.DEFAULT,
-        "kinds": [kind.value for kind in FORKABLE],
-    }
-
-
-def fork_compare_from(runs: list[Run]) -> int:
-    """Where a comparison of ``runs`` may start: when all but one of them are forks of
-    another of them (one family), their messages before the smallest fork point are the
-    same in all; else 0. The aligned comparison (``apps.runs.compare``) starts there."""
-    ids = {run.pk for run in runs}
-    forked = [run.fork_seq for run in runs if run.parent_id in ids and run.fork_seq is not None]
-    return min(forked) if forked and len(forked) == len(runs) - 1 else 0

@@ -3,6 +3,7 @@ from django.conf import settings
 
 from apps.bounds import integer_field
 from apps.connections.picker import LLMArgsMixin, RouteField, for_user, judge_field
+from apps.runs import defaults
 from apps.runs.models import MAX_TRIALS, ReviewLabel, Run, RunEvent
 from apps.tasks import selectors as task_selectors
 from apps.tasks.models import Task
@@ -34,7 +35,9 @@ class RunForm(LLMArgsMixin, forms.Form):
         "gpt-5.2): other customers give numbers that are not comparable with it.",
     )
     judge_model = judge_field()
-    max_steps = integer_field(Run, "max_steps", label="Step limit", min_value=1, initial=100)
+    max_steps = integer_field(
+        Run, "max_steps", label="Step limit", min_value=1, initial=defaults.MAX_STEPS
+    )
     seed = integer_field(Run, "given_seed", label="Seed", required=False)
     # Set only when the form repeats an evaluation's trial ("run with another model"), so
     # the new run gets that trial's seed; a run started from scratch is trial 0.
@@ -62,6 +65,7 @@ class RunForm(LLMArgsMixin, forms.Form):
             }
         )
         self.fields["max_steps"].max_value = settings.TAU2_RUN_MAX_STEPS
+        self.fields["max_steps"].initial = defaults.max_steps()  # the cap, if lower
         self.fields["max_steps"].validators.append(
             forms.IntegerField(max_value=settings.TAU2_RUN_MAX_STEPS).validators[-1]
         )

@@ -12,7 +12,7 @@ from django.template.loader import render_to_string
 
 from apps.accounts.access import can_control, can_review
 from apps.inference.pricing import money_label
-from apps.runs import forks
+from apps.runs import lineage
 from apps.runs.models import Run, RunEvent
 from tau2_env import jsonbounds
 from tau2_env.llm_args import DEFAULT_AGENT_ARGS, DEFAULT_USER_ARGS, llm_args_label
@@ -174,8 +174,8 @@ class MessageMenu:
 
 def message_menu(*, run: Run, user, fork: dict | None = None) -> MessageMenu:
     """The :class:`MessageMenu` of ``run``'s messages for ``user`` (``fork``: the page's
-    ``forks.fork_context``, read again when not given)."""
-    fork = fork if fork is not None else forks.fork_context(user, run)
+    ``lineage.fork_context``, read again when not given)."""
+    fork = fork if fork is not None else lineage.fork_context(user, run)
     return MessageMenu(
         run_pk=run.pk,
         run_url=run.get_absolute_url(),

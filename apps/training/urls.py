@@ -1,4 +1,11 @@
-from django.urls import path  # noqa: F401
+from django.urls import path
+
+from apps.training import views
 
 app_name = "training"
-urlpatterns: list = []
+
+urlpatterns = [
+    path("", views.training_list, name="list"),
+    path("<int:pk>/", views.training_detail, name="detail"),
+    path("<int:pk>/live/", views.training_live, name="live"),
+]

@@ -1,5 +1,6 @@
 // Starting an evaluation: the split list follows the chosen domain (the preview itself is
-// re-rendered by htmx on every change of the form).
+// re-rendered by htmx on every change of the form, one request at a time: the form's
+// hx-sync="this:queue last" never aborts one, so typing logs no htmx:sendAbort).
 (() => {
   const domain = document.getElementById("id_domain");
   const split = document.getElementById("id_split");

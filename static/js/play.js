@@ -48,6 +48,10 @@
   function setEnabled(enabled) {
     root.querySelectorAll("#say-form textarea, #say-form button, #tool-name, #tool-form button, #tool-form input, #tool-form select, #tool-form textarea, #end-form button")
       .forEach((el) => { el.disabled = !enabled; });
+    // No tool chosen yet (the form opens on none): nothing to call.
+    const call = document.querySelector("#tool-form button[type=submit]");
+    const picked = document.getElementById("tool-name");
+    if (call && picked && !picked.value) call.disabled = true;
   }
 
   function applyState(state) {
@@ -158,7 +162,15 @@
 
   function pickTool() {
     const tool = tools.find((t) => t.name === select.value);
-    if (!tool) return;
+    resultBox.replaceChildren();
+    if (!tool) { // "Choose a tool…": an empty form
+      form = null;
+      description.textContent = "";
+      fieldsBox.replaceChildren();
+      preview.textContent = "{}";
+      setEnabled(!select.disabled);
+      return;
+    }
     description.textContent = tool.description;
     fieldsBox.replaceChildren();
     form = makeNode(tool.schema, tool.name, true);
@@ -188,6 +200,7 @@
 
   toolForm.addEventListener("submit", async (event) => {
     event.preventDefault();
+    if (!form) { say("Choose a tool first."); return; }
     const { value, errors, nodes } = collect();
     if (Object.keys(errors).length) { showErrors(errors, nodes); return; } // nothing is sent
     const body = new FormData();

@@ -26,26 +26,19 @@
 
   // The run ended: its diagnosis, badges, fork links and review forms come from the server
   // in one piece (the page's own template, ?part=body), so the page is what a reload shows,
-  // with any event the socket missed. A label form being filled in is kept as it is.
+  // with any event the socket missed. htmx swaps it in (and runs the scripts it brings, as
+  // the reviewer picker's); a label form being filled in is kept as it is (hx-preserve).
   function showEnded() {
-    if (ended) return ended;
+    if (ended || !window.htmx) return ended;
     const url = new URL(location.pathname, location.href);
     url.searchParams.set("part", "body");
-    ended = fetch(url, { headers: { "HX-Request": "true" }, credentials: "same-origin" })
-      .then((response) => (response.ok ? response.text() : Promise.reject(response.status)))
-      .then((html) => {
-        const next = fragment(html);
-        for (const open of document.querySelectorAll("#events .review-slot:has(details[open])")) {
-          const twin = next.querySelector(`#${CSS.escape(open.id)}`);
-          if (twin) twin.replaceWith(open);
-        }
-        absolutise(next);
-        document.getElementById("run-page").replaceWith(next);
-        if (window.htmx) window.htmx.process(next);
-      })
-      .catch(() => {
-        // The page keeps what it shows; a reload brings the rest.
-        ended = null;
+    const kept = Array.from(document.querySelectorAll("#events .review-slot:has(details[open])"));
+    for (const slot of kept) slot.setAttribute("hx-preserve", "");
+    ended = window.htmx
+      .ajax("GET", url.pathname + url.search, { source: root, target: "#run-page", swap: "outerHTML" })
+      .then(() => {
+        for (const slot of kept) slot.removeAttribute("hx-preserve");
+        absolutise(document);
       });
     return ended;
   }

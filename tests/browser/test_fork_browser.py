@@ -12,6 +12,7 @@ from apps.runs.services import run_create
 from apps.tasks.models import Task
 from tests.runs.conftest import AGENT_MODEL, agent_models, finished, gold_script, wait_for  # noqa: F401
 from tests.support.browser import page_signed_in_as
+from tests.support.run_page import run_body_html, wait_until_ended_live
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -29,8 +30,10 @@ def test_alice_forks_her_run_here_and_the_fork_page_shows_its_lineage(
     page = page_signed_in_as(page, alice, base_url)
 
     page.goto(f"/runs/{parent.pk}/")
-    fork_here = page.locator(f'[data-testid="fork-here"][href$="?at={AFTER_THE_WRITE}"]')
-    fork_here.click()
+    # "Fork here" is in the message's menu.
+    message = page.locator(f"#message-{AFTER_THE_WRITE}")
+    message.get_by_test_id("message-actions").click()
+    message.get_by_test_id("fork-here").click()
     expect(page.get_by_test_id("fork-point")).to_contain_text("certificate")
     page.get_by_label("the same agent model, another seed").check()
     page.get_by_label("Seed", exact=True).fill("11")
@@ -43,9 +46,24 @@ def test_alice_forks_her_run_here_and_the_fork_page_shows_its_lineage(
         f"forked from run {parent.pk} at message {AFTER_THE_WRITE}"
     )
     expect(page.get_by_test_id("reward")).to_have_text("1.00", timeout=90_000)
-    # The prefix is there as it was; the fork's own messages follow.
+    wait_until_ended_live(page)
+    child = wait_for(child, finished, what="the fork")
+    # The prefix is there as it was, each message marked as the parent's; the fork's own
+    # messages follow, unmarked.
     events = page.get_by_test_id("conversation").get_by_test_id("event")
     expect(events).to_have_count(child.events.count())
+    assert child.events.count() > AFTER_THE_WRITE
+    inherited = page.locator(".event-inherited")
+    expect(inherited).to_have_count(AFTER_THE_WRITE)
+    expect(inherited.last).to_have_attribute("data-seq", str(AFTER_THE_WRITE - 1))
+    expect(inherited.first.get_by_test_id("inherited")).to_have_text(f"inherited from #{parent.pk}")
+    expect(page.locator(f"#message-{AFTER_THE_WRITE}").get_by_test_id("inherited")).to_have_count(0)
+    expect(page.get_by_test_id("seed")).to_have_text(f"seed 11 (trial 0 → {child.seed})")
+    # What the page shows live is what a reload shows.
+    live = run_body_html(page)
+    page.reload()
+    expect(page.get_by_test_id("reward")).to_have_text("1.00")
+    assert run_body_html(page) == live
 
     page.get_by_test_id("fork-parent").get_by_role("link").click()
     expect(page.get_by_test_id("fork-child")).to_contain_text(f"fork {child.pk}")

@@ -1,87 +1,97 @@
-"""Pages hold at 400 px and at 1,400 px wide with τ²'s longest task id (a telecom one of
-~150 characters without a space), in Chromium: nothing widens the page, and alice's
-name in the header is readable (not white on the page's white)."""
+"""Every page holds at 400, 800 and 1,400 px with τ²'s longest task ids on it (telecom's,
+~180 characters without a space), in Chromium: nothing widens the page, every key cell
+of a table (``data-key``: status, reward, cost, …) is on screen, no word in a table is
+broken between two of its letters, alice's name in the header is readable, and the
+browser logs no error on any page.
+"""
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
-from django.db.models.functions import Length
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import expect
 
-from apps.runs.models import Run, RunEvent
-from apps.tasks.models import Task
 from tests.support.browser import page_signed_in_as
-from tests.support.scripts import refresh_agent_models
+from tests.support.site_pages import Site, site_with_content
 
 pytestmark = [pytest.mark.browser]
 
-WIDTHS = (400, 1400)
+WIDTHS = (400, 800, 1400)
+
+# Pages whose templates another helper of this round owns, failing for a reason named
+# here: (page name, width) -> the reason. Strict: a page listed that holds fails the test,
+# so the entry goes once it is fixed.
+_ID_IN_TITLE = (
+    "issue 22 item 3: the task id in the page's <h1> breaks anywhere; it needs "
+    "{{ task_id|breakable }} (apps.runs.templatetags.wrapping) in the page's template"
+)
+KNOWN: dict[tuple[str, int], str] = {
+    **{("run page (run detail)", w): _ID_IN_TITLE for w in WIDTHS},
+    **{("fork page (run detail)", w): _ID_IN_TITLE for w in WIDTHS},
+    **{("play session", w): _ID_IN_TITLE for w in WIDTHS},
+}
+
+# For each text node in a table cell, a term, a label, a button, a chip or a heading, every word (a run of letters and digits
+# without a space or a separator: _ - | / . : , [ ] ( ) # $ = …) whose characters do not
+# all sit on one line: a word broken between two of its letters.
+BROKEN_WORDS = r"""() => {
+  const broken = [];
+  const cells = document.querySelectorAll(
+    ".page :is(td, th, dt, label, button, a.button, .chip, .status-badge, h1, h2, h3)");
+  const word = /[\p{L}\p{N}]{2,}/gu;
+  for (const cell of cells) {
+    const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);
+    for (let node = walker.nextNode(); node; node = walker.nextNode()) {
+      if (!node.parentElement.checkVisibility()) continue;
+      for (const m of node.data.matchAll(word)) {
+        const range = document.createRange();
+        range.setStart(node, m.index);
+        range.setEnd(node, m.index + m[0].length);
+        const tops = new Set([...range.getClientRects()]
+          .filter(r => r.width > 0).map(r => Math.round(r.top)));
+        if (tops.size > 1) broken.push(`${m[0]} (in ${cell.tagName.toLowerCase()}: `
+          + `"${cell.textContent.trim().slice(0, 60)}")`);
+      }
+    }
+  }
+  return broken;
+}"""
+
+# Key cells (data-key) that are rendered but not wholly inside the window.
+KEYS_OFF_SCREEN = r"""(width) => [...document.querySelectorAll("[data-key]")]
+  .filter(el => el.checkVisibility())
+  .map(el => [el, el.getBoundingClientRect()])
+  .filter(([el, box]) => box.width > 0 && (box.left < -0.5 || box.right > width + 0.5))
+  .map(([el, box]) => `${el.dataset.key} "${el.textContent.trim().slice(0, 30)}" at `
+    + `${Math.round(box.left)}–${Math.round(box.right)} px`)"""
+
+
+# The elements that stick out of the window, innermost first (a page too wide says which).
+WIDE = r"""(width) => {
+  const scrolls = (el) => { for (let p = el.parentElement; p; p = p.parentElement) {
+    const o = getComputedStyle(p).overflowX; if (o === "auto" || o === "scroll" || o === "hidden")
+      return p !== document.documentElement && p !== document.body; } return false; };
+  const name = (el) => el.tagName.toLowerCase() + (el.id ? "#" + el.id : "")
+    + (el.classList.length ? "." + [...el.classList].join(".") : "")
+    + (el.dataset.testid ? `[${el.dataset.testid}]` : "");
+  const wide = [...document.querySelectorAll("body *")].filter(el => {
+    const box = el.getBoundingClientRect();
+    return box.width > 0 && box.right > width + 0.5 && !scrolls(el); });
+  return wide.filter(el => !wide.some(other => other !== el && el.contains(other)))
+    .slice(0, 4).map(el => `${name(el)} (${Math.round(el.getBoundingClientRect().right)} px)`);
+}"""
 
 
 @pytest.fixture
-def alice_page(page, alice, base_url):
-    return page_signed_in_as(page, alice, base_url)
+def site(alice, llm_server, connections_cleared) -> Site:
+    return site_with_content(alice=alice, llm=llm_server)
 
 
-@pytest.fixture
-def models(committed_db, llm_server):
-    """The model catalogue as the scripted router lists it: the model pickers' long options."""
-    return refresh_agent_models()
-
-
-@pytest.fixture
-def longest(committed_db) -> Task:
-    return Task.objects.order_by(Length("task_id").desc()).first()
-
-
-@pytest.fixture
-def long_run(alice, longest) -> Run:
-    run = Run.objects.create(
-        task=longest,
-        domain=longest.domain_id,
-        created_by=alice,
-        agent_model="deepseek-ai/DeepSeek-V4.1-Flash:novita",
-        user_model="deepseek-ai/DeepSeek-V4.1-Flash",
-        status=Run.Status.COMPLETED,
-        reward=1.0,
-        reward_info={"reward": 1.0, "db_check": {"db_match": True}},
-        termination_reason="user_stop",
-        n_messages=3,
-    )
-    lines = [
-        ("agent", {"role": "assistant", "content": f"About {longest.task_id}: how can I help?"}),
-        ("customer", {"role": "user", "content": "My phone says " + "x" * 200}),
-        ("customer", {"role": "user", "content": "###STOP###"}),
-    ]
-    for seq, (kind, message) in enumerate(lines):
-        RunEvent.objects.create(run=run, seq=seq, kind=kind, message=message)
-    return run
-
-
-@pytest.fixture
-def long_session(alice, longest) -> Run:
-    """alice's open play session of the longest task."""
-    run = Run.objects.create(
-        kind=Run.Kind.HUMAN,
-        task=longest,
-        domain=longest.domain_id,
-        created_by=alice,
-        agent_model="a person",
-        user_model="deepseek-ai/DeepSeek-V4.1-Flash",
-        status=Run.Status.RUNNING,
-        play_phase=Run.PlayPhase.YOUR_TURN,
-        n_messages=1,
-    )
-    RunEvent.objects.create(
-        run=run, seq=0, kind="agent", message={"role": "assistant", "content": "Hi!"}
-    )
-    return run
-
-
-def holds(page, width: int) -> None:
-    """The page is no wider than the window and alice's name is readable."""
-    scroll = page.evaluate("document.documentElement.scrollWidth")
-    assert scroll <= width, f"{page.url} is {scroll} px wide at {width} px"
+def readable_name(page, width: int) -> None:
+    """alice's name in the header is readable (not white on the page's white) and inside
+    the header's dark background."""
     name = page.get_by_test_id("username")
     expect(name).to_be_visible()
     colours = name.evaluate(
@@ -100,62 +110,99 @@ def holds(page, width: int) -> None:
     assert colours["inside"], f"the name is outside the header's background at {width} px"
 
 
-@pytest.fixture
-def long_key(alice):
-    """alice's API key with the longest name a key may have, without a space."""
-    from apps.agents.services import api_key_create
-
-    return api_key_create(user=alice, name="k" * 100)[0]
-
-
-@pytest.fixture
-def long_race(alice, longest, long_run, long_session):
-    """A race of the longest task whose lanes are the long run and the play session."""
-    from apps.races.models import Race, RaceLane
-
-    race = Race.objects.create(
-        created_by=alice, task=longest, user_model=long_run.user_model, seed=300
-    )
-    for position, run in enumerate((long_run, long_session)):
-        RaceLane.objects.create(race=race, run=run, position=position)
-    return race
+def layout_problems(page, width: int) -> list[str]:
+    """What is wrong with the open page at ``width``, in words (empty: it holds)."""
+    problems = []
+    scroll = page.evaluate("document.documentElement.scrollWidth")
+    if scroll > width:
+        wide = ", ".join(page.evaluate(WIDE, width))
+        problems.append(f"the page is {scroll} px wide ({wide})")
+    problems += [f"key cell off screen: {k}" for k in page.evaluate(KEYS_OFF_SCREEN, width)]
+    broken = dict.fromkeys(page.evaluate(BROKEN_WORDS))  # once each, in order
+    problems += [f"word broken mid-letter: {w}" for w in list(broken)[:8]]
+    return problems
 
 
 @pytest.mark.parametrize("width", WIDTHS)
-def test_pages_hold_with_the_longest_task_id(
-    alice_page, models, longest, long_run, long_session, long_key, long_race, width
+def test_every_page_holds_with_the_longest_task_ids_and_logs_no_error(
+    page, base_url, alice, site, width
 ):
-    page = alice_page
+    assert len(site.longest.task_id) > 150 and site.longest.domain_id == "telecom"
+    errors: list[str] = []
+    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+    page.on("pageerror", lambda e: errors.append(str(e)))
     page.set_viewport_size({"width": width, "height": 900})
-    assert len(longest.task_id) > 100 and longest.domain_id == "telecom"
-    pages = [
-        f"/tasks/?domain=telecom&split=full&q={longest.task_id[:40]}",
-        longest.get_absolute_url(),
-        "/runs/",
-        long_run.get_absolute_url(),
-        "/play/",
-        long_session.get_absolute_url().replace("/runs/", "/play/"),
-        f"/tasks/{longest.domain_id}/",
-        f"/runs/compare/?ids={long_run.pk},{long_session.pk}",
-        f"/runs/new/?domain={longest.domain_id}&task={longest.task_id}",
-        "/evaluations/",
-        "/evaluations/new/",
-        "/leaderboard/",
-        "/models/",
-        "/accounts/keys/",
-        "/agents/",
-        "/agents/playground/",
-        "/races/",
-        f"/races/new/?domain={longest.domain_id}&task={longest.task_id}",
-        long_race.get_absolute_url(),
-    ]
-    for path in pages:
-        response = page.goto(path)
-        assert response.ok, f"{path}: {response.status}"
-        holds(page, width)
-    page.goto(long_run.get_absolute_url())
-    marker = page.get_by_test_id("stop-marker")
-    expect(marker).to_contain_text("The customer ended the conversation")
+    failures = {}
+    for visit in site.pages():
+        page.context.clear_cookies()
+        if visit.who == "alice":
+            page_signed_in_as(page, alice, base_url)
+        errors.clear()
+        response = page.goto(visit.path)
+        page.wait_for_load_state("networkidle")
+        problems = [] if response.ok else [f"answered {response.status}"]
+        problems += layout_problems(page, width)
+        problems += [f"console: {e}" for e in errors]
+        if visit.who == "alice":
+            readable_name(page, width)
+        known = KNOWN.get((visit.name, width))
+        if known and not problems:
+            failures[visit.name] = [f"holds now: take it out of KNOWN ({known})"]
+        elif problems and not known:
+            failures[f"{visit.name} ({visit.path[:60]})"] = problems
+    assert not failures, f"at {width} px:\n" + "\n".join(
+        f"{name}: {'; '.join(problems)}" for name, problems in failures.items()
+    )
+
+
+def test_the_run_page_says_how_the_conversation_ended_and_where_it_is(page, base_url, alice, site):
+    page = page_signed_in_as(page, alice, base_url)
+    page.goto(site.run.get_absolute_url())
+    expect(page.get_by_test_id("stop-marker")).to_contain_text(
+        "The customer ended the conversation"
+    )
     expect(page.get_by_test_id("conversation")).not_to_contain_text("STOP")
     expect(page.locator('nav[aria-label="Main"] a[aria-current="page"]')).to_have_text("Runs")
     expect(page.get_by_test_id("nav-policy")).to_have_attribute("href", "/tasks/telecom/")
+
+
+def test_the_checks_find_a_broken_word_and_a_key_cell_off_screen(page, base_url, alice):
+    """The layout checks can fail: a table that breaks its words anywhere and pushes its
+    last cell past the window's edge is caught by both."""
+    page = page_signed_in_as(page, alice, base_url)
+    page.set_viewport_size({"width": 400, "height": 900})
+    page.goto("/accounts/sign-in/")
+    page.evaluate(
+        """() => {
+          const main = document.querySelector(".page");
+          main.insertAdjacentHTML("beforeend",
+            `<table><tr>
+               <td style="width: 40px; word-break: break-all">Downloads completed</td>
+               <td style="min-width: 700px">a wide column</td>
+               <td data-key="cost">$0.036</td></tr></table>`);
+        }"""
+    )
+    problems = layout_problems(page, 400)
+    assert any("word broken mid-letter: Downloads" in p for p in problems), problems
+    assert any("key cell off screen: cost" in p for p in problems), problems
+
+
+def test_the_evaluation_charts_shrink_when_the_window_narrows(page, base_url, alice, site):
+    page = page_signed_in_as(page, alice, base_url)
+    page.set_viewport_size({"width": 1400, "height": 900})
+    page.goto(site.evaluation.get_absolute_url())
+    charts = [page.get_by_test_id("pass-k-chart"), page.get_by_test_id("reward-chart")]
+    page.wait_for_function("() => window.Chart && Object.keys(Chart.instances).length === 2")
+    wide = [chart.bounding_box()["width"] for chart in charts]
+    assert wide[1] > 600, wide
+    page.set_viewport_size({"width": 400, "height": 900})
+    # Chart.js resizes on its container's ResizeObserver, a frame or two later.
+    fits = (
+        "() => [...document.querySelectorAll('.plot canvas')]"
+        ".every(c => c.getBoundingClientRect().right <= 400)"
+    )
+    with contextlib.suppress(PlaywrightTimeout):
+        page.wait_for_function(fits, timeout=5_000)
+    narrow = [chart.bounding_box() for chart in charts]
+    assert all(box["x"] + box["width"] <= 400 for box in narrow), f"{wide} px wide, then {narrow}"
+    assert page.evaluate("document.documentElement.scrollWidth") <= 400

@@ -1,6 +1,7 @@
 """stella (staff) labels a customer's message on alice's run page in Chromium, through
-htmx, and deletes it again; the page never leaves, and the Content-Security-Policy
-reports nothing. A message that arrives live can be labelled too."""
+htmx, from the message's menu, and deletes it again (after saying yes); the page never
+leaves, and the Content-Security-Policy reports nothing. A message that arrives live can be
+labelled too."""
 
 import threading
 
@@ -36,6 +37,13 @@ def publish_as_a_worker(run, messages: list[dict]) -> None:
     thread.join(timeout=30)
 
 
+def open_label_form(page, seq: int) -> None:
+    """Through message ``seq``'s menu, as a person does."""
+    message = page.locator(f"#message-{seq}")
+    message.get_by_test_id("message-actions").click()
+    message.get_by_test_id("label-message").click()
+
+
 def test_stella_labels_a_message_on_the_run_page_and_deletes_it(page, alice, base_url):
     stella = staff_member("stella")
     run = stored_run(alice, reward=0.0, messages=3)
@@ -45,7 +53,7 @@ def test_stella_labels_a_message_on_the_run_page_and_deletes_it(page, alice, bas
 
     page.goto(f"/runs/{run.pk}/")
     slot = page.locator("#review-1")
-    slot.get_by_test_id("add-label").click()
+    open_label_form(page, 1)
     form = slot.get_by_test_id("label-form")
     form.get_by_label("Category").select_option("user_sim_error")
     form.get_by_label("Severity").select_option("critical")
@@ -63,6 +71,7 @@ def test_stella_labels_a_message_on_the_run_page_and_deletes_it(page, alice, bas
 
     page.reload()
     expect(page.locator("#review-1").get_by_test_id("review-label")).to_have_count(1)
+    page.once("dialog", lambda dialog: dialog.accept())  # "Delete this label …?"
     page.locator("#review-1").get_by_test_id("delete-label").click()
     expect(page.locator("#review-1").get_by_test_id("review-label")).to_have_count(0)
     assert not ReviewLabel.objects.filter(run=run).exists()
@@ -73,13 +82,15 @@ def test_a_message_that_arrives_live_gets_its_label_form(page, alice, base_url):
     run = stored_run(alice, status="running", reward=None, messages=1)
     page_signed_in_as(page, staff_member("stella"), base_url)
     page.goto(f"/runs/{run.pk}/")
-    expect(page.locator("#review-0")).to_be_visible()
+    expect(page.locator("#message-0").get_by_test_id("label-message")).to_have_count(1)
+    expect(page.locator("#review-0")).to_have_count(1)
     expect(page.get_by_test_id("live")).to_have_text("Live…")
 
     publish_as_a_worker(run, [{"role": "user", "content": "I never booked that."}])
     expect(page.get_by_test_id("event")).to_have_count(2)
+    expect(page.locator("#review-1")).to_have_count(1)  # review.js brought its slot
     slot = page.locator("#review-1")
-    slot.get_by_test_id("add-label").click()
+    open_label_form(page, 1)
     slot.get_by_label("Category").select_option("user_sim_error")
     slot.get_by_test_id("save-label").click()
     expect(page.locator("#review-1").get_by_test_id("review-label")).to_contain_text(

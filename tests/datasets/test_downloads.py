@@ -17,12 +17,15 @@ from django.template.loader import render_to_string
 from django.test import AsyncClient, Client
 
 from apps.accounts.models import HFCredential
+from apps.agents.services import api_key_create
 from apps.datasets import selectors
 from apps.datasets.conversation import system_prompt
 from apps.runs import review
 from apps.runs.models import Run
 from apps.runs.runner import run_execute
+from apps.training.models import TrainingEpisode, TrainingSession
 from tau2_env import catalog
+from tests.support.connections import CONNECTION_KEY, openai_compatible_connection
 from tests.support.evaluations import stored_evaluation
 from tests.support.people import ALICE_TOKEN, BOB_TOKEN, signed_in
 from tests.support.review import staff_member
@@ -236,7 +239,7 @@ def test_a_selection_too_large_is_refused_in_words(runs, alice_client, monkeypat
         ("type=rl", "Unknown type 'rl': choose one of sft, preference."),
         ("evaluation=x", "The evaluation should be a number, not 'x'."),
         ("evaluation=999999", "There is no evaluation 999999."),
-        ("session=3", "Training sessions cannot be chosen yet: no session has runs."),
+        ("session=999999", "There is no training session 999999."),
         ("domain=nowhere", "No finished run matches this selection: there is nothing to download."),
     ],
 )
@@ -263,9 +266,36 @@ def test_an_evaluations_runs_are_its_dataset(runs, alice, alice_client):
     assert [(p["chosen_run_id"], p["rejected_run_id"]) for p in pairs] == [tuple(theirs)]
 
 
-def test_no_download_holds_a_token_or_a_key(runs, alice, bob, alice_client):
+def test_a_training_sessions_episodes_are_its_dataset(runs, alice, alice_client):
+    key, _ = api_key_create(user=alice, name="trainer")
+    session = TrainingSession.objects.create(owner=alice, key=key, name="grpo-1", splits=["train"])
+    for run in runs[1:3]:
+        TrainingEpisode.objects.create(session=session, run=run, domain="airline", split="train")
+    other = TrainingSession.objects.create(owner=alice, key=key, name="grpo-2")
+    TrainingEpisode.objects.create(session=other, run=runs[0], domain="airline", split="train")
+    query = f"session={session.pk}"
+    rows = [json.loads(line) for line in download(alice_client, query).splitlines()]
+    assert [r["run_id"] for r in rows] == [runs[1].pk, runs[2].pk]
+    pairs = download(alice_client, f"{query}&type=preference").splitlines()
+    assert [(json.loads(p)["chosen_run_id"], json.loads(p)["rejected_run_id"]) for p in pairs] == [
+        (runs[2].pk, runs[1].pk)
+    ]
+
+
+def test_no_download_holds_a_token_or_a_key(runs, alice, bob, alice_client, llm_server):
     assert HFCredential.objects.filter(user__in=[alice, bob]).count() == 2
-    secrets = [ALICE_TOKEN, BOB_TOKEN, f"{ALICE_TOKEN}_refresh", f"{BOB_TOKEN}_refresh", "hf_x7"]
+    _, studio_key = api_key_create(user=alice, name="trainer")
+    openai_compatible_connection(llm_server, by=alice, owner=alice)
+    secrets = [
+        ALICE_TOKEN,
+        BOB_TOKEN,
+        f"{ALICE_TOKEN}_refresh",
+        f"{BOB_TOKEN}_refresh",
+        "hf_x7",  # the customer's route key the stored runs were played with
+        studio_key,
+        CONNECTION_KEY,
+        "CANARY",
+    ]
     for query in [
         "type=sft&format=jsonl",
         "type=sft&format=parquet",
@@ -317,14 +347,20 @@ def test_the_page_previews_the_selection_with_its_counts_and_first_row(runs, ali
 
 
 def test_the_download_menu_include_links_the_selections_datasets(committed_db):
-    html = render_to_string(
-        "includes/dataset_download.html", {"dataset_query": "evaluation=12&amp;x=1"}
-    )
+    menu = "includes/dataset_download.html"
+    html = render_to_string(menu, {"dataset_query": "model=qwen&reward=1"})
     assert (
-        'href="/datasets/download/?evaluation=12&amp;amp;x=1&amp;type=sft&amp;format=jsonl"' in html
+        'href="/datasets/download/?model=qwen&amp;reward=1&amp;type=sft&amp;format=jsonl"' in html
     )
-    html = render_to_string("includes/dataset_download.html", {"dataset_query": "evaluation=12"})
+    assert 'href="/datasets/?model=qwen&amp;reward=1"' in html
+    html = render_to_string(menu, {"dataset_evaluation": 12})
     assert 'href="/datasets/download/?evaluation=12&amp;type=sft&amp;format=parquet"' in html
-    assert 'href="/datasets/?evaluation=12"' in html
-    bare = render_to_string("includes/dataset_download.html", {})
+    assert 'href="/datasets/download/?evaluation=12&amp;type=preference&amp;format=jsonl"' in html
+    html = render_to_string(menu, {"dataset_session": 3, "dataset_query": "domain=retail"})
+    assert 'href="/datasets/?domain=retail&amp;session=3"' in html
+    bare = render_to_string(menu, {})
     assert 'href="/datasets/download/?type=sft&amp;format=jsonl"' in bare
+    assert 'href="/datasets/"' in bare
+    # Nothing a query string holds escapes the attribute.
+    html = render_to_string(menu, {"dataset_query": 'model="><script>'})
+    assert "<script>" not in html and "model=%22%3E%3Cscript%3E" in html

@@ -252,7 +252,11 @@ def test_run_with_another_model_opens_the_prefilled_form(alice, alice_client):
     form = alice_client.get(link).content.decode()
 
     assert selected(form, "domain") == "airline" and input_value(form, "task_id") == "27"
-    assert selected(form, "agent_model") == AGENT_MODEL
+    # Another model: the one it ran is named, not preselected again.
+    assert selected(form, "agent_model") == ""  # "Choose a model…"
+    assert "instead_of" in link and AGENT_MODEL in unescape(
+        re.search(r'data-testid="instead-of">(.*?)</p>', form, re.S).group(1)
+    )
     assert selected(form, "user_model") == CUSTOMER_MODEL
     assert input_value(form, "max_steps") == "30" and input_value(form, "seed") == "11"
     assert input_value(form, "trial") == "2"

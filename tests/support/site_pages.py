@@ -48,7 +48,7 @@ class Site:
     session: Any  # alice's open play session of the longest task
     race: Any  # a race whose lanes are the run and the session
     evaluation: Any  # a finished telecom evaluation over the long ids
-    other_evaluation: Any  # an airline one, beside it on compare
+    other_evaluation: Any  # another model's on the same tasks, beside it on compare
     connection: Any  # alice's OpenAI-compatible connection
 
     def pages(self) -> list[SitePage]:
@@ -63,7 +63,7 @@ class Site:
             SitePage("runs list", "/runs/"),
             SitePage("runs list, every kind", "/runs/?kind=all"),
             SitePage("runs list, evaluation runs", "/runs/?kind=evaluation"),
-            SitePage("run page", self.run.get_absolute_url()),
+            SitePage("run page (run detail)", self.run.get_absolute_url()),
             SitePage("fork page (run detail)", self.fork.get_absolute_url()),
             SitePage("new run", f"/runs/new/?domain={domain}&task={task.task_id}"),
             SitePage("compare runs", f"/runs/compare/?ids={self.run.pk},{self.fork.pk}"),
@@ -178,9 +178,18 @@ def site_with_content(*, alice, llm) -> Site:
         user_model=CUSTOMER_MODEL,
         cost_usd="0.036000",
     )
-    other = stored_evaluation(alice, outcomes={"27": [1.0, 1.0], "2": [0.0, 1.0]})
+    other = stored_evaluation(
+        alice,
+        domain="telecom",
+        split="test",
+        outcomes={LONG_TELECOM_IDS[0]: [1.0, 1.0], LONG_TELECOM_IDS[1]: [1.0, 0.0]},
+        agent_model="Qwen/Qwen3-32B:cerebras",
+        user_model=CUSTOMER_MODEL,
+    )
     api_key_create(user=alice, name="k" * 100)
-    connection = openai_compatible_connection(llm, by=alice, name="Our vLLM " + "v" * 60)
+    connection = openai_compatible_connection(
+        llm, by=alice, name="Our vLLM: lab-8xh100-node-finetunes-eu-west-1 (shared)"
+    )
     return Site(
         longest=longest,
         run=run,

@@ -15,8 +15,8 @@ MOBILE_DATA = "[mobile_data_issue]airplane_mode_on|bad_network_preference[PERSON
 
 
 def cards(response) -> dict[str, str]:
-    """Each card's HTML by task id, in page order."""
-    body = response.content.decode()
+    """Each card's HTML by task id, in page order (without the <wbr> ids wrap at)."""
+    body = response.content.decode().replace("<wbr>", "")
     found = re.findall(
         r'<li class="card" data-testid="task-card" data-task-id="([^"]+)">(.*?)\n</li>', body, re.S
     )
@@ -131,3 +131,16 @@ def test_the_policy_page_switches_to_every_domain(client, catalogue):
     assert [href for href, current in links if current] == ["/tasks/retail/"]
     assert 'aria-current="page">retail</a>' in switch
     assert client.get("/tasks/telecom/").status_code == 200
+
+
+def test_long_ids_wrap_at_their_separators_only(client, catalogue):
+    body = client.get("/tasks/", {"domain": "telecom", "split": "base", "q": "roaming"}).content
+    card = body.decode().split('data-testid="task-card"')[1]
+    task_id = re.search(r'<span class="task-id" title="([^"]+)">#(.*?)</span>', card)
+    assert task_id.group(2).replace("<wbr>", "") == unescape(task_id.group(1))
+    pieces = task_id.group(2).split("<wbr>")
+    assert len(pieces) > 3
+    for piece, following in zip(pieces, pieces[1:], strict=False):
+        # A break only after a separator, or before "[".
+        assert piece[-1] in "_|]:" or following.startswith("["), (piece, following)
+    assert "<mark>roaming</mark>" in card  # one word in the mark, never split

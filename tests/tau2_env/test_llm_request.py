@@ -1,7 +1,7 @@
 """The customer's LLM requests are what plain litellm sends for the same call.
 
-``tau2_env.llm`` keeps litellm's price-list lookups (failures too) and more of its
-clients, to spend less CPU per call. Neither may change a byte of what goes out: a
+``tau2_env.compat.install()`` keeps litellm's price-list lookups (failures too) and more
+of its clients, to spend less CPU per call. Neither may change a byte of what goes out: a
 conversation is played through the engine (τ²'s user simulator, through
 ``routed_completion``) against the local scripted server, every call's keyword arguments
 to ``litellm.completion`` are noted as τ² and the route made them, and the same calls are
@@ -21,8 +21,10 @@ from pathlib import Path
 
 import litellm
 import pytest
+from litellm import utils as litellm_utils
+from litellm.litellm_core_utils import fallback_generalizations
 
-from tau2_env import catalog, llm
+from tau2_env import catalog, compat, llm
 from tau2_env.engine import Episode
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -123,11 +125,10 @@ def test_the_customers_requests_are_the_bytes_plain_litellm_sends(llm_server, no
     assert len({len(r.messages) for r in ours}) > 1
 
 
-def test_a_model_litellm_does_not_know_is_looked_up_again_only_as_it_answered(llm_server):
-    from litellm import utils as litellm_utils
-
+def test_a_model_litellm_does_not_know_is_looked_up_again_only_as_it_answered():
+    compat.install()
     kept = litellm_utils.get_model_info_helper
-    assert hasattr(kept, "__wrapped__")  # installed by tau2_env.llm
+    assert hasattr(kept, "__wrapped__")  # installed by tau2_env.compat
     model = "openai/scripted/not-in-the-price-list"
     with pytest.raises(Exception) as first:
         kept(model=model, custom_llm_provider="openai")
@@ -154,3 +155,16 @@ def test_a_model_litellm_does_not_know_is_looked_up_again_only_as_it_answered(ll
         assert found["input_cost_per_token"] == 1e-6
     finally:
         litellm.model_cost.pop("openai/scripted/not-in-the-price-list", None)
+
+
+def test_the_fallback_rules_answer_as_before_when_remembered():
+    compat.install()
+    rules = fallback_generalizations._registry
+    assert hasattr(rules.match_capabilities, "__wrapped__")
+    names = ["openai/gpt-4.1-mini", "openai/deepseek-ai/DeepSeek-V4.1-Flash", "scripted/x"]
+    for name in names * 2:
+        remembered = rules.match_capabilities(name)
+        assert remembered == rules.match_capabilities.__wrapped__(name)
+        if remembered is not None:
+            remembered["mutated"] = True  # a caller's change is its own copy's
+            assert "mutated" not in (rules.match_capabilities(name) or {})

@@ -7,7 +7,9 @@ the customer up and sending a $150 certificate); the test plays the agent.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 
 import httpx
 import pytest
@@ -148,3 +150,37 @@ async def test_only_the_client_that_opened_a_session_may_use_it(asgi_server, llm
 
 def _mcp_headers() -> dict[str, str]:
     return {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+
+
+async def test_a_session_the_client_closes_normally_logs_no_error(asgi_server, llm_server, caplog):
+    llm_server.add(text("Hi, I need to change a flight."))
+    url = f"{asgi_server.url}/agent/mcp?domain=airline&task_id=2"
+    with caplog.at_level(logging.DEBUG):
+        for _ in range(3):  # a session that played, and ones that only looked
+            async with mcp_session(url, token=VISITOR_TOKEN) as session:
+                await session.list_tools()
+                if _ == 0:
+                    started = await session.call_tool("start", {})
+                    assert started.isError is False
+        # The server ends each session after the client's DELETE: let it finish.
+        await asyncio.sleep(1.0)
+    errors = [r for r in caplog.records if r.levelno >= logging.ERROR]
+    assert errors == [], [(r.name, r.getMessage(), r.exc_info) for r in errors]
+    assert any(r.levelno < logging.ERROR for r in caplog.records)  # the server was heard
+
+
+def test_the_sdks_other_errors_are_still_logged():
+    import anyio
+
+    from tau2_env.mcp_server import SDK_LOGGER, NormalCloseFilter
+
+    def record(message: str, error: BaseException) -> logging.LogRecord:
+        return logging.LogRecord(
+            SDK_LOGGER, logging.ERROR, __file__, 1, message, None, (type(error), error, None)
+        )
+
+    quiet = NormalCloseFilter()
+    assert not quiet.filter(record("Error in standalone SSE writer", anyio.ClosedResourceError()))
+    assert quiet.filter(record("Error in standalone SSE writer", RuntimeError("broken")))
+    assert quiet.filter(record("Error handling POST request", anyio.ClosedResourceError()))
+    assert quiet.filter(logging.LogRecord(SDK_LOGGER, logging.ERROR, __file__, 1, "x", None, None))

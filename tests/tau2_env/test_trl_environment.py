@@ -8,9 +8,11 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import json
 import pickle
 import re
 import sys
+import time
 import types
 from typing import Any
 
@@ -18,13 +20,15 @@ import pytest
 from tau2.agent.llm_agent import LLMAgent
 from transformers import TrainingArguments
 from transformers.utils import get_json_schema
+from transformers.utils.chat_template_utils import render_jinja_template
 
 from apps.agents.credentials import install, studio_credentials
-from apps.agents.services import api_key_create
+from apps.agents.services import api_key_create, api_key_revoke
 from tau2_env import access, agent_session, catalog, trl_environment
 from tau2_env._tau2 import registry
 from tau2_env.training_data import prompt_dataset
 from tau2_env.trl_environment import Tau2Environment, tau2_environment, tau2_environments
+from tau2site.asgi import application
 from tests.support.agents import agent_runs_of
 from tests.support.people import ALICE_TOKEN
 from tests.support.scripts import gold_script
@@ -45,13 +49,19 @@ RESIDUE = {
 }
 
 
-def _tools_as_trl_reads_them(cls: type) -> dict[str, Any]:
-    """TRL 1.16's GRPOTrainer: the class's public functions but reset and get_reward."""
+def _tools_as_trl_reads_them(env: object) -> dict[str, Any]:
+    """TRL 1.16's GRPOTrainer: the public functions of the environment's class but reset
+    and get_reward, taken from the instance (bound methods)."""
     return {
-        name: function
-        for name, function in inspect.getmembers(cls, predicate=inspect.isfunction)
+        name: getattr(env, name)
+        for name, _ in inspect.getmembers(type(env), predicate=inspect.isfunction)
         if name not in ("reset", "get_reward") and not name.startswith("_")
     }
+
+
+def _unconnected(cls: type) -> object:
+    """An instance of ``cls`` that has not connected (its methods are only read)."""
+    return cls.__new__(cls)
 
 
 def _taus_tools(domain: str) -> dict[str, dict]:
@@ -100,8 +110,7 @@ def _expressible(schema: dict) -> tuple[dict, dict[str, list[str]]]:
 
 @pytest.mark.parametrize("domain", DOMAINS)
 def test_every_tool_reads_as_taus_schema_through_get_json_schema(domain):
-    cls = tau2_environment(domain=domain)
-    methods = _tools_as_trl_reads_them(cls)
+    methods = _tools_as_trl_reads_them(_unconnected(tau2_environment(domain=domain)))
     taus = _taus_tools(domain)
 
     assert set(methods) == set(taus) | {"respond_to_user"}
@@ -112,12 +121,19 @@ def test_every_tool_reads_as_taus_schema_through_get_json_schema(domain):
         if residue:
             residues[f"{domain}.{name}"] = residue
     assert residues == {k: v for k, v in RESIDUE.items() if k.startswith(f"{domain}.")}
+    # What a chat template gets for them (transformers' rendering, as TRL calls it).
+    rendered, _ = render_jinja_template(
+        conversations=[[{"role": "user", "content": "Hi"}]],
+        tools=list(methods.values()),
+        chat_template="{{ tools | tojson }}",
+    )
+    assert json.loads(rendered[0]) == [get_json_schema(m) for m in methods.values()]
 
 
 @pytest.mark.parametrize("domain", DOMAINS)
 def test_respond_to_user_reads_as_the_servers_schema_exactly(domain):
     (served,) = [t for t in agent_session.tool_specs(domain) if t["name"] == "respond_to_user"]
-    method = tau2_environment(domain=domain).respond_to_user
+    method = _unconnected(tau2_environment(domain=domain)).respond_to_user
 
     assert get_json_schema(method)["function"] == {
         "name": "respond_to_user",
@@ -130,8 +146,8 @@ def test_only_the_domains_tools_are_offered_to_the_model():
     cls = tau2_environment(domain="airline")
 
     # No `done` (τ²'s agent has none), nothing of the connection's.
-    assert "done" not in _tools_as_trl_reads_them(cls)
-    assert _tools_as_trl_reads_them(Tau2Environment) == {}
+    assert "done" not in _tools_as_trl_reads_them(_unconnected(cls))
+    assert _tools_as_trl_reads_them(_unconnected(Tau2Environment)) == {}
     assert tau2_environment(domain="airline") is cls
     assert tau2_environments() == {d: tau2_environment(domain=d) for d in DOMAINS}
     with pytest.raises(KeyError, match="nowhere"):
@@ -197,15 +213,16 @@ def heard_headers():
 
 
 @pytest.fixture
-def trainer_env(asgi_server, llm_server, alice_key, monkeypatch):
+def trainer_env(asgi_server, llm_server, alice, alice_key, monkeypatch):
     """As TRL makes it: the airline class, called with no argument, configured from the
-    environment."""
+    environment. Closed afterwards, once the server has recorded its episodes' ends."""
     monkeypatch.setenv("TAU2_URL", asgi_server.url)
     monkeypatch.setenv("TAU2_API_KEY", alice_key)
     monkeypatch.setenv("TAU2_TRAINING_SESSION", "alice's first GRPO")
     gold_script(llm_server)
     with tau2_environment(domain="airline")() as env:
         yield env
+    agent_runs_of(alice, final=True)  # an open episode is stopped by the close
 
 
 def _gold_row() -> dict:
@@ -221,10 +238,10 @@ def test_the_environment_plays_a_golden_episode_to_reward_1(
     opening = trainer_env.reset(**row)
     # What TRL does with it: appended to the prompt's last message.
     prompt = row["prompt"][:-1] + [{**row["prompt"][-1], "content": opening}]
-    tools = _tools_as_trl_reads_them(type(trainer_env))
+    tools = _tools_as_trl_reads_them(trainer_env)
     task = catalog.get_tau2_task("airline", "27")
     results = [
-        tools[action.name](trainer_env, **action.arguments)
+        tools[action.name](**action.arguments)
         for action in task.evaluation_criteria.actions  # τ²'s expected actions
     ]
     said = trainer_env.respond_to_user(message="I have sent you a $150 certificate.")
@@ -280,11 +297,34 @@ def test_a_row_without_the_prompt_gets_the_policy_with_the_opening(trainer_env):
         trainer_env.reset(domain="retail", task_id="0")
 
 
+def test_a_session_the_server_closed_while_idle_is_opened_again_at_reset(trainer_env, monkeypatch):
+    first = trainer_env.reset(**_gold_row())
+    monkeypatch.setattr(application.mcp_app.slots, "idle_seconds", 1)
+    trainer_env.get_user_details(user_id=GOLD_USER)  # the connection now waits 1 s at most
+    time.sleep(2.5)  # between two of TRL's batches: the server closes it
+
+    assert trainer_env.reset(**_gold_row()) == first
+    assert trainer_env.get_user_details(user_id=GOLD_USER).startswith("{")
+
+
+def test_a_revoked_key_ends_the_session_and_the_next_reset_says_why(trainer_env, alice):
+    trainer_env.reset(**_gold_row())
+    (key,) = alice.api_keys.all()
+    api_key_revoke(user=alice, pk=key.pk)
+    (run,) = agent_runs_of(alice)  # the server ended the session, and its episode
+
+    with pytest.raises(ConnectionError, match="Could not open a τ²-bench session") as refused:
+        trainer_env.reset(**_gold_row())  # its connection was closed: opened again, refused
+    assert str(refused.value).endswith(": This API key was revoked.")
+    assert trainer_env.get_reward() is None  # unscored
+
+
 def test_a_refused_key_is_said_at_construction(asgi_server, llm_server, monkeypatch):
     install()
     monkeypatch.setenv("TAU2_URL", asgi_server.url)
     with pytest.raises(ConnectionError, match="Could not open a τ²-bench session") as refused:
         tau2_environment(domain="airline")(api_key="tau2s_not_a_key")
+    assert str(refused.value).endswith(": Unknown API key.")  # the server's words
     assert "tau2s_not_a_key" not in str(refused.value)
 
 

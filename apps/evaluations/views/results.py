@@ -91,7 +91,10 @@ def evaluation_import(request):
             if upload.size > imports.max_upload_bytes():
                 raise ValidationError(imports.too_large(upload.size))
             evaluation = imports.evaluation_import(
-                user=request.user, data=upload.read(), name=form.cleaned_data["name"]
+                user=request.user,
+                data=upload.read(),
+                name=form.cleaned_data["name"],
+                filename=upload.name,
             )
         except ValidationError as exc:
             form.add_error("file", exc.messages)

@@ -1,4 +1,5 @@
-"""Starting runs: the run form and its task picker, and running a finished run again."""
+"""Starting runs: the run form and the task picker every one-task form uses (run, race,
+play), and running a finished run again."""
 
 from __future__ import annotations
 
@@ -9,18 +10,18 @@ from django.contrib import messages
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.shortcuts import redirect, render
 from django.urls import reverse
-from django.utils.http import urlencode
+from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 from django.views.decorators.http import require_POST
 
 from apps.accounts.access import can_start, signin_required_to_start
 from apps.connections.picker import llm_args_initial, sides_of
-from apps.runs import selectors, services
+from apps.runs import defaults, selectors, services
 from apps.runs.forms import RunForm
 from apps.runs.models import Run
 from apps.tasks import selectors as task_selectors
+from apps.tasks.cards import TaskCard, task_cards
 from apps.tasks.models import Domain, Task
 from apps.tasks.selectors import TaskFilters
-from tau2_env import config
 
 PICKER_SIZE = 50
 # Querystring → form field: what a link to the form may preselect.
@@ -50,7 +51,8 @@ def query_text(value) -> str:
 @dataclass(frozen=True)
 class TaskPicker:
     """The picker under the task field: the domain (with its splits for the split list),
-    the split listed, what was typed, the first matching tasks and how many match."""
+    the split listed, what was typed, the first matching tasks (and their cards: what
+    tells them apart) and how many match."""
 
     domain: Domain | None
     split: str
@@ -59,6 +61,11 @@ class TaskPicker:
     count: int
     link_query: str  # the form's other choices, kept by the no-JS links of the list
     exact: bool = False  # what was typed is a task id of the domain (listed first)
+    form_url: str = ""  # the form the no-JS links go back to (run, race, play)
+
+    @property
+    def cards(self) -> list[TaskCard]:
+        return task_cards(self.tasks)
 
 
 def _split_listed(domain: Domain, wanted: str, task_id: str) -> str:
@@ -79,13 +86,25 @@ def _split_listed(domain: Domain, wanted: str, task_id: str) -> str:
     return order[0] if order else ""
 
 
-def task_picker(*, domain: str, split: str, q: str, keep: dict | None = None) -> TaskPicker:
+def picker_form_url(value: str) -> str:
+    """The form a picker's links lead back to: a path of this site, else the run form."""
+    if value.startswith("/") and url_has_allowed_host_and_scheme(value, allowed_hosts=None):
+        return value.split("?", 1)[0]
+    return reverse("runs:new")
+
+
+def task_picker(
+    *, domain: str, split: str, q: str, keep: dict | None = None, form_url: str = ""
+) -> TaskPicker:
     """The tasks of ``domain``/``split`` whose title, reason, id or tools contain every word
     of ``q`` (as on the explorer), in τ²'s order; the task whose id is ``q`` comes first,
-    whatever its split."""
+    whatever its split. Its links lead back to ``form_url`` (default: the run form)."""
+    form_url = picker_form_url(form_url)
     row = next((d for d in task_selectors.domain_list() if d.name == domain), None)
     if row is None:
-        return TaskPicker(domain=None, split="", q=q, tasks=[], count=0, link_query="")
+        return TaskPicker(
+            domain=None, split="", q=q, tasks=[], count=0, link_query="", form_url=form_url
+        )
     split = _split_listed(row, split, q)
     matches = task_selectors.task_list(filters=TaskFilters(domain=row.name, split=split, q=q))
     tasks = list(task_selectors.task_card_fields(matches)[:PICKER_SIZE])
@@ -103,6 +122,7 @@ def task_picker(*, domain: str, split: str, q: str, keep: dict | None = None) ->
         count=count,
         link_query=urlencode(link),
         exact=exact is not None,
+        form_url=form_url,
     )
 
 
@@ -111,7 +131,7 @@ def run_form_initial(params) -> dict:
     given.update({name: str(params.get(name) or "")[:4096] for name in _ARG_PREFILLS})
     return {
         "domain": settings.TAU2_DOMAIN,
-        "user_model": config.provider_settings().model,
+        "user_model": defaults.customer_model(),
         **{field: value for field, value in given.items() if value},
     }
 
@@ -141,7 +161,11 @@ def run_new(request):
             return redirect(run)
     value = {name: query_text(form[field].value()) for name, field in _PREFILLS.items()}
     picker = task_picker(
-        domain=value.pop("domain"), split=value.pop("split"), q=value.pop("task"), keep=value
+        domain=value.pop("domain"),
+        split=value.pop("split"),
+        q=value.pop("task"),
+        keep=value,
+        form_url=reverse("runs:new"),
     )
     model_fields = [
         form[name] for name in ("agent_model", "user_model", "judge_model", "max_steps", "seed")
@@ -154,29 +178,35 @@ def run_new(request):
             "picker": picker,
             "model_fields": model_fields,
             "args_fields": form.llm_args_fields,
+            # "Run with another model…": the model it ran, not preselected again.
+            "instead_of": query_text(request.GET.get("instead_of")),
         },
         status=400 if form.errors else 200,  # a refused start is a client error
     )
 
 
 def run_task_picker(request):
-    """The picker's list for ``?domain=&split=&task_id=`` (htmx), and the domain's splits."""
+    """The picker's list for ``?domain=&split=&task_id=&form=`` (htmx), and the domain's
+    splits; ``form`` is the path of the form it sits in."""
     params = request.GET
     picker = task_picker(
         domain=query_text(params.get("domain")),
         split=query_text(params.get("split")),
         q=query_text(params.get("task_id")),
+        form_url=query_text(params.get("form")),
     )
     return render(request, "includes/task_picker.html", {"picker": picker, "oob": True})
 
 
-def rerun_query(run: Run) -> dict:
-    """The run form's querystring that repeats ``run``'s settings (for another model)."""
+def rerun_query(run: Run, *, same_model: bool = True) -> dict:
+    """The run form's querystring that repeats ``run``'s settings; ``same_model=False``
+    (for another model): the agent model is left to pick, the run's named as ``instead_of``."""
     kept = services.run_settings_of(run)
+    model = {"model": run.agent_value} if same_model else {"instead_of": run.agent_value}
     query = {
         "domain": run.domain,
         "task": run.task.task_id,
-        "model": run.agent_value,
+        **model,
         "user_model": run.user_value,
         "max_steps": kept["max_steps"],
         "seed": kept["seed"],
@@ -192,7 +222,8 @@ def rerun_offer(user, run: Run) -> dict | None:
     start runs and it is a model run; else the prefilled form's URL ("another model")."""
     if not can_start(user) or run.kind != Run.Kind.MODEL:
         return None
-    return {"form_url": f"{reverse('runs:new')}?{urlencode(rerun_query(run))}"}
+    query = urlencode(rerun_query(run, same_model=False))
+    return {"form_url": f"{reverse('runs:new')}?{query}"}
 
 
 @require_POST

@@ -1,9 +1,13 @@
+from django.core.checks import Tags
 from django.core.management.base import BaseCommand, CommandError
 
 from apps.accounts.services import user_grant_staff
 
 
 class Command(BaseCommand):
+    # The models' checks only: the URL checks import every view, and with them the
+    # engine (τ²-bench, litellm: seconds at start) that an accounts command never runs.
+    requires_system_checks = [Tags.models]
     help = (
         "Make the person who signed in with Hugging Face as <hf_username> staff (and superuser, "
         "so they see everything in the admin). They must have signed in once."

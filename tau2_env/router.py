@@ -1,0 +1,425 @@
+"""Several OpenEnv processes behind one port, each session kept on the process holding it.
+
+One Python process runs Python on one core at a time, and an OpenEnv session is an
+object in the memory of the process that created it. ``python -m tau2_env.router``
+starts ``--processes`` uvicorn processes serving the same ASGI app on 127.0.0.1 and
+listens on ``--host``/``--port`` in front of them, streaming bytes both ways (it never
+reads a WebSocket frame). Per connection it reads the request's head only and picks the
+process:
+
+* a request naming a session goes to the process that holds it: ``/ws?session_id=…``
+  (openenv's ``MCPToolClient`` attaching to its HTTP session), ``POST /mcp`` whose
+  JSON-RPC ``params.session_id`` names one (the body of a ``/mcp`` POST is read first;
+  it is small JSON), ``/agent/mcp`` with an ``Mcp-Session-Id`` header;
+* where a session is made it learns which process holds it: the answer to
+  ``openenv/session/create`` (its ``result.session_id``) and an ``/agent/mcp`` answer's
+  ``Mcp-Session-Id`` header; ``openenv/session/close`` and ``DELETE /agent/mcp``
+  forget it;
+* anything else — a new ``/ws`` session, stateless ``/reset`` and ``/step``,
+  ``/health`` — goes to the process with the fewest open connections, so one client's
+  sessions spread over every process.
+
+Each HTTP request is sent on a connection of its own (``Connection: close``), so the next
+request of a keep-alive client is routed afresh. The client's address travels as
+``X-Forwarded-For`` (the processes trust the router, 127.0.0.1, and whatever
+``--forwarded-allow-ips`` names). Every answer carries ``X-Tau2-Process: <index>``.
+
+Caps: the processes share one ledger of open sessions (:mod:`tau2_env.shared_slots`, a
+SQLite file the router names in ``TAU2_SLOTS_LEDGER``), so a client's cap (a person's, a
+studio key's own) counts its sessions on every process; ``MAX_CONCURRENT_ENVS`` counts
+per process. A process that exits is started again (its sessions are gone; the ledger
+drops them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import parse_qs
+
+__all__ = ["Backend", "Router", "main"]
+
+logger = logging.getLogger(__name__)
+
+HEAD_LIMIT = 64 * 1024  # a request's or an answer's head, at most
+PEEK_LIMIT = 1024 * 1024  # a /mcp body read to find its session id, at most
+SESSIONS_KEPT = 100_000  # session id → process, the latest
+CHUNK = 64 * 1024
+PROCESS_HEADER = b"x-tau2-process"
+
+
+@dataclass
+class Backend:
+    """One uvicorn process: where it listens and how many connections it has open."""
+
+    index: int
+    port: int
+    proc: subprocess.Popen | None = None
+    open: int = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+
+@dataclass
+class _Head:
+    """A request's or an answer's head: its first line and headers, as sent."""
+
+    line: bytes
+    headers: list[tuple[bytes, bytes]] = field(default_factory=list)
+
+    @classmethod
+    def parse(cls, raw: bytes) -> _Head:
+        lines = raw.rstrip(b"\r\n").split(b"\r\n")
+        headers = []
+        for line in lines[1:]:
+            name, sep, value = line.partition(b":")
+            if not sep:
+                raise ValueError("a header without ':'")
+            headers.append((name.strip(), value.strip()))
+        return cls(line=lines[0], headers=headers)
+
+    def get(self, name: bytes) -> bytes | None:
+        for key, value in self.headers:
+            if key.lower() == name:
+                return value
+        return None
+
+    def without(self, *names: bytes) -> list[tuple[bytes, bytes]]:
+        return [(k, v) for k, v in self.headers if k.lower() not in names]
+
+    def encode(self, headers: list[tuple[bytes, bytes]] | None = None) -> bytes:
+        lines = [self.line, *(k + b": " + v for k, v in (headers or self.headers))]
+        return b"\r\n".join(lines) + b"\r\n\r\n"
+
+
+class Router:
+    """The routing and byte pumping of :mod:`tau2_env.router` over ``backends``."""
+
+    def __init__(self, backends: list[Backend]) -> None:
+        self.backends = backends
+        self.sessions: OrderedDict[str, int] = OrderedDict()  # session id → backend index
+        self._turn = 0
+
+    # ------------------------------------------------------------ routing
+
+    def pick(self) -> Backend:
+        """The backend with the fewest open connections (in turn among equals)."""
+        self._turn += 1
+        count = len(self.backends)
+        order = [self.backends[(self._turn + i) % count] for i in range(count)]
+        return min(order, key=lambda b: b.open)
+
+    def holder(self, session_id: str | None) -> Backend | None:
+        index = self.sessions.get(session_id) if session_id else None
+        return self.backends[index] if index is not None else None
+
+    def learn(self, session_id: str, backend: Backend) -> None:
+        self.sessions[session_id] = backend.index
+        self.sessions.move_to_end(session_id)
+        while len(self.sessions) > SESSIONS_KEPT:
+            self.sessions.popitem(last=False)
+
+    def forget(self, session_id: str | None) -> None:
+        if session_id:
+            self.sessions.pop(session_id, None)
+
+    # ------------------------------------------------------------ serving
+
+    async def serve(self, host: str, port: int, *, backlog: int = 4096) -> asyncio.Server:
+        return await asyncio.start_server(
+            self.handle, host, port, backlog=backlog, limit=HEAD_LIMIT, reuse_address=True
+        )
+
+    async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await self._handle(reader, writer)
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            pass
+        except Exception:
+            logger.exception("Routing a connection failed")
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception):
+                await writer.wait_closed()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = _Head.parse(await reader.readuntil(b"\r\n\r\n"))
+            method, target, _ = head.line.split(b" ", 2)
+        except (ValueError, asyncio.LimitOverrunError):
+            writer.write(_plain(400, "Bad request head."))
+            return
+        except asyncio.IncompleteReadError:
+            return
+        path, _, query = target.decode("latin-1").partition("?")
+        websocket = (head.get(b"upgrade") or b"").lower() == b"websocket"
+        body = b""
+        rpc: dict | None = None
+        length = _content_length(head)
+        if method == b"POST" and path.rstrip("/") == "/mcp" and 0 < length <= PEEK_LIMIT:
+            body = await reader.readexactly(length)
+            rpc = _json_object(body)
+        session_id = _session_of(path, query, head, rpc)
+        backend = self.holder(session_id) or self.pick()
+        creates = rpc is not None and rpc.get("method") == "openenv/session/create"
+        if rpc is not None and rpc.get("method") == "openenv/session/close":
+            self.forget(session_id)
+        agent_mcp = path.rstrip("/") == "/agent/mcp"
+        if agent_mcp and method == b"DELETE":
+            self.forget(session_id)
+
+        peer = writer.get_extra_info("peername")
+        headers = _forwarded(head, peer[0] if peer else "", websocket=websocket)
+        backend.open += 1
+        try:
+            up_reader, up_writer = await asyncio.open_connection(
+                "127.0.0.1", backend.port, limit=HEAD_LIMIT
+            )
+        except OSError:
+            backend.open -= 1
+            writer.write(_plain(503, "The OpenEnv process is not answering; retry shortly."))
+            return
+        try:
+            up_writer.write(head.encode(headers) + body)
+            # What is left of the request (a body not read above, WebSocket frames).
+            upstream = asyncio.ensure_future(_pump(reader, up_writer))
+            try:
+                answer = await self._answer_head(up_reader, backend)
+                if answer is None:
+                    return
+                if agent_mcp and not websocket:
+                    self._learn_from(answer.get(b"mcp-session-id"), backend)
+                if creates:
+                    answer_body = await up_reader.readexactly(_content_length(answer))
+                    writer.write(answer.encode() + answer_body)
+                    created = _json_object(answer_body) or {}
+                    result = created.get("result")
+                    if isinstance(result, dict):
+                        self._learn_from(result.get("session_id"), backend)
+                else:
+                    writer.write(answer.encode())
+                await _pump(up_reader, writer)
+            finally:
+                upstream.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await upstream
+        finally:
+            backend.open -= 1
+            up_writer.close()
+            with contextlib.suppress(Exception):
+                await up_writer.wait_closed()
+
+    async def _answer_head(self, up_reader: asyncio.StreamReader, backend: Backend) -> _Head | None:
+        try:
+            answer = _Head.parse(await up_reader.readuntil(b"\r\n\r\n"))
+        except (asyncio.IncompleteReadError, ValueError):
+            return None
+        answer.headers.append((PROCESS_HEADER, str(backend.index).encode()))
+        return answer
+
+    def _learn_from(self, session_id: object, backend: Backend) -> None:
+        if isinstance(session_id, bytes):
+            session_id = session_id.decode("latin-1")
+        if isinstance(session_id, str) and session_id:
+            self.learn(session_id, backend)
+
+
+async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Copy ``reader`` to ``writer`` until end of stream, then half-close ``writer``."""
+    while True:
+        data = await reader.read(CHUNK)
+        if not data:
+            break
+        writer.write(data)
+        await writer.drain()
+    if writer.can_write_eof():
+        with contextlib.suppress(OSError):
+            writer.write_eof()
+
+
+def _content_length(head: _Head) -> int:
+    try:
+        return int(head.get(b"content-length") or 0)
+    except ValueError:
+        return 0
+
+
+def _json_object(data: bytes) -> dict | None:
+    try:
+        value = json.loads(data)
+    except (ValueError, RecursionError):
+        return None
+    return value if isinstance(value, dict) else None
+
+
+def _session_of(path: str, query: str, head: _Head, rpc: dict | None) -> str | None:
+    """The session a request names: JSON-RPC ``params.session_id``, an ``Mcp-Session-Id``
+    header, or the query's ``session_id``."""
+    params = rpc.get("params") if rpc is not None else None
+    if isinstance(params, dict) and isinstance(params.get("session_id"), str):
+        return params["session_id"]
+    header = head.get(b"mcp-session-id")
+    if header:
+        return header.decode("latin-1")
+    if query:
+        values = parse_qs(query).get("session_id")
+        if values:
+            return values[-1]
+    return None
+
+
+def _forwarded(head: _Head, peer: str, *, websocket: bool) -> list[tuple[bytes, bytes]]:
+    """The request's headers for a backend: the peer added to ``X-Forwarded-For``, and
+    ``Connection: close`` on plain HTTP (one request per backend connection)."""
+    drop = [b"x-forwarded-for"]
+    if not websocket:
+        drop += [b"connection", b"keep-alive"]
+    headers = head.without(*drop)
+    earlier = [v for k, v in head.headers if k.lower() == b"x-forwarded-for"]
+    chain = b", ".join([*earlier, peer.encode()]) if peer else b", ".join(earlier)
+    if chain:
+        headers.append((b"x-forwarded-for", chain))
+    if not websocket:
+        headers.append((b"connection", b"close"))
+    return headers
+
+
+def _plain(status: int, text: str) -> bytes:
+    reason = {400: "Bad Request", 503: "Service Unavailable"}.get(status, "Error")
+    body = text.encode()
+    return (
+        f"HTTP/1.1 {status} {reason}\r\ncontent-type: text/plain; charset=utf-8\r\n"
+        f"content-length: {len(body)}\r\nconnection: close\r\n\r\n"
+    ).encode() + body
+
+
+# ------------------------------------------------------------------ the processes
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_backend(
+    backend: Backend, *, app: str, env: dict[str, str], allow_ips: str, extra: list[str]
+) -> None:
+    """Start ``backend``'s uvicorn (``TAU2_PROCESS_INDEX`` set in its environment)."""
+    trusted = ",".join(filter(None, ["127.0.0.1", allow_ips]))
+    command = [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1"]
+    command += ["--port", str(backend.port), "--proxy-headers", "--forwarded-allow-ips", trusted]
+    backend.proc = subprocess.Popen(  # noqa: S603 - our own interpreter and arguments
+        command + extra, env={**env, "TAU2_PROCESS_INDEX": str(backend.index)}
+    )
+
+
+def wait_until_up(backends: list[Backend], *, timeout: float) -> None:
+    """Wait until every backend answers ``/health``; raises ``RuntimeError`` if one exits
+    or does not answer within ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    for backend in backends:
+        while True:
+            if backend.proc is not None and backend.proc.poll() is not None:
+                raise RuntimeError(f"process {backend.index} exited ({backend.proc.returncode})")
+            try:
+                with urllib.request.urlopen(backend.url + "/health", timeout=2):  # noqa: S310
+                    break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"process {backend.index} did not answer /health") from None
+                time.sleep(0.2)
+
+
+async def _supervise(backends: list[Backend], restart) -> None:
+    """Start a backend again when its process exits."""
+    while True:
+        await asyncio.sleep(1.0)
+        for backend in backends:
+            if backend.proc is not None and backend.proc.poll() is not None:
+                logger.warning(
+                    "OpenEnv process %s exited (%s); starting it again",
+                    backend.index,
+                    backend.proc.returncode,
+                )
+                restart(backend)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="python -m tau2_env.router", description=__doc__.split("\n\n")[0]
+    )
+    parser.add_argument("app", nargs="?", default="tau2site.asgi:application")
+    parser.add_argument("--processes", type=int, default=os.cpu_count() or 1)
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8001)
+    parser.add_argument("--forwarded-allow-ips", default=os.environ.get("FORWARDED_ALLOW_IPS", ""))
+    parser.add_argument("--backlog", type=int, default=4096)
+    parser.add_argument("--start-timeout", type=float, default=300.0)
+    args, extra = parser.parse_known_args(argv)
+    extra = [a for a in extra if a != "--"]
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+
+    ledger_dir = tempfile.mkdtemp(prefix="tau2-slots-")
+    env = {**os.environ, "TAU2_SLOTS_LEDGER": str(Path(ledger_dir) / "slots.sqlite3")}
+    backends = [Backend(index=i, port=_free_port()) for i in range(max(1, args.processes))]
+
+    def start(backend: Backend) -> None:
+        start_backend(
+            backend, app=args.app, env=env, allow_ips=args.forwarded_allow_ips, extra=extra
+        )
+
+    for backend in backends:
+        start(backend)
+    try:
+        wait_until_up(backends, timeout=args.start_timeout)
+        asyncio.run(_serve(Router(backends), args, start))
+    finally:
+        for backend in backends:
+            if backend.proc is not None and backend.proc.poll() is None:
+                backend.proc.terminate()
+        for backend in backends:
+            if backend.proc is not None:
+                try:
+                    backend.proc.wait(timeout=20)
+                except subprocess.TimeoutExpired:
+                    backend.proc.kill()
+
+
+async def _serve(router: Router, args: argparse.Namespace, restart) -> None:
+    server = await router.serve(args.host, args.port, backlog=args.backlog)
+    logger.info(
+        "Routing http://%s:%s to %d OpenEnv processes", args.host, args.port, len(router.backends)
+    )
+    stopping = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stopping.set)
+    supervisor = asyncio.create_task(_supervise(router.backends, restart))
+    async with server:
+        await stopping.wait()
+    supervisor.cancel()
+
+
+if __name__ == "__main__":
+    with contextlib.suppress(ImportError):
+        import uvloop
+
+        uvloop.install()
+    main()
