@@ -12,13 +12,12 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
 from apps.accounts.access import can_start, can_view_runs, signin_url
-from apps.datasets import exports
+from apps.datasets import exports, selectors
 from apps.datasets.conversation import PAIRINGS
 from apps.datasets.models import DatasetPush
 from apps.datasets.selectors import (
     FORMATS,
     JSONL,
-    MAX_RUNS,
     Selection,
     SelectionError,
     selection_counts,
@@ -54,7 +53,7 @@ def _page(request, params, *, push_error: str = "", status: int = 200):
         "counts": counts,
         "preview": preview,
         "push_error": push_error,
-        "max_runs": MAX_RUNS,
+        "max_runs_label": f"{selectors.MAX_RUNS:,}",
         "domains": catalog.domain_names(),
         "kinds": Run.Kind.choices,
         "categories": ReviewLabel.Category.choices,
