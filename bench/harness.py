@@ -25,6 +25,7 @@ for and stopped with its ``wait_until_up`` and ``stop``.
 from __future__ import annotations
 
 import asyncio
+import http.server
 import importlib
 import json
 import logging
@@ -152,7 +153,10 @@ class _Discard(list):
 def serve_llm(script: str, delay: float) -> None:
     """The child process of :class:`LLMProcess`: the scripted LLM answering as ``script``
     says. Prints its port, answers ``stats`` lines on stdin with the calls per token as
-    JSON; exits when stdin closes."""
+    JSON; exits when stdin closes. Its listen backlog is 4096, not http.server's 5: 256
+    sessions call at once, and a full backlog makes the kernel retry a connection after
+    1 s — the scripted LLM's delay, not the server's."""
+    http.server.ThreadingHTTPServer.request_queue_size = 4096  # this child process only
     module, name = script.split(":")
     llm = ScriptedLLM()
     getattr(importlib.import_module(module), name)(llm, delay=delay)

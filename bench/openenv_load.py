@@ -258,6 +258,13 @@ class Phase:
     cpu_respond: float = 0.0
     cpu_done: float = 0.0
     load: tuple[float, float, float] = (0.0, 0.0, 0.0)
+    cpu_root: float = 0.0  # the server's first process alone (the router, with --processes)
+
+    def exchanges(self) -> int:
+        """Messages answered in the phase (each a frame in and one out)."""
+        return (
+            len(self.reset) + len(self.tool) + len(self.respond) + len(self.probe) + len(self.done)
+        )
 
     def cpu_per_tool(self) -> float:
         return self.cpu_tool / max(1, len(self.tool))
@@ -308,6 +315,7 @@ async def run_phase(
 ) -> Phase:
     phase = Phase(sessions=sessions, delay=delay)
     started = time.perf_counter()
+    root_started = cpu_s(server_pid)
     phase.rss_before = rss_mib(server_pid)
 
     probe_token, tokens = phase_tokens(sessions, delay, serial)
@@ -358,6 +366,7 @@ async def run_phase(
 
     await all_of(lambda i: _timed(phase.done, clients[i].tool("done")) if i < scored else _noop())
     phase.cpu_done = cpu() - mark
+    phase.cpu_root = cpu_s(server_pid) - root_started
     phase.load = os.getloadavg()
     await asyncio.gather(*(c.close() for c in clients), probe.close(), return_exceptions=True)
     await asyncio.sleep(0.5)  # let the server drop the sessions
@@ -406,6 +415,7 @@ def print_table(phases: list[Phase]) -> None:
             f"{p.sessions:>4} {p.delay:>3.0f}s | reset {per_reset * 1000:6.1f} ms | "
             f"tool {p.cpu_per_tool() * 1000:5.2f} ms | turn {p.cpu_per_turn() * 1000:6.2f} ms | "
             f"done {per_done * 1000:6.0f} ms | load {p.load[0]:.2f} {p.load[1]:.2f} {p.load[2]:.2f}"
+            f" | first process {p.cpu_root / max(1, p.exchanges()) * 1000:.3f} ms per message"
         )
     for p in phases:
         for error in sorted(set(p.errors))[:5]:

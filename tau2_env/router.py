@@ -59,6 +59,7 @@ HEAD_LIMIT = 64 * 1024  # a request's or an answer's head, at most
 PEEK_LIMIT = 1024 * 1024  # a /mcp body read to find its session id, at most
 SESSIONS_KEPT = 100_000  # session id → process, the latest
 CHUNK = 64 * 1024
+HEAD_TIMEOUT_S = 60.0  # a client that sends no request head within this is dropped
 PROCESS_HEADER = b"x-tau2-process"
 
 
@@ -160,12 +161,13 @@ class Router:
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
-            head = _Head.parse(await reader.readuntil(b"\r\n\r\n"))
+            raw = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), HEAD_TIMEOUT_S)
+            head = _Head.parse(raw)
             method, target, _ = head.line.split(b" ", 2)
         except (ValueError, asyncio.LimitOverrunError):
             writer.write(_plain(400, "Bad request head."))
             return
-        except asyncio.IncompleteReadError:
+        except (asyncio.IncompleteReadError, TimeoutError):
             return
         path, _, query = target.decode("latin-1").partition("?")
         websocket = (head.get(b"upgrade") or b"").lower() == b"websocket"
