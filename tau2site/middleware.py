@@ -19,6 +19,10 @@ nonces (no page has an inline script), and a dependency for it would be larger t
 Inline ``style`` attributes are allowed (``style-src-attr``), ``<style>`` elements are not:
 pages set data-driven widths and CSS variables on elements (progress bars, reward cells,
 compare columns); htmx's own indicator ``<style>`` is turned off in ``base.html``.
+With DEBUG off a 404 or 500 is the site's own page (``templates/404.html``, ``500.html``).
+With DEBUG on it is Django's technical page, whose styles are one ``<style>`` element:
+that response alone may use inline styles (:func:`debug_error_page`), scripts still not;
+the developer keeps what Django tells (the URL patterns tried, the traceback), readable.
 
 Around the ASGI application (``tau2site.asgi``), outside Django's middleware:
 
@@ -75,8 +79,19 @@ class RejectNulMiddleware:
         return self.get_response(request)
 
 
-def content_security_policy(request) -> str:
-    """The policy of a page served for ``request`` (see the module docstring)."""
+def debug_error_page(response) -> bool:
+    """True for Django's technical 404 or 500 page (DEBUG on): an HTML 404 or 500, which
+    with DEBUG on only Django's exception handling answers (no view renders one)."""
+    return (
+        settings.DEBUG
+        and response.status_code in (404, 500)
+        and response.get("Content-Type", "").startswith("text/html")
+    )
+
+
+def content_security_policy(request, *, inline_styles: bool = False) -> str:
+    """The policy of a page served for ``request`` (see the module docstring);
+    ``inline_styles`` lets a ``<style>`` element style it (Django's debug pages only)."""
     connect = ["'self'"]
     try:
         host = request.get_host()
@@ -96,7 +111,7 @@ def content_security_policy(request) -> str:
     directives = {
         "default-src": ["'self'"],
         "script-src": ["'self'"],
-        "style-src": ["'self'"],
+        "style-src": ["'self'", "'unsafe-inline'"] if inline_styles else ["'self'"],
         "style-src-attr": ["'unsafe-inline'"],
         "img-src": ["'self'", "data:", "https:"],
         "connect-src": connect,
@@ -122,7 +137,9 @@ class ContentSecurityPolicyMiddleware:
     def __call__(self, request):
         response = self.get_response(request)
         if "Content-Security-Policy" not in response:  # a view's own policy stands
-            response.headers["Content-Security-Policy"] = content_security_policy(request)
+            response.headers["Content-Security-Policy"] = content_security_policy(
+                request, inline_styles=debug_error_page(response)
+            )
             if settings.TAU2_EMBED_IN_SPACE:
                 response.xframe_options_exempt = True
         return response
