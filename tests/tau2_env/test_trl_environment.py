@@ -221,8 +221,19 @@ def trainer_env(asgi_server, llm_server, alice, alice_key, monkeypatch):
     monkeypatch.setenv("TAU2_TRAINING_SESSION", "alice's first GRPO")
     gold_script(llm_server)
     with tau2_environment(domain="airline")() as env:
+        started = []
+        reset = env.reset
+
+        def counted_reset(**row):
+            opening = reset(**row)
+            started.append(row)
+            return opening
+
+        env.reset = counted_reset  # the instance's: TRL reads the class's functions
         yield env
-    agent_runs_of(alice, final=True)  # an open episode is stopped by the close
+    # Each episode is a run, written by the server's recorder as it goes; one left open
+    # is stopped by the close.
+    agent_runs_of(alice, count=len(started), final=True)
 
 
 def _gold_row() -> dict:
