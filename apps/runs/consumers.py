@@ -27,12 +27,11 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
     by the status line.
 
     The consumer joins the run's group *before* reading stored events, and drops any
-    live event whose ``seq`` it has already sent: no gap, no duplicate. Every read takes
-    the run's status *before* its events, so a final status never comes without an event
-    stored before the run ended (the worker stores its last events, then ends the run):
-    a page that closes its socket on the final status has everything. A status message
-    sends any event not sent yet too, so one lost ``run.event`` is made good by the next
-    status (the final one at the latest).
+    live event whose ``seq`` it has already sent: no gap, no duplicate. A final status
+    never comes ahead of an event stored before the run ended (:meth:`_read`): a page that
+    closes its socket on the final status has everything. A status message sends any event
+    not sent yet too, so one lost ``run.event`` is made good by the next status (the final
+    one at the latest).
     """
 
     async def connect(self):
@@ -78,16 +77,21 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
     @read_in_pool
     def _read(self) -> tuple[list[tuple[int, str]], dict]:
         """The events after the last one sent (as the run page renders each, with its menu),
-        and the status frame, read first."""
+        and the status frame: its counters count at least those events, and a final one
+        comes with every event (read again after it: the worker stores its last events,
+        then ends the run)."""
         user = self.scope.get("user")
+        events = list(run_events(run_id=self.run_id, after=self.last_seq))
         run = Run.objects.select_related("task", "created_by").get(pk=self.run_id)
+        if run.is_final:
+            after = events[-1].seq if events else self.last_seq
+            events += run_events(run_id=self.run_id, after=after)
         status = {
             "type": "status",
             "status": run.status,
             "final": run.is_final,
             "html": presenters.status_html(run, user=user),
         }
-        events = list(run_events(run_id=self.run_id, after=self.last_seq))
         for event in events:
             event.run = run  # read once, as the status was
         menu = presenters.message_menu(run=run, user=user) if events and self.with_menu else None

@@ -8,6 +8,7 @@
   const live = document.getElementById("live-indicator");
   let lastSeq = parseInt(root.dataset.lastSeq, 10);
   let final = root.dataset.final === "true";
+  const loadedEnded = final;
   let ended = null; // the fetch of the ended run's body, once asked
 
   function fragment(html) {
@@ -27,17 +28,23 @@
   // The run ended: its diagnosis, badges, fork links and review forms come from the server
   // in one piece (the page's own template, ?part=body), so the page is what a reload shows,
   // with any event the socket missed. htmx swaps it in (and runs the scripts it brings, as
-  // the reviewer picker's); a label form being filled in is kept as it is (hx-preserve).
+  // the reviewer picker's); a label form being filled in is put back as it was.
   function showEnded() {
-    if (ended || !window.htmx) return ended;
+    if (ended) return ended;
+    if (!window.htmx) { // htmx loads deferred: the status came first
+      document.addEventListener("DOMContentLoaded", showEnded, { once: true });
+      return null;
+    }
     const url = new URL(location.pathname, location.href);
     url.searchParams.set("part", "body");
     const kept = Array.from(document.querySelectorAll("#events .review-slot:has(details[open])"));
-    for (const slot of kept) slot.setAttribute("hx-preserve", "");
     ended = window.htmx
       .ajax("GET", url.pathname + url.search, { source: root, target: "#run-page", swap: "outerHTML" })
       .then(() => {
-        for (const slot of kept) slot.removeAttribute("hx-preserve");
+        for (const slot of kept) {
+          const twin = document.getElementById(slot.id);
+          if (twin && twin !== slot) twin.replaceWith(slot);
+        }
         absolutise(document);
       });
     return ended;
@@ -108,8 +115,9 @@
   absolutise(document);
   window.tau2Run = {
     get lastSeq() { return lastSeq; },
-    // Settles once an ended run's body is in (at once when the page was loaded ended).
-    get ended() { return final ? ended || Promise.resolve() : null; },
+    // Settles once an ended run's body is in (at once when the page was loaded ended);
+    // null until the page asked for it.
+    get ended() { return loadedEnded ? Promise.resolve() : ended; },
   };
   // A reopened socket asks for what came after lastSeq (no gap) and show() skips any
   // seq it has shown already (no duplicate).

@@ -4,16 +4,23 @@ from __future__ import annotations
 
 import re
 
-# What legitimately differs between two renderings of one page: the CSRF token is masked
-# afresh for each response.
-_CSRF = re.compile(r'(name="csrfmiddlewaretoken" value=")[^"]*(")')
+# What legitimately differs between two renderings of one page: the CSRF token, masked
+# afresh for each response (and absent from what the socket renders: htmx sends the page's
+# own, from <body hx-headers>); while the run goes on, the elapsed seconds the page ticks and
+# the white space between elements (a message added live has none around it; none is shown).
+_CSRF = re.compile(r'<input type="hidden" name="csrfmiddlewaretoken" value="[^"]*">')
+_ELAPSED = re.compile(r'(class="elapsed">)\d+ s(<)')
+_BETWEEN = re.compile(r">\s+<")
 
 
-def run_body_html(page) -> str:
+def run_body_html(page, *, running: bool = False) -> str:
     """The run page's body (``#run-page``: header, status, diagnosis, messages and their
-    controls) as the browser holds it now, with the CSRF tokens blanked."""
-    html = page.locator("#run-page").evaluate("el => el.outerHTML")
-    return _CSRF.sub(r"\1\2", html)
+    controls) as the browser holds it now, without its CSRF tokens (and, ``running``, its
+    elapsed time and the white space between elements)."""
+    html = _CSRF.sub("", page.locator("#run-page").evaluate("el => el.outerHTML"))
+    if not running:
+        return html
+    return _BETWEEN.sub("><", _ELAPSED.sub(r"\1… s\2", html))
 
 
 def wait_until_ended_live(page) -> None:
