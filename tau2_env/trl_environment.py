@@ -175,9 +175,16 @@ class Tau2Environment:
         if self._started and not self._done:
             try:
                 self._call(agent_session.DONE, {})
-            except (ConnectionError, OSError, RuntimeError):
+            except ConnectionError:
                 return None
         return self._reward
+
+    @property
+    def verdict(self) -> dict[str, Any]:
+        """The ended conversation's verdict as the server gave it (``termination_reason``,
+        τ²'s ``reward_info`` when scored, ``error`` when not, ``messages``: the whole
+        conversation in τ²'s JSON); empty while it is open. A property, so not a tool."""
+        return dict(self._verdict)
 
     # ---------------------------------------------------------------- internals
 
@@ -263,7 +270,7 @@ def _refusal(exc: BaseException) -> str:
     if response is not None:
         try:
             return str(response.json()["error"]["message"])
-        except Exception:  # noqa: S110 - no JSON error: say the status instead
+        except Exception:  # no JSON error in it: its status, then
             return f"HTTP {response.status_code}"
     return str(exc) or type(exc).__name__
 

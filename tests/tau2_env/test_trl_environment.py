@@ -266,6 +266,8 @@ def test_the_environment_plays_a_golden_episode_to_reward_1(
     assert GOLD_USER in results[0] and "Certificate" in results[1]
     assert said == "Thanks, that's all. ###STOP###"
     assert trainer_env.get_reward() == 1.0
+    verdict = trainer_env.verdict
+    assert verdict["termination_reason"] == "user_stop" and verdict["reward_info"]["reward"] == 1.0
     assert {r.token for r in llm_server.chat_requests()} == {ALICE_TOKEN}  # the key's owner's
     (run,) = agent_runs_of(alice)
     assert (run.status, run.reward, run.provenance["task_id"]) == ("completed", 1.0, "27")
@@ -293,6 +295,7 @@ def test_get_reward_without_done_ends_the_conversation_and_returns_taus_reward(
     reward = trainer_env.get_reward()  # the model stopped: no respond_to_user, no done
 
     assert reward == 1.0  # τ²'s: the database is as expected, nothing to communicate
+    assert trainer_env.verdict["termination_reason"] == "agent_stop"
     (run,) = agent_runs_of(alice)
     assert (run.status, run.reward) == ("completed", 1.0)
     assert run.termination_reason == "agent_stop"
