@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -46,7 +46,7 @@ class RunFilters:
     reward: str = ""  # "1" (solved), "0" (not solved), "none" (no score)
     critical: str = ""  # "1": has a critical review label
     category: str = ""  # a ReviewLabel.Category, or "none" (no label at all)
-    kind: str = ""  # one of history_kinds(); empty: single runs
+    kind: str = ""  # one of history_kinds(); empty: every kind (the page says single)
     evaluation: str = ""  # an evaluation's id: its runs, one row each
 
     @classmethod
@@ -56,12 +56,20 @@ class RunFilters:
     def as_query(self) -> dict[str, str]:
         return {k: v for k, v in vars(self).items() if v}
 
+    def for_history(self) -> RunFilters:
+        """These filters as the history page reads them: single runs unless they say
+        another kind (or name an evaluation)."""
+        if self.kind:
+            return self
+        return replace(self, kind=EVALUATION if self.evaluation else SINGLE)
+
     @property
     def history_kind(self) -> str:
-        """The kind asked for, a known one (an unknown one reads as the default)."""
+        """The kind asked for: a known one, every kind when none is said (an
+        evaluation's when one is named), single runs for one it does not know."""
         kind = _KIND_ALIASES.get(self.kind, self.kind)
-        if self.evaluation and not kind:
-            return EVALUATION
+        if not kind:
+            return EVALUATION if self.evaluation else ALL
         return kind if kind in dict(history_kinds()) else SINGLE
 
     @property
@@ -78,8 +86,8 @@ class RunFilters:
 
 
 def run_list(*, filters: RunFilters) -> QuerySet[Run]:
-    """The team's runs, newest first, narrowed by ``filters`` (of its kind: single runs
-    unless it says another)."""
+    """The team's runs, newest first, narrowed by ``filters`` (of its kind: every kind
+    unless it says one; :meth:`RunFilters.for_history` says single runs)."""
     related = ["task", "created_by", *(r for g in run_groups() for r in g.related)]
     runs = (
         _narrowed(Run.objects.all(), filters=filters)

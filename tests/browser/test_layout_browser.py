@@ -33,9 +33,10 @@ KNOWN: dict[tuple[str, int], str] = {
     **{("play session", w): _ID_IN_TITLE for w in WIDTHS},
 }
 
-# For each text node in a table cell, a term, a label, a button, a chip or a heading, every word (a run of letters and digits
-# without a space or a separator: _ - | / . : , [ ] ( ) # $ = …) whose characters do not
-# all sit on one line: a word broken between two of its letters.
+# For each text node in a table cell, a term, a label, a button, a chip or a heading,
+# every word (a run of letters and digits without a space or a separator: _ - | / . : ,
+# [ ] ( ) # $ = …) whose characters do not all sit on one line: a word broken between two
+# of its letters.
 BROKEN_WORDS = r"""() => {
   const broken = [];
   const cells = document.querySelectorAll(

@@ -12,6 +12,7 @@ import pytest
 
 from apps.races.models import Race, RaceLane
 from apps.runs.models import Run
+from apps.runs.selectors import RunFilters, run_list
 from apps.runs.templatetags.wrapping import breakable
 from apps.tasks.models import Task
 from tau2_env import catalog
@@ -125,9 +126,21 @@ def test_race_agent_and_play_runs_each_have_their_kind(alice_client, history):
 
 def test_an_empty_kind_says_what_it_lacks(bob_client):
     _, body = _listed(bob_client, kind="race")
-    assert "No race runs yet" in body
+    assert "No race runs yet." in body
     _, body = _listed(bob_client, kind="evaluation")
-    assert "No evaluation runs yet" in body
+    assert "No evaluation runs yet." in body
+    _, body = _listed(bob_client)
+    assert "No single runs yet." in body
+    _, body = _listed(bob_client, kind="play", person="alice")
+    assert "No play sessions yet with these filters." in body
+
+
+def test_compare_and_other_readers_of_the_filters_see_every_kind(alice_client, history):
+    """Only the history page defaults to single runs: compare holds a play session and an
+    agent's episode beside a run, and RunFilters() is every kind."""
+    ids = f"{history['session'].pk},{history['agent'].pk},{history['single'].pk}"
+    assert alice_client.get(f"/runs/compare/?ids={ids}").status_code == 200
+    assert run_list(filters=RunFilters()).count() == Run.objects.count()
 
 
 def test_long_ids_may_wrap_after_their_separators_only():

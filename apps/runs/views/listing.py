@@ -17,7 +17,7 @@ from apps.runs.views.history import ids_of
 def run_list(request):
     if not can_view_runs(request.user):
         return redirect(signin_url(next_url=request.get_full_path(), reason="runs"))
-    filters = RunFilters.from_params(request.GET)
+    filters = RunFilters.from_params(request.GET).for_history()
     if filters.grouped:
         rows = selectors.run_evaluation_groups(filters=filters)
     else:
@@ -33,6 +33,7 @@ def run_list(request):
             "groups": selectors.evaluation_runs_of(page.object_list) if filters.grouped else (),
             "filters": filters,
             "query": urlencode(filters.as_query()),
+            "filtered": bool(filters.as_query().keys() - {"kind"}),
             "statuses": Run.Status.choices,
             "kinds": selectors.history_kinds(),
             "picked": picked,
