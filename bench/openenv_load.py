@@ -583,8 +583,9 @@ def measure(
         f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}"
     )
     rss_start = rss_mib(server.pid)
-    # Warm-up: the first session of a domain validates its database once.
-    asyncio.run(run_phase(url, server.pid, 1, 0.0, 1, serial=0))
+    # Warm-up: the first session of a domain validates its database once, in each process
+    # (sessions opened together land on different processes behind the router).
+    asyncio.run(run_phase(url, server.pid, 2 * processes, 0.0, 2 * processes, serial=0))
     phases = []
     for delay in delays:
         for n in counts:
