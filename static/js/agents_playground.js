@@ -18,6 +18,8 @@
   var toolsSection = document.getElementById("pg-tools");
   var toolForms = document.getElementById("pg-tool-forms");
   var frames = document.getElementById("pg-frames");
+  var conversation = document.getElementById("pg-conversation");
+  var result = document.getElementById("pg-result");
   var socket = null;
   var waiting = []; // resolvers of the frames sent, answered in order
   var busy = false;
@@ -39,6 +41,173 @@
     item.appendChild(el("span", { "class": "pg-dir" }, direction === "sent" ? "→ sent" : "← received"));
     item.appendChild(el("pre", {}, JSON.stringify(frame, null, 2)));
     frames.insertBefore(item, frames.firstChild);
+  }
+
+  // ------------------------------------------------------------------ the conversation
+  //
+  // Drawn as the run page draws one (templates/includes/run_event.html's markup and the
+  // site's classes): the customer's and the agent's messages, each tool call and its
+  // result. While it goes, from what each frame says; once over, from τ²'s own messages.
+
+  // τ²'s control words that end a conversation, as the run page words them
+  // (apps.runs.presenters.STOP_MARKERS): shown as a line, not as text.
+  var STOP_MARKERS = {
+    "###STOP###": "ended the conversation",
+    "###TRANSFER###": "asked for a transfer to a human agent",
+    "###OUT-OF-SCOPE###": "ended the conversation: out of scope",
+  };
+
+  function bubble(kind, text) {
+    var event = el("div", { "class": "event event-" + kind, "data-testid": "pg-event", "data-kind": kind });
+    var ended = "";
+    text = String(text);
+    Object.keys(STOP_MARKERS).forEach(function (marker) {
+      if (text.indexOf(marker) >= 0) {
+        ended = ended || STOP_MARKERS[marker];
+        text = text.split(marker).join("").trim();
+      }
+    });
+    if (text) {
+      var box = el("div", { "class": "bubble " + kind });
+      box.appendChild(el("div", { "class": "who" }, kind === "customer" ? "Customer" : "Agent"));
+      var prose = el("div", { "class": "prose" });
+      text.split(/\n{2,}/).forEach(function (part) { prose.appendChild(el("p", {}, part)); });
+      box.appendChild(prose);
+      event.appendChild(box);
+    }
+    if (ended) {
+      var line = el("p", { "class": "stop-marker", "data-testid": "stop-marker" });
+      line.appendChild(el("span", { "class": "stop-icon", "aria-hidden": "true" }));
+      line.appendChild(document.createTextNode((kind === "customer" ? "The customer " : "The agent ") + ended));
+      event.appendChild(line);
+    }
+    return event;
+  }
+
+  function toolRow(kind, label, name, body, error) {
+    var phone = kind === "customer" || kind === "customer_tool_result";
+    var row = el("details", {
+      "class": "tool-row" + (label === "call" ? "" : " result") + (phone ? " phone" : ""),
+      "data-testid": label === "call" ? "pg-tool-call" : "pg-tool-result",
+    });
+    var summary = el("summary");
+    var chip = label === "call"
+      ? el("span", { "class": "chip " + (phone ? "user" : "basis") }, phone ? "phone tool" : "tool call")
+      : el("span", { "class": "chip " + (error ? "write" : "read") }, error ? "tool error" : "result");
+    summary.appendChild(chip);
+    summary.appendChild(document.createTextNode(" "));
+    if (name) summary.appendChild(el("code", {}, name));
+    else summary.appendChild(el("span", { "class": "muted" }, body.length > 120 ? body.slice(0, 119) + "…" : body));
+    row.appendChild(summary);
+    row.appendChild(el("pre", { "class": "args" }, body));
+    return row;
+  }
+
+  function add(node) {
+    conversation.appendChild(node);
+    conversation.hidden = false;
+  }
+
+  function addCall(name, args, output, error) {
+    var event = el("div", { "class": "event event-agent", "data-testid": "pg-event", "data-kind": "agent" });
+    event.appendChild(toolRow("agent", "call", name, JSON.stringify(args, null, 2)));
+    add(event);
+    var answer = el("div", { "class": "event event-tool_result", "data-testid": "pg-event", "data-kind": "tool_result" });
+    answer.appendChild(toolRow("tool_result", "result", "", output, error));
+    add(answer);
+  }
+
+  function text(value) {
+    if (value === null || value === undefined) return "";
+    return typeof value === "string" ? value : JSON.stringify(value, null, 2);
+  }
+
+  // τ²'s messages (metadata.messages of the final observation), as the run page shows them.
+  function drawMessages(messages) {
+    conversation.replaceChildren();
+    messages.forEach(function (m) {
+      if (m.role === "tool") {
+        var kind = m.requestor === "user" ? "customer_tool_result" : "tool_result";
+        var event = el("div", { "class": "event event-" + kind + (m.error ? " event-error" : ""), "data-testid": "pg-event", "data-kind": kind });
+        event.appendChild(toolRow(kind, "result", "", text(m.content), m.error));
+        add(event);
+        return;
+      }
+      var who = m.role === "user" ? "customer" : "agent";
+      var node = m.content ? bubble(who, m.content) : el("div", { "class": "event event-" + who, "data-testid": "pg-event", "data-kind": who });
+      (m.tool_calls || []).forEach(function (call) {
+        node.appendChild(toolRow(who, "call", call.name, JSON.stringify(call.arguments, null, 2)));
+      });
+      add(node);
+    });
+  }
+
+  // τ²'s reward and its breakdown, as templates/includes/reward.html shows them.
+  // The met / not met mark of templates/includes/check.html (inline SVG, not an emoji).
+  var SVG = "http://www.w3.org/2000/svg";
+  function check(ok) {
+    var svg = document.createElementNS(SVG, "svg");
+    var attrs = { "class": "check " + (ok ? "met" : "unmet"), viewBox: "0 0 16 16", width: "16", height: "16",
+      role: "img", "aria-label": ok ? "met" : "not met", "data-testid": ok ? "check-met" : "check-unmet" };
+    Object.keys(attrs).forEach(function (name) { svg.setAttribute(name, attrs[name]); });
+    var path = document.createElementNS(SVG, "path");
+    path.setAttribute("d", ok ? "M3 8.5l3.2 3.2L13 4.8" : "M4 4l8 8M12 4l-8 8");
+    svg.appendChild(path);
+    return svg;
+  }
+
+  function checks(title, items, describe) {
+    if (!items || !items.length) return;
+    result.appendChild(el("h3", {}, title));
+    var list = el("ul", { "class": "checks" });
+    items.forEach(function (c) {
+      var parts = describe(c);
+      var li = el("li");
+      li.appendChild(check(parts[0]));
+      li.appendChild(document.createTextNode(" "));
+      li.appendChild(el("code", {}, parts[1]));
+      if (parts[2]) li.appendChild(el("span", { "class": "muted" }, " — " + parts[2]));
+      list.appendChild(li);
+    });
+    result.appendChild(list);
+  }
+
+  function drawResult(reward, info, error) {
+    result.replaceChildren();
+    var head = el("h2", {}, "Reward ");
+    var scored = reward !== null && reward !== undefined;
+    head.appendChild(el("span", { "class": "reward " + (scored && reward >= 0.999 ? "pass" : "fail"), "data-testid": "pg-reward-value" }, scored ? Number(reward).toFixed(2) : "none"));
+    result.appendChild(head);
+    if (!info) {
+      result.appendChild(el("p", { "class": "muted" }, error ? "Not scored: " + error : "τ² gave no breakdown."));
+      result.hidden = false;
+      return;
+    }
+    result.appendChild(el("p", { "class": "muted" }, "Basis: " + ((info.reward_basis || []).join(", ") || "—") +
+      ". τ²-bench multiplies one factor per component of the basis."));
+    var breakdown = el("ul", { "class": "breakdown", "data-testid": "pg-breakdown" });
+    Object.keys(info.reward_breakdown || {}).forEach(function (name) {
+      var li = el("li");
+      li.appendChild(el("code", {}, name));
+      li.appendChild(document.createTextNode(" " + Number(info.reward_breakdown[name]).toFixed(2)));
+      breakdown.appendChild(li);
+    });
+    result.appendChild(breakdown);
+    if (info.db_check) {
+      result.appendChild(el("h3", {}, "Database check"));
+      var db = el("p");
+      db.appendChild(check(info.db_check.db_match));
+      db.appendChild(document.createTextNode(info.db_check.db_match
+        ? " The final database matches the expected one." : " The final database differs from the expected one."));
+      result.appendChild(db);
+    }
+    checks("Environment assertions", info.env_assertions, function (c) {
+      return [c.met, c.env_assertion.env_type + "." + c.env_assertion.func_name];
+    });
+    checks("Must-tell checks", info.communicate_checks, function (c) { return [c.met, c.info, c.justification]; });
+    checks("Natural-language assertions", info.nl_assertions, function (c) { return [c.met, c.nl_assertion, c.justification]; });
+    checks("Expected actions", info.action_checks, function (c) { return [c.action_match, c.action.name]; });
+    result.hidden = false;
   }
 
   // ------------------------------------------------------------------ the socket
@@ -112,6 +281,9 @@
     rewardLine.textContent = "Episode over — reward: " +
       (reward === null || reward === undefined ? "none" + (error ? " (" + error + ")" : "") : reward);
     rewardLine.hidden = false;
+    var meta = (observation.observation && observation.observation.metadata) || {};
+    if (meta.messages) drawMessages(meta.messages);
+    drawResult(reward, meta.reward_info, error);
     toolForms.querySelectorAll("button").forEach(function (b) { b.disabled = true; });
   }
 
@@ -125,6 +297,8 @@
     if (seed) data.seed = parseInt(seed, 10);
     busy = true;
     rewardLine.hidden = true;
+    result.hidden = true;
+    conversation.replaceChildren();
     say("Starting the episode: the customer is writing their first message…");
     send({ type: "reset", data: data }).then(function (frame) {
       var problem = errorOf(frame);
@@ -132,6 +306,7 @@
       var meta = frame.data.observation.metadata || {};
       say("Task " + meta.task_id + " (" + meta.domain + ", " + meta.split + ") — customer: " +
         (meta.user_message || "…"));
+      if (meta.user_message) add(bubble("customer", meta.user_message));
       policy.querySelector("pre").textContent = meta.policy || "";
       policy.hidden = !meta.policy;
       showReward(frame.data);
@@ -211,6 +386,12 @@
         var output = observation.data !== undefined && observation.data !== null
           ? observation.data : (observation.error && observation.error.message) || "";
         say(name + ": " + (typeof output === "string" ? output : JSON.stringify(output)));
+        if (name === "respond_to_user") {
+          add(bubble("agent", args.message || ""));
+          if (output) add(bubble("customer", text(output)));
+        } else if (name !== "done") {
+          addCall(name, args, text(output), Boolean(observation.error));
+        }
         showReward(frame.data);
       })
       .catch(function () { /* the close handler said why */ })

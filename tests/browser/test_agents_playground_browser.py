@@ -1,6 +1,7 @@
 """The OpenEnv playground in Chromium at 400 px: alice resets airline task 27, calls a read
 tool and a write from forms built from their schemas, sees the raw frames, talks to the
-customer with respond_to_user and ends with done — the reward is shown. The socket runs
+customer with respond_to_user and ends with done — the conversation is drawn as it
+goes and τ²'s reward with its breakdown at the end, as on a run page. The socket runs
 on her own session: no token in the page."""
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ def test_alice_plays_an_episode_by_hand_to_its_reward_at_400_px(page, alice, bas
     page.get_by_test_id("pg-reset").click()
     expect(status).to_contain_text(GOLD_USER, timeout=SLOW)
     expect(page.get_by_test_id("pg-tool-get_user_details")).to_be_visible(timeout=SLOW)
+    talk = page.get_by_test_id("pg-conversation")
+    expect(talk.locator(".bubble.customer").first).to_contain_text(GOLD_USER)
     expect(frames).to_contain_text('"type": "reset"')
     expect(frames).to_contain_text('"type": "list_tools"')
 
@@ -63,13 +66,37 @@ def test_alice_plays_an_episode_by_hand_to_its_reward_at_400_px(page, alice, bas
     expect(frames.get_by_test_id("pg-frame").first).to_contain_text("Certificate", timeout=SLOW)
     expect(frames).to_contain_text('"amount": 150')  # a number, as the schema says
 
+    # Each call is in the conversation as the run page shows one: the call, its result.
+    expect(talk.get_by_test_id("pg-tool-call")).to_have_count(2)
+    expect(talk.get_by_test_id("pg-tool-call").last).to_contain_text("send_certificate")
+    expect(talk.get_by_test_id("pg-tool-result").last).to_contain_text("Certificate")
+
     call(page, "respond_to_user", message="Is there anything else I can do?")
     expect(status).to_contain_text("respond_to_user: Hi, my flight", timeout=SLOW)
+    expect(talk.locator(".bubble.agent").last).to_have_text(
+        re.compile("Is there anything else I can do?")
+    )
+    expect(talk.locator(".bubble.customer").last).to_contain_text("Hi, my flight")
 
     call(page, "done")
     expect(page.get_by_test_id("pg-reward")).to_have_text(
         re.compile(r"Episode over — reward: 1(\.0)?$"), timeout=SLOW
     )
+    # τ²'s verdict broken down as the run page shows it, and τ²'s own messages drawn.
+    verdict = page.get_by_test_id("pg-result")
+    expect(verdict).to_be_visible()
+    expect(verdict.get_by_test_id("pg-reward-value")).to_have_text("1.00")
+    expect(verdict.get_by_test_id("pg-breakdown")).to_contain_text("DB 1.00")
+    expect(verdict).to_contain_text("The final database matches the expected one.")
+    expect(verdict.get_by_test_id("check-met").first).to_be_visible()
+    expect(verdict.get_by_test_id("check-unmet")).to_have_count(0)
+    expect(talk.get_by_test_id("pg-tool-call")).to_have_count(2)
+    kinds = talk.get_by_test_id("pg-event").evaluate_all("els => els.map(e => e.dataset.kind)")
+    assert kinds[:2] == ["agent", "customer"]  # τ²'s greeting, then the customer
+    assert kinds.count("tool_result") == 2
+    # τ²'s stop words are a line, as on the run page, never text.
+    expect(talk.get_by_test_id("stop-marker").first).to_be_visible()
+    assert "###STOP###" not in talk.inner_text()
     assert {r.token for r in llm_server.chat_requests()} == {ALICE_TOKEN}
     assert ALICE_TOKEN not in page.content()
     assert page.evaluate("document.documentElement.scrollWidth") <= 400
