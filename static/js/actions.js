@@ -71,11 +71,12 @@
   }
 
   document.addEventListener("click", (event) => {
-    const button = event.target.closest("[data-copy]");
+    // The contract names the element by id ("#snippet"); other values are a page's own.
+    const button = event.target.closest('[data-copy^="#"]');
     if (!button) return;
-    event.preventDefault();
-    const element = document.querySelector(button.dataset.copy);
+    const element = document.getElementById(button.dataset.copy.slice(1));
     if (!element) return;
+    event.preventDefault();
     copy(textOf(element), element).then(
       () => say(button, "Copied"),
       () => {
