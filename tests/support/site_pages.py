@@ -80,7 +80,7 @@ class Site:
             SitePage("new evaluation", "/evaluations/new/"),
             SitePage("compare evaluations", f"/evaluations/compare/?ids={a},{b}"),
             SitePage("import evaluation", "/evaluations/import/"),
-            SitePage("leaderboard", "/leaderboard/?domain=telecom"),
+            SitePage("leaderboard", "/leaderboard/?domain=airline"),
             SitePage("submission", "/evaluations/submission/"),
             SitePage("models", "/models/"),
             SitePage("agents connect", "/agents/"),
@@ -102,6 +102,7 @@ def site_with_content(*, alice, llm) -> Site:
     from apps.races.models import Race, RaceLane
     from apps.runs.models import Run, RunEvent
     from apps.tasks.models import Task
+    from tau2_env import catalog
     from tests.support.connections import openai_compatible_connection
     from tests.support.evaluations import stored_evaluation
     from tests.support.scripts import refresh_agent_models
@@ -184,6 +185,14 @@ def site_with_content(*, alice, llm) -> Site:
         split="test",
         outcomes={LONG_TELECOM_IDS[0]: [1.0, 1.0], LONG_TELECOM_IDS[1]: [1.0, 0.0]},
         agent_model="Qwen/Qwen3-32B:cerebras",
+        user_model=CUSTOMER_MODEL,
+    )
+    # A whole split, so that the leaderboard and the submission page have a row.
+    airline = catalog.get_domain("airline").splits["test"]
+    stored_evaluation(
+        alice,
+        outcomes={t: [1.0, 0.0] for t in airline},
+        agent_model=LONG_MODEL,
         user_model=CUSTOMER_MODEL,
     )
     api_key_create(user=alice, name="k" * 100)
