@@ -97,3 +97,41 @@ def test_a_copy_button_copies_a_fields_value_or_an_elements_text_and_says_copied
     )
     # and it says so for a moment only
     expect(page.get_by_test_id("copy-key")).to_have_text("Copy", timeout=5000)
+
+
+HTMX_FORM = """
+const form = document.createElement("form");
+form.setAttribute("hx-post", "/runs/htmx-confirm-probe/");
+form.setAttribute("hx-swap", "none");
+form.dataset.confirm = "Delete this label?";
+const button = document.createElement("button");
+button.type = "submit"; button.textContent = "Delete"; button.dataset.testid = "delete-label";
+form.append(button);
+document.querySelector("main").append(form);
+htmx.process(form);
+"""
+
+
+def test_a_confirmed_htmx_form_is_sent_only_when_the_person_agrees(page, base_url):
+    page.goto("/tasks/")
+    page.wait_for_function("window.htmx !== undefined")
+    page.evaluate(HTMX_FORM)
+    sent: list[str] = []
+    page.on("request", lambda r: sent.append(r.url) if "htmx-confirm-probe" in r.url else None)
+
+    page.once("dialog", lambda dialog: dialog.dismiss())
+    page.get_by_test_id("delete-label").click()
+    page.wait_for_timeout(500)  # what htmx would have sent by now
+    assert sent == []
+
+    asked: list[str] = []
+
+    def agree(dialog):
+        asked.append(dialog.message)
+        dialog.accept()
+
+    page.once("dialog", agree)
+    with page.expect_request("**/runs/htmx-confirm-probe/"):
+        page.get_by_test_id("delete-label").click()
+    assert asked == ["Delete this label?"]
+    assert len(sent) == 1  # the declined click sent nothing, even later
