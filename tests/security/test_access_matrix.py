@@ -166,11 +166,15 @@ MATRIX: dict[str, dict[str, tuple[str, str, str]]] = {
     "connections/<int:pk>/test/": {"GET": (SIGNIN, "405", "405"), "POST": (SIGNIN, "404", "404")},
     # Datasets: cut from the team's runs, so for those who see runs; a push to the Hub is
     # its owner's only (the id given names nobody's push: 404). The download of every
-    # run: the work holds no finished run of the default mode, said in words (400).
+    # run: the work's evaluation has one finished run of the default mode (200).
     "datasets/": {"GET": (SIGNIN, "200", "200"), "POST": same("405")},
-    "datasets/download/": {"GET": (SIGNIN, "400", "400"), "POST": same("405")},
+    "datasets/download/": {"GET": (SIGNIN, "200", "200"), "POST": same("405")},
     "datasets/push/": {"GET": same("405"), "POST": (SIGNIN, "400", "400")},
     "datasets/pushes/<int:pk>/": {"GET": same("404"), "POST": same("405")},
+    # Training sessions: the team's, for those who see runs (the work holds none: 404).
+    "training/": {"GET": (SIGNIN, "200", "200"), "POST": same("405")},
+    "training/<int:pk>/": {"GET": (SIGNIN, "404", "404"), "POST": same("405")},
+    "training/<int:pk>/live/": {"GET": ("403", "404", "404"), "POST": same("405")},
     "auth/login/<str:backend>/": {"GET": same("405"), "POST": same("302 {provider}")},
     "auth/complete/<str:backend>/": {"GET": same("400"), "POST": same("400")},
     "auth/idp-launch/<str:backend>/": {"GET": same("404"), "POST": same("405")},
