@@ -7,52 +7,96 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
     dependencies = [
-        ('agents', '0002_key_max_sessions'),
-        ('runs', '0015_autoreview_claims'),
+        ("agents", "0002_key_max_sessions"),
+        ("runs", "0015_autoreview_claims"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='TrainingSession',
+            name="TrainingSession",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=100)),
-                ('splits', models.JSONField(blank=True, default=list)),
-                ('created_at', models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
-                ('last_episode_at', models.DateTimeField(blank=True, null=True)),
-                ('key', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='training_sessions', to='agents.apikey')),
-                ('owner', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='training_sessions', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=100)),
+                ("splits", models.JSONField(blank=True, default=list)),
+                (
+                    "created_at",
+                    models.DateTimeField(db_index=True, default=django.utils.timezone.now),
+                ),
+                ("last_episode_at", models.DateTimeField(blank=True, null=True)),
+                (
+                    "key",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="training_sessions",
+                        to="agents.apikey",
+                    ),
+                ),
+                (
+                    "owner",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="training_sessions",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-last_episode_at', '-id'],
+                "ordering": ["-last_episode_at", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='TrainingEpisode',
+            name="TrainingEpisode",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('domain', models.CharField(max_length=64)),
-                ('split', models.CharField(max_length=64)),
-                ('warned', models.BooleanField(default=False)),
-                ('created_at', models.DateTimeField(default=django.utils.timezone.now)),
-                ('run', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, related_name='training_episode', to='runs.run')),
-                ('session', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='episodes', to='training.trainingsession')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("domain", models.CharField(max_length=64)),
+                ("split", models.CharField(max_length=64)),
+                ("warned", models.BooleanField(default=False)),
+                ("created_at", models.DateTimeField(default=django.utils.timezone.now)),
+                (
+                    "run",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="training_episode",
+                        to="runs.run",
+                    ),
+                ),
+                (
+                    "session",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="episodes",
+                        to="training.trainingsession",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['session', 'run_id'],
+                "ordering": ["session", "run_id"],
             },
         ),
         migrations.AddConstraint(
-            model_name='trainingsession',
-            constraint=models.UniqueConstraint(fields=('key', 'name'), name='training_session_key_name'),
+            model_name="trainingsession",
+            constraint=models.UniqueConstraint(
+                fields=("key", "name"), name="training_session_key_name"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='trainingsession',
-            constraint=models.CheckConstraint(condition=models.Q(('name', ''), _negated=True), name='training_session_named'),
+            model_name="trainingsession",
+            constraint=models.CheckConstraint(
+                condition=models.Q(("name", ""), _negated=True), name="training_session_named"
+            ),
         ),
     ]
