@@ -20,19 +20,6 @@ pytestmark = [pytest.mark.browser]
 
 WIDTHS = (400, 800, 1400)
 
-# Pages whose templates another helper of this round owns, failing for a reason named
-# here: (page name, width) -> the reason. Strict: a page listed that holds fails the test,
-# so the entry goes once it is fixed.
-_ID_IN_TITLE = (
-    "issue 22 item 3: the task id in the page's <h1> breaks anywhere; it needs "
-    "{{ task_id|breakable }} (apps.runs.templatetags.wrapping) in the page's template"
-)
-KNOWN: dict[tuple[str, int], str] = {
-    **{("run page (run detail)", w): _ID_IN_TITLE for w in WIDTHS},
-    **{("fork page (run detail)", w): _ID_IN_TITLE for w in WIDTHS},
-    **{("play session", w): _ID_IN_TITLE for w in WIDTHS},
-}
-
 # For each text node in a table cell, a term, a label, a button, a chip or a heading,
 # every word (a run of letters and digits without a space or a separator: _ - | / . : ,
 # [ ] ( ) # $ = …) whose characters do not all sit on one line: a word broken between two
@@ -146,10 +133,7 @@ def test_every_page_holds_with_the_longest_task_ids_and_logs_no_error(
         problems += [f"console: {e}" for e in errors]
         if visit.who == "alice":
             readable_name(page, width)
-        known = KNOWN.get((visit.name, width))
-        if known and not problems:
-            failures[visit.name] = [f"holds now: take it out of KNOWN ({known})"]
-        elif problems and not known:
+        if problems:
             failures[f"{visit.name} ({visit.path[:60]})"] = problems
     assert not failures, f"at {width} px:\n" + "\n".join(
         f"{name}: {'; '.join(problems)}" for name, problems in failures.items()
