@@ -175,7 +175,7 @@ def test_alice_gives_a_trainers_key_a_cap_of_its_own_when_she_makes_it(
     assert (trainer.client, trainer.limit) == (f"key:{key.key_id}", 64)
     assert (shared.client, shared.limit) == (f"person:{alice.pk}", None)
     page = alice_client.get("/accounts/keys/").content.decode()
-    assert '<td data-testid="key-cap">64</td>' in page
+    assert 'data-testid="key-cap">64</td>' in page
     assert f"{settings.TAU2_SESSIONS_PER_CLIENT}, shared" in page
 
 
