@@ -50,6 +50,9 @@ DEFAULT_HF_ROUTER_URL = "https://router.huggingface.co/v1"
 # which ``tau2 run --max-errors`` defaults to), here without importing τ²: Django's
 # models default to it. tests/runs/test_run_settings.py checks the two agree.
 DEFAULT_MAX_ERRORS = 10
+# τ²'s own step limit (``tau2.config.DEFAULT_MAX_STEPS``, ``tau2 run --max-steps``'s
+# default), likewise: every run, race and evaluation defaults to it (apps.runs.defaults).
+DEFAULT_MAX_STEPS = 200
 # The largest body or WebSocket frame the agent faces read: far above any reset, step or
 # JSON-RPC call (tool arguments stop at 64 KB, tau2_env.arguments), far below memory.
 DEFAULT_AGENT_API_MAX_BODY_BYTES = 1024 * 1024

@@ -9,6 +9,7 @@ from django.urls import reverse
 
 from apps.connections.models import RunSides
 from apps.runs.models import MAX_TRIALS, Run
+from tau2_env.config import DEFAULT_MAX_STEPS
 
 
 class Evaluation(RunSides):
@@ -66,7 +67,7 @@ class Evaluation(RunSides):
     num_trials = models.PositiveSmallIntegerField(default=1)
     seed = models.BigIntegerField(default=300, help_text="As `tau2 run --seed`.")
     trial_seeds = models.JSONField(default=list, help_text="Each trial's seed, as τ² derives.")
-    max_steps = models.PositiveIntegerField(default=200)
+    max_steps = models.PositiveIntegerField(default=DEFAULT_MAX_STEPS)
     max_errors = models.PositiveIntegerField(default=10)
     concurrency = models.PositiveSmallIntegerField(default=8)
 

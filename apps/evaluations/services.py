@@ -49,6 +49,7 @@ from apps.runs.services import (
 from apps.tasks.models import Task
 from apps.tasks.selectors import catalogue_latest
 from tau2_env import catalog, config, engine
+from tau2_env.config import DEFAULT_MAX_STEPS
 from tau2_env.evaluation import DEFAULT_SEED, trial_seeds
 from tau2_env.llm_args import DEFAULT_AGENT_ARGS, DEFAULT_USER_ARGS
 
@@ -69,7 +70,7 @@ def evaluation_create(
     user_model: str | None = None,
     num_trials: int = 1,
     seed: int | None = DEFAULT_SEED,
-    max_steps: int = 200,
+    max_steps: int = DEFAULT_MAX_STEPS,
     max_errors: int = 10,
     concurrency: int = 8,
     name: str = "",

@@ -11,6 +11,7 @@ from django.db import models
 from django.urls import reverse
 
 from apps.connections.models import connection_field
+from tau2_env.config import DEFAULT_MAX_STEPS
 
 MIN_LANES, MAX_LANES = 2, 4
 
@@ -25,7 +26,7 @@ class Race(models.Model):
         help_text="Where the customer runs (empty: Hugging Face's router)."
     )
     seed = models.BigIntegerField(help_text="The seed every lane was given.")
-    max_steps = models.PositiveIntegerField(default=100)
+    max_steps = models.PositiveIntegerField(default=DEFAULT_MAX_STEPS)
     created_at = models.DateTimeField(auto_now_add=True, db_index=True)
 
     class Meta:

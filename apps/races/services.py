@@ -9,6 +9,7 @@ from apps.races.models import MAX_LANES, MIN_LANES, Race, RaceLane
 from apps.runs import services as run_services
 from apps.tasks.models import Task
 from tau2_env import config
+from tau2_env.config import DEFAULT_MAX_STEPS
 from tau2_env.evaluation import DEFAULT_SEED
 
 
@@ -36,7 +37,7 @@ def race_create(
     agent_models: list[str],
     agent_prices: list[tuple | None] | None = None,
     user_model: str | None = None,
-    max_steps: int = 100,
+    max_steps: int = DEFAULT_MAX_STEPS,
     seed: int | None = None,
     agent_connections: list | None = None,
     user_connection=None,

@@ -11,7 +11,7 @@ from django.db.models import Q
 from django.urls import reverse
 
 from apps.connections.models import RunSides
-from tau2_env.config import DEFAULT_MAX_ERRORS
+from tau2_env.config import DEFAULT_MAX_ERRORS, DEFAULT_MAX_STEPS
 
 # Trials of one task in an evaluation (``Run.trial`` is 0 … MAX_TRIALS - 1).
 MAX_TRIALS = 8
@@ -135,7 +135,7 @@ class Run(RunSides):
     # fields of apps.connections.models.RunSides.
     # The ablation the episode runs in (Run.Mode); its evaluation's mode.
     mode = models.CharField(max_length=16, choices=Mode.choices, default=Mode.DEFAULT)
-    max_steps = models.PositiveIntegerField(default=100)
+    max_steps = models.PositiveIntegerField(default=DEFAULT_MAX_STEPS)
     # τ²'s own limit of tool errors (``tau2 run --max-errors``), its default τ²'s.
     max_errors = models.PositiveIntegerField(default=DEFAULT_MAX_ERRORS)
     seed = models.BigIntegerField(

@@ -12,7 +12,7 @@ from apps.connections.routes import connection_value, prices_of, route_resolve, 
 from apps.inference.selectors import resolve_agent_model
 from apps.runs import queue
 from apps.runs.events import status_publish
-from apps.runs.models import DEFAULT_MAX_ERRORS, Run
+from apps.runs.models import DEFAULT_MAX_ERRORS, DEFAULT_MAX_STEPS, Run
 from apps.tasks.models import Task
 from apps.tasks.selectors import catalogue_latest
 from tau2_env import catalog, config
@@ -217,7 +217,7 @@ def run_create(
     task: Task,
     agent_model: str,
     user_model: str | None = None,
-    max_steps: int = 100,
+    max_steps: int = DEFAULT_MAX_STEPS,
     seed: int | None = None,
     agent_prices: tuple | None = None,
     trial: int = 0,

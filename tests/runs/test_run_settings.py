@@ -35,6 +35,26 @@ def test_the_error_limit_defaults_to_tau2s_own():
     assert Run._meta.get_field("max_errors").default == TAU2_DEFAULT
 
 
+def test_every_step_limit_defaults_to_tau2s_own():
+    """Runs, races, evaluations and their services start where ``tau2 run`` does, as
+    every form does (apps.runs.defaults)."""
+    import inspect
+
+    from tau2.config import DEFAULT_MAX_STEPS as TAU2_DEFAULT
+
+    from apps.evaluations.models import Evaluation
+    from apps.evaluations.services import evaluation_create
+    from apps.races.models import Race
+    from apps.races.services import race_create
+    from apps.runs import defaults
+
+    assert defaults.MAX_STEPS == TAU2_DEFAULT
+    for model in (Run, Race, Evaluation):
+        assert model._meta.get_field("max_steps").default == TAU2_DEFAULT, model
+    for service in (run_create, race_create, evaluation_create):
+        assert inspect.signature(service).parameters["max_steps"].default == TAU2_DEFAULT
+
+
 @pytest.mark.django_db
 def test_a_new_run_keeps_its_settings_in_columns(alice, task):
     run = run_create(
