@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from http.server import ThreadingHTTPServer
 from typing import Any
 
-from tests.support.scripted_http import JSONHandler
+from tests.support.scripted_http import JSONHandler, LocalServer
 
 NAMESPACE = "alice-hf"
 
@@ -42,7 +42,7 @@ class HubRequest:
 
 
 @dataclass
-class HubServer:
+class HubServer(LocalServer):
     tokens: set[str] = field(default_factory=set)
     namespace: str = NAMESPACE
     refuse_with: int | None = None
@@ -52,22 +52,14 @@ class HubServer:
     _server: ThreadingHTTPServer | None = None
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
+    thread_name = "hub"
+
     @property
     def url(self) -> str:
-        assert self._server is not None, "server not started"
-        return f"http://127.0.0.1:{self._server.server_address[1]}"
+        return f"http://127.0.0.1:{self.port}"
 
-    def start(self) -> HubServer:
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, name="hub", daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
-            self._server = None
+    def _handler(self) -> type[JSONHandler]:
+        return _handler(self)
 
     def reset(self) -> None:
         with self._lock:

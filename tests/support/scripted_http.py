@@ -1,6 +1,6 @@
-"""What every scripted provider server of the tests shares: a threaded HTTP server on a
-free local port, a script of replies (or a responder that decides), the requests it
-received, and a quiet JSON request handler.
+"""What every local stand-in server of the tests shares: a threaded HTTP server on a
+free local port (:class:`LocalServer`), a script of replies (or a responder that
+decides), the requests it received, and a quiet JSON request handler.
 
 :mod:`tests.support.llm_server` (OpenAI-compatible, HF router) and
 :mod:`tests.support.anthropic_server` (Anthropic's Messages API) speak their providers'
@@ -16,29 +16,19 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Generic, TypeVar
 
-__all__ = ["JSONHandler", "ScriptedServer"]
+__all__ = ["JSONHandler", "LocalServer", "ScriptedServer"]
 
 R = TypeVar("R")  # a scripted reply
 Q = TypeVar("Q")  # a recorded request
 
 
-class ScriptedServer(Generic[R, Q]):
-    """A server answering from :attr:`script` in order, or from :attr:`responder` when set
-    (it may return a ``str`` or a reply). With neither, :meth:`_no_reply` answers — an
-    error, so a test never silently gets an answer it did not plan.
+class LocalServer:
+    """A threaded HTTP server on ``127.0.0.1:<free port>``, served from a daemon thread:
+    :meth:`start`, :meth:`stop`, :attr:`port`. A subclass gives :meth:`_handler` (the
+    request handler class) and sets ``self._server = None`` before starting."""
 
-    Subclasses give :meth:`_handler` (the request handler class), :meth:`_as_reply` (a
-    ``str`` made a reply) and :meth:`_no_reply`.
-    """
-
-    thread_name = "scripted-server"
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.script: deque[R | str] = deque()
-        self.responder: Callable[[Q], R | str] | None = None
-        self.requests: list[Q] = []
-        self._server: ThreadingHTTPServer | None = None
+    thread_name = "local-server"
+    _server: ThreadingHTTPServer | None
 
     @property
     def port(self) -> int:
@@ -59,6 +49,28 @@ class ScriptedServer(Generic[R, Q]):
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        raise NotImplementedError
+
+
+class ScriptedServer(LocalServer, Generic[R, Q]):
+    """A server answering from :attr:`script` in order, or from :attr:`responder` when set
+    (it may return a ``str`` or a reply). With neither, :meth:`_no_reply` answers — an
+    error, so a test never silently gets an answer it did not plan.
+
+    Subclasses give :meth:`_handler` (the request handler class), :meth:`_as_reply` (a
+    ``str`` made a reply) and :meth:`_no_reply`.
+    """
+
+    thread_name = "scripted-server"
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.script: deque[R | str] = deque()
+        self.responder: Callable[[Q], R | str] | None = None
+        self.requests: list[Q] = []
+        self._server: ThreadingHTTPServer | None = None
 
     def reset(self) -> None:
         """Forget the script, the responder and the recorded requests."""
@@ -89,9 +101,6 @@ class ScriptedServer(Generic[R, Q]):
         return self._as_reply(reply) if isinstance(reply, str) else reply
 
     # ------------------------------------------------------- for subclasses
-
-    def _handler(self) -> type[BaseHTTPRequestHandler]:
-        raise NotImplementedError
 
     def _as_reply(self, content: str) -> R:
         raise NotImplementedError
