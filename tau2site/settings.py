@@ -316,6 +316,9 @@ SOCIAL_AUTH_HUGGINGFACE_KEY = envstr("OAUTH_CLIENT_ID") or envstr("SOCIAL_AUTH_H
 SOCIAL_AUTH_HUGGINGFACE_SECRET = envstr("OAUTH_CLIENT_SECRET") or envstr(
     "SOCIAL_AUTH_HUGGINGFACE_SECRET"
 )
+# true: sign-in also asks for write-repos and manage-repos, which pushing a dataset to the
+# Hub on a person's own token needs (apps.datasets); the OAuth app must allow them.
+TAU2_HF_SIGNIN_WRITE_REPOS = envbool("TAU2_HF_SIGNIN_WRITE_REPOS", False)
 AUTHENTICATION_BACKENDS = [
     "apps.accounts.backends.HuggingFaceOAuth2",
     "django.contrib.auth.backends.ModelBackend",

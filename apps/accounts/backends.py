@@ -20,6 +20,8 @@ from apps.accounts.models import INFERENCE_SCOPE
 from apps.accounts.selectors import signin_missing_settings
 
 SCOPES = ["openid", "profile", INFERENCE_SCOPE]
+# What pushing a dataset repository on the person's own token needs (TAU2_HF_SIGNIN_WRITE_REPOS).
+WRITE_SCOPES = ["write-repos", "manage-repos"]
 
 _discovery: dict[str, dict[str, Any]] = {}
 _discovery_lock = threading.Lock()
@@ -41,6 +43,14 @@ class HuggingFaceOAuth2(BaseOAuth2PKCE):
         ("name", "name"),
         ("picture", "picture"),
     ]
+
+    def get_scope(self) -> list[str]:
+        """The scopes sign-in asks for: always the inference ones, with
+        ``TAU2_HF_SIGNIN_WRITE_REPOS`` also the Hub's repository writes (dataset pushes)."""
+        scope = list(super().get_scope())
+        if settings.TAU2_HF_SIGNIN_WRITE_REPOS:
+            scope += [s for s in WRITE_SCOPES if s not in scope]
+        return scope
 
     # --- endpoints --------------------------------------------------------------------
     def provider_url(self) -> str:

@@ -209,7 +209,8 @@ def _hub_refusal(exc: HfHubHTTPError, *, token: str) -> str:
             f"The Hub refused your token (HTTP {status}): your Hugging Face sign-in does not "
             "let this app create or write dataset repositories, or the repository belongs "
             "to someone else. Sign in with Hugging Face again, allowing it to write "
-            "repositories, or pick a repository of your own."
+            "repositories (the server asks for that with TAU2_HF_SIGNIN_WRITE_REPOS=true), "
+            "or pick a repository of your own."
         )
     said = str(exc).splitlines()[0] if str(exc) else ""
     if token:

@@ -41,6 +41,19 @@ def test_the_dance_uses_pkce_s256_state_and_basic_client_auth(client, fake_hf):
     assert fake_hf.token_requests == [{"grant_type": "authorization_code", "has_basic": True}]
 
 
+def test_a_server_that_pushes_datasets_asks_for_repository_writes_too(client, fake_hf, settings):
+    settings.TAU2_HF_SIGNIN_WRITE_REPOS = True
+    sign_in(client, fake_hf, ALICE)
+    (authorize,) = fake_hf.authorize_requests
+    assert authorize["scope"].split() == [
+        "openid",
+        "profile",
+        "inference-api",
+        "write-repos",
+        "manage-repos",
+    ]
+
+
 def test_alice_gets_a_user_with_her_profile_and_a_vault_entry(client, fake_hf):
     sign_in(client, fake_hf, ALICE)
     alice = User.objects.get(username="alice")
