@@ -124,6 +124,16 @@ def test_race_agent_and_play_runs_each_have_their_kind(alice_client, history):
     assert f'data-testid="of-race" href="/races/{race.pk}/"' in body
 
 
+def test_an_evaluation_run_and_a_lane_link_back_from_their_own_pages(alice_client, history):
+    run = history["evaluation"].runs.order_by("-pk").first()
+    body = alice_client.get(f"/runs/{run.pk}/").content.decode()
+    link = f'href="/evaluations/{run.evaluation_id}/" data-testid="evaluation-of-run"'
+    assert link in body and f"trial {run.trial} of evaluation #{run.evaluation_id}" in body
+    lane_page = alice_client.get(f"/runs/{history['lane'].pk}/").content.decode()
+    assert 'data-testid="race-of-run"' in lane_page
+    assert 'data-testid="evaluation-of-run"' not in lane_page
+
+
 def test_an_empty_kind_says_what_it_lacks(bob_client):
     _, body = _listed(bob_client, kind="race")
     assert "No race runs yet." in body
