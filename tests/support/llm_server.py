@@ -95,6 +95,13 @@ class Reply:
     # completion tokens it took (included in ``usage``'s completion tokens).
     reasoning: str | None = None
     reasoning_tokens: int = 0
+    # An answer's exact JSON body, sent as it is (see :func:`answer`).
+    body: str | None = None
+
+
+def answer(body: str) -> Reply:
+    """Answer the chat call with exactly this JSON body (status 200)."""
+    return Reply(body=body)
 
 
 def text(
@@ -150,6 +157,7 @@ class RecordedRequest:
     headers: dict[str, str]
     body: dict[str, Any]
     received_at: float = field(default_factory=time.monotonic)
+    raw: bytes = field(default=b"", repr=False)  # the body's bytes as received
 
     @property
     def authorization(self) -> str | None:
@@ -334,8 +342,9 @@ def _make_handler(llm: ScriptedLLM) -> type[JSONHandler]:
                 self._send_json(404, {"error": {"message": f"no route {self.path}"}})
 
         def do_POST(self) -> None:  # noqa: N802 - http.server's naming
-            body = self._parsed(self._read_raw())
-            request = RecordedRequest("POST", self.path, dict(self.headers.items()), body)
+            raw = self._read_raw()
+            body = self._parsed(raw)
+            request = RecordedRequest("POST", self.path, dict(self.headers.items()), body, raw=raw)
             llm._record(request)
             if not self.path.split("?")[0].endswith("/chat/completions"):
                 self._send_json(404, {"error": {"message": f"no route {self.path}"}})
@@ -366,6 +375,9 @@ def _make_handler(llm: ScriptedLLM) -> type[JSONHandler]:
                 self.wfile.write(b"data: [DONE]\n\n")
                 self.wfile.flush()
                 self.close_connection = True
+                return
+            if reply.body is not None:
+                self._send(200, reply.body.encode(), "application/json")
                 return
             self._send_json(200, _completion_body(reply, model))
 
