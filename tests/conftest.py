@@ -113,9 +113,34 @@ def _delete_people_and_runs() -> None:
     from django.apps import apps
     from django.contrib.auth import get_user_model
 
+    _let_workers_go()
     for label in ("evaluations.Evaluation", "runs.Run", "runs.RunEvent"):
         apps.get_model(label).objects.all().delete()
     get_user_model().objects.all().delete()
+
+
+# How long a worker may take to let go of a run it is playing once asked to stop (it
+# checks between hops; the scripted LLM answers at once).
+_LET_GO_S = 15.0
+
+
+def _let_workers_go() -> None:
+    """No worker may be writing a run's events while the runs are deleted (a test that
+    queued a run and did not wait for it, with the session's Celery worker taking any):
+    stop every model run from being claimed, ask those a worker holds to stop, and wait
+    until they are over. A run's events written during the delete broke its foreign key."""
+    import time
+
+    from django.apps import apps
+    from django.utils import timezone
+
+    run = apps.get_model("runs.Run")
+    models = run.objects.filter(kind=run.Kind.MODEL)
+    models.update(stop_requested=True)  # run_claim takes none from now on
+    held = models.filter(status=run.Status.RUNNING, lease_expires_at__gt=timezone.now())
+    deadline = time.monotonic() + _LET_GO_S
+    while held.exclude(worker="").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
 
 
 @pytest.fixture
