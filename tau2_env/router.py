@@ -327,10 +327,6 @@ def start_backend(
     trusted = ",".join(filter(None, ["127.0.0.1", allow_ips]))
     command = [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1"]
     command += ["--port", str(backend.port), "--proxy-headers", "--forwarded-allow-ips", trusted]
-    if not any(arg.startswith("--ws-per-message-deflate") for arg in extra):
-        # Frames uncompressed unless asked: at 256 sessions compressing each observation
-        # cost more CPU than the rest of a customer's turn (bench/openenv_load.py).
-        command += ["--ws-per-message-deflate", "false"]
     backend.proc = subprocess.Popen(  # noqa: S603 - our own interpreter and arguments
         command + extra, env={**env, "TAU2_PROCESS_INDEX": str(backend.index)}
     )
