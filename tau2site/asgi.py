@@ -35,6 +35,7 @@ from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 
+from apps.agents.recording import recordings_drain  # noqa: E402
 from tau2_env import guard  # noqa: E402
 from tau2_env.mcp_server import McpApp  # noqa: E402
 from tau2_env.server import create_openenv_app  # noqa: E402
@@ -55,6 +56,8 @@ OPENENV_PATHS = frozenset(
     | {"/openapi.json", "/docs"}
 )
 MCP_AGENT_PATH = "/agent/mcp"
+# How long a stopping process waits for agent episodes' recordings to be stored.
+RECORDINGS_DRAIN_S = 30.0
 # OpenEnv's Task API: /list_environments and /<environment name>/… (also the name of the
 # original OpenEnv Space this studio grew from).
 OPENENV_PREFIXES = ("/tau2/", "/tau2_env/", "/tau2-env/", "/list_environments")
@@ -101,15 +104,22 @@ class Application:
     async def _lifespan(self, scope, receive, send):
         async def receive_and_start():
             message = await receive()
-            # Off the event loop: Celery's Django fixup touches the database on start.
-            if message["type"] == "lifespan.startup":
-                await asyncio.to_thread(embedded_worker.start)
-            elif message["type"] == "lifespan.shutdown":
-                await asyncio.to_thread(embedded_worker.stop)
+            await on_lifespan(message)
             return message
 
         async with self.mcp_app.run():
             await self.openenv(scope, receive_and_start, send)
+
+
+async def on_lifespan(message: dict) -> None:
+    """What this process does as it starts and stops, besides the agent faces' own."""
+    # Off the event loop: Celery's Django fixup touches the database on start.
+    if message["type"] == "lifespan.startup":
+        await asyncio.to_thread(embedded_worker.start)
+    elif message["type"] == "lifespan.shutdown":
+        # The sessions are closed by now: what they recorded is stored first.
+        await asyncio.to_thread(recordings_drain, timeout=RECORDINGS_DRAIN_S)
+        await asyncio.to_thread(embedded_worker.stop)
 
 
 application = Application()

@@ -25,6 +25,8 @@ from __future__ import annotations
 import dataclasses
 import logging
 import threading
+import time
+import weakref
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -47,7 +49,13 @@ from apps.tasks.models import Task
 from tau2_env import access, config
 from tau2_env.engine import DEFAULT_MAX_STEPS, Episode, TerminationReason
 
-__all__ = ["AgentRunRecorder", "agent_lease", "agent_run_end", "agent_run_start"]
+__all__ = [
+    "AgentRunRecorder",
+    "agent_lease",
+    "agent_run_end",
+    "agent_run_start",
+    "recordings_drain",
+]
 
 logger = logging.getLogger(__name__)
 
@@ -207,6 +215,7 @@ class _Serial:
         self._draining = False
         self.idle = threading.Event()
         self.idle.set()
+        _serials.add(self)
 
     def submit(self, func: Callable[..., Any], *args: Any) -> None:
         with self._lock:
@@ -230,6 +239,20 @@ class _Serial:
                 func(*args)
             except Exception:
                 logger.exception("Recording an agent episode failed")
+
+
+# Every recorder's queue, to wait for at shutdown.
+_serials: weakref.WeakSet[_Serial] = weakref.WeakSet()
+
+
+def recordings_drain(*, timeout: float) -> bool:
+    """Wait (at most ``timeout`` seconds) until every recorder's queued writes are done;
+    whether they are. Called as the process stops (``tau2site.asgi``'s lifespan), so that
+    the episodes its closing sessions ended are stored as ended: after the interpreter
+    began to exit, a job could no longer publish (asgiref's executor refuses new work)
+    and its run stayed RUNNING until the reaper stopped it as lost."""
+    deadline = time.monotonic() + timeout
+    return all(serial.idle.wait(max(0.0, deadline - time.monotonic())) for serial in list(_serials))
 
 
 class AgentRunRecorder:

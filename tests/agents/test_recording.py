@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from datetime import timedelta
 
 import pytest
@@ -14,6 +15,7 @@ from asgiref.sync import sync_to_async
 from django.utils import timezone
 from websockets.asyncio.client import connect
 
+from apps.agents import recording
 from apps.agents.credentials import install
 from apps.agents.services import api_key_create
 from apps.runs.lifecycle import runs_reap
@@ -226,3 +228,32 @@ def test_the_reaper_stops_a_lost_agent_run_and_never_requeues_it(alice):
     alive.refresh_from_db()
     assert run.status == "stopped" and "lost" in run.error
     assert alive.status == "running"
+
+
+def test_a_stopping_process_waits_for_the_recordings_still_queued():
+    serial = recording._Serial()
+    started, release, done = threading.Event(), threading.Event(), []
+
+    def write():
+        started.set()
+        release.wait(5)
+        done.append("stored")
+
+    serial.submit(write)
+    assert started.wait(5)
+    assert recording.recordings_drain(timeout=0.1) is False  # still writing
+    threading.Timer(0.2, release.set).start()
+    assert recording.recordings_drain(timeout=5) is True
+    assert done == ["stored"]
+
+
+async def test_the_lifespan_shutdown_drains_the_recordings_first(monkeypatch):
+    from tau2site import asgi
+
+    calls = []
+    monkeypatch.setattr(asgi, "recordings_drain", lambda *, timeout: calls.append(timeout))
+    monkeypatch.setattr(asgi.embedded_worker, "start", lambda: calls.append("worker start"))
+    monkeypatch.setattr(asgi.embedded_worker, "stop", lambda: calls.append("worker stop"))
+    for kind in ("lifespan.startup", "lifespan.shutdown"):
+        await asgi.on_lifespan({"type": kind})
+    assert calls == ["worker start", asgi.RECORDINGS_DRAIN_S, "worker stop"]
