@@ -23,6 +23,12 @@ Episode, the OpenEnv and MCP faces, and by the web project at start-up):
   the fallback rules' ``match_capabilities``) are remembered until the price list or the
   rules change, and up to :data:`CLIENTS_KEPT` of its per-key clients are kept instead
   of 200: less CPU per call, the same requests (``tests/tau2_env/test_llm_request.py``).
+* tau2_env's LLM calls (``tau2_env.llm.use_sender``) go by :class:`DirectPath` where it
+  may: litellm's own request for each kind of call is seen once (httpx's
+  ``HTTPTransport.handle_request``, watched), and later ones are sent as those bytes
+  without litellm, their answers read with litellm's and the OpenAI SDK's own functions
+  (``convert_to_model_response_object``, ``construct_type``); a failed one is handed
+  back to litellm's transport as it came.
 
 Subclasses overriding private methods, for the faces that need them (built by
 :func:`openenv_server_class` and :func:`mcp_session_manager_class`; their libraries are
