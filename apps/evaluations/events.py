@@ -11,10 +11,8 @@ from __future__ import annotations
 import logging
 from typing import Literal, TypedDict
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
-
 from apps.runs.models import Run
+from apps.runs.publishing import group_send
 
 logger = logging.getLogger(__name__)
 
@@ -36,15 +34,12 @@ def evaluation_version(evaluation_id: int) -> int:
 
 def evaluation_publish(*, evaluation_id: int) -> None:
     """Tell the evaluation's pages to refresh (best effort: they also poll on reconnect)."""
-    layer = get_channel_layer()
-    if layer is None:  # pragma: no cover - every setup configures one
-        return
     message = EvaluationMessage(
         type="evaluation.update",
         evaluation_id=evaluation_id,
         version=evaluation_version(evaluation_id),
     )
     try:
-        async_to_sync(layer.group_send)(group_name(evaluation_id), message)
+        group_send(group_name(evaluation_id), message)
     except Exception:  # a page missing an update catches up on its next message
         logger.exception("Could not publish evaluation.update for %s", evaluation_id)

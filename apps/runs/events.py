@@ -13,14 +13,13 @@ import logging
 from decimal import Decimal
 from typing import Any, Literal, TypedDict
 
-from asgiref.sync import async_to_sync
-from channels.layers import get_channel_layer
 from django.db import transaction
 
 from apps.connections.routes import prices_of
 from apps.inference.pricing import PricePair, cost_usd
 from apps.inference.selectors import resolve_agent_model
 from apps.runs.models import Run, RunEvent
+from apps.runs.publishing import group_send
 from tau2_env import llm
 from tau2_env.arguments import holds_nul
 
@@ -130,11 +129,8 @@ def judge_fields(*, run_id: int, usage: llm.Usage) -> dict[str, Any]:
 
 
 def _send(payload: dict[str, Any]) -> None:
-    layer = get_channel_layer()
-    if layer is None:  # pragma: no cover - every setup configures one
-        return
     try:
-        async_to_sync(layer.group_send)(group_name(payload["run_id"]), payload)
+        group_send(group_name(payload["run_id"]), payload)
     except Exception:  # a browser missing a live event reloads it from the database
         logger.exception("Could not publish %s for run %s", payload["type"], payload["run_id"])
 
