@@ -10,7 +10,8 @@ conversation, as τ² makes it, ``--calls`` times per round, alternating the two
 (``TAU2_LLM_DIRECT`` off, then on) for ``--rounds`` rounds. It prints the CPU
 (``time.process_time`` of this process: the server is another) per call of each path,
 the median over rounds, and the ratio. Every direct round is checked: all its calls
-went direct.
+went direct. Each round ends 1.5 s after its last call (process CPU included): litellm
+finishes each call's logging on threads of its own, and that CPU is its calls' too.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # python bench/
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from bench.harness import USER_MODEL, LLMProcess  # noqa: E402 - after the path
 
+SETTLE_S = 1.5
 TOKEN = "hf_bench_0_llmcall0123456789"  # noqa: S105 - the scripted LLM's fake token
 
 
@@ -47,6 +49,9 @@ def one_round(*, calls: int, messages: list[dict], direct: bool, warm: bool = Fa
         llm.routed_completion(
             model=USER_MODEL, messages=[dict(m) for m in messages], tools=None, tool_choice=None
         )
+    # litellm finishes each call's logging on threads of its own: that CPU is its calls'
+    # too, so the round ends once they are done (the process is idle otherwise).
+    time.sleep(SETTLE_S)
     spent = time.process_time() - started
     if direct and not warm:
         went = compat.DIRECT.counts["direct"] - before["direct"]
