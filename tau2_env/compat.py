@@ -464,6 +464,7 @@ class _Shape:
     url: str
     headers: tuple[tuple[str, str], ...]
     authorization: int  # index of the Authorization header in ``headers``
+    length: int  # index of the Content-Length header in ``headers``
     body: tuple[tuple[str, Any], ...]  # the body's fields in order; "messages" a slot
     timeout: float
 
@@ -612,6 +613,7 @@ class DirectPath:
             url=str(request.url),
             headers=tuple(headers),
             authorization=authorization,
+            length=names.index("content-length"),
             body=body,
             timeout=float(call.get("timeout") or 600.0),
         )
@@ -633,9 +635,7 @@ class DirectPath:
             headers[shape.authorization][0],
             f"Bearer {call['api_key']}",
         )
-        for i, (name, _) in enumerate(headers):
-            if name.lower() == "content-length":
-                headers[i] = (name, str(length))
+        headers[shape.length] = (headers[shape.length][0], str(length))
         return headers
 
     def _send(self, shape: _Shape, call: dict[str, Any], messages: list) -> Any:
