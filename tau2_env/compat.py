@@ -21,7 +21,8 @@ Episode, the OpenEnv and MCP faces, and by the web project at start-up):
   so one visitor could be served another's answer.
 * litellm's price-list lookups (``utils.get_model_info_helper``, failures included, and
   the fallback rules' ``match_capabilities``) are remembered until the price list or the
-  rules change, and up to :data:`CLIENTS_KEPT` of its per-key clients are kept instead
+  rules change, so is τ²'s ``completion_cost`` failing for a model the price list lacks
+  (:class:`_UnpricedModels`), and up to :data:`CLIENTS_KEPT` of its per-key clients are kept instead
   of 200: less CPU per call, the same requests (``tests/tau2_env/test_llm_request.py``).
 * tau2_env's LLM calls (``tau2_env.llm.use_sender``) go by :class:`DirectPath` where it
   may: litellm's own request for each kind of call is seen once (httpx's
@@ -127,6 +128,7 @@ def install() -> None:
         _dispatch_tau2_environments()
         _litellm_cache_off()
         _keep_litellm_lookups()
+        _keep_unpriced_models()
         _keep_more_clients()
         _watch_litellm_requests()
         _send_direct()
@@ -324,6 +326,73 @@ def _keep_litellm_lookups() -> None:
     rules = fallback_generalizations._registry
     if "match_capabilities" not in vars(rules):
         rules.match_capabilities = kept.capabilities(rules, rules.match_capabilities)
+
+
+# τ²'s generate() prices every answer with ``completion_cost(completion_response=…)``
+# and records 0.0 when litellm's price list has no entry for the model ("model isn't
+# mapped yet"): the Hub router's models, the server's own customer among them. litellm
+# works out that it has no price anew for every answer (~0.17 ms of CPU, a customer's
+# turn's largest piece after the request itself). The failure depends on the answer's
+# model, its provider and service tier and the price list, not on its tokens or text:
+# remembered for those, raised again as it came, and priced afresh once the price list
+# changes. Answers that litellm prices are priced every time (their tokens differ).
+_UNPRICED_KEPT = 1024
+
+
+class _UnpricedModels:
+    """``completion_cost``'s "not mapped" failures, remembered (see above)."""
+
+    def __init__(self, price: Callable[..., float]) -> None:
+        self._price = price
+        self._lock = threading.Lock()
+        self._failures: OrderedDict[tuple, BaseException] = OrderedDict()
+        self.__wrapped__ = price
+
+    @staticmethod
+    def _key(response: Any) -> tuple | None:
+        if type(response) is not litellm.ModelResponse:
+            return None
+        hidden = getattr(response, "_hidden_params", None) or {}
+        usage = getattr(response, "usage", None)
+        try:
+            named = json.dumps(
+                {k: v for k, v in hidden.items() if k != "additional_headers"},
+                sort_keys=True,
+                default=repr,
+            )
+        except (TypeError, ValueError):
+            return None
+        return (
+            _KeptLookups._price_list(),
+            response.model,
+            named,
+            getattr(response, "service_tier", None),
+            type(usage),
+            getattr(usage, "service_tier", None),
+        )
+
+    def __call__(self, completion_response: Any = None, **options: Any) -> float:
+        key = self._key(completion_response) if not options else None
+        if key is not None:
+            with self._lock:
+                failure = self._failures.get(key)
+            if failure is not None:
+                raise copy.copy(failure)
+        try:
+            return self._price(completion_response=completion_response, **options)
+        except litellm.exceptions.ModelNotMappedError as exc:
+            if key is not None:
+                with self._lock:
+                    self._failures[key] = copy.copy(exc)
+                    while len(self._failures) > _UNPRICED_KEPT:
+                        self._failures.popitem(last=False)
+            raise
+
+
+def _keep_unpriced_models() -> None:
+    """Install :class:`_UnpricedModels` as τ²'s ``completion_cost`` (idempotent)."""
+    if not isinstance(tau2_llm_utils.completion_cost, _UnpricedModels):
+        tau2_llm_utils.completion_cost = _UnpricedModels(tau2_llm_utils.completion_cost)
 
 
 # litellm keeps one OpenAI client (an httpx client, its connection pool and TLS context)

@@ -150,6 +150,66 @@ def test_install_turns_litellms_cache_off_and_applies_each_hook_once(monkeypatch
     assert Tool.openai_schema.fget is schema  # not wrapped twice
     assert all(registry.get_env_constructor(d) is c for d, c in constructors.items())
     assert all(hasattr(c, "__tau2_original__") for c in constructors.values())
+    assert not isinstance(tau2_llm_utils.completion_cost.__wrapped__, compat._UnpricedModels)
+
+
+def _answer(model: str, *, prompt: int = 10) -> litellm.ModelResponse:
+    """An answer as the direct path and litellm's OpenAI route make it."""
+    response = litellm.ModelResponse(model=model)
+    response.usage = litellm.Usage(
+        prompt_tokens=prompt, completion_tokens=5, total_tokens=prompt + 5
+    )
+    response._hidden_params["custom_llm_provider"] = "openai"
+    response._hidden_params["region_name"] = None
+    response._hidden_params["additional_headers"] = {"llm_provider-date": str(prompt)}
+    return response
+
+
+def test_a_model_without_a_price_is_found_out_once_and_priced_as_soon_as_it_has_one(
+    monkeypatch,
+):
+    kept = tau2_llm_utils.completion_cost
+    assert isinstance(kept, compat._UnpricedModels)
+    calls = []
+
+    def counted(**options):
+        calls.append(options)
+        return kept.__wrapped__(**options)
+
+    monkeypatch.setattr(kept, "_price", counted)
+    monkeypatch.setattr(kept, "_failures", type(kept._failures)())
+    model = "org-compat/Unpriced-Model-1B"
+    assert model not in litellm.model_cost
+
+    # τ² records 0.0 for it, as with litellm's own completion_cost, every time...
+    costs = [tau2_llm_utils.get_response_cost(_answer(model, prompt=p)) for p in (10, 11, 12)]
+    assert costs == [0.0, 0.0, 0.0]
+    assert len(calls) == 1  # ...litellm asked once: the failure is the same for each answer
+    with pytest.raises(litellm.exceptions.ModelNotMappedError, match="isn't mapped yet"):
+        kept(completion_response=_answer(model))
+    # A priced model is priced on every answer, as litellm prices it.
+    priced = [_answer("gpt-4.1", prompt=p) for p in (1000, 2000)]
+    expected = [kept.__wrapped__(completion_response=r) for r in priced]
+    assert [tau2_llm_utils.get_response_cost(r) for r in priced] == expected
+    assert expected[0] > 0 and expected[0] != expected[1]
+    assert len(calls) == 3
+
+    # Once the price list has the model, its answers are priced.
+    litellm.register_model(
+        {
+            model: {
+                "input_cost_per_token": 1e-6,
+                "output_cost_per_token": 2e-6,
+                "litellm_provider": "openai",
+                "mode": "chat",
+            }
+        }
+    )
+    try:
+        cost = tau2_llm_utils.get_response_cost(_answer(model))
+    finally:
+        litellm.model_cost.pop(model, None)
+    assert cost == pytest.approx(10 * 1e-6 + 5 * 2e-6)
 
 
 @pytest.mark.parametrize("distribution", sorted(compat.TESTED))
