@@ -254,12 +254,33 @@ def _dispatcher(domain: str, original: Callable[..., Any]) -> Callable[..., Any]
 _LOOKUPS_KEPT = 1024
 
 
+class _KeptFailures:
+    """Failures remembered by key (the latest :data:`_LOOKUPS_KEPT`), each raised again as
+    a fresh copy: no traceback piling up."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._failures: OrderedDict[tuple, BaseException] = OrderedDict()
+
+    def raise_if_known(self, key: tuple) -> None:
+        with self._lock:
+            failure = self._failures.get(key)
+        if failure is not None:
+            raise copy.copy(failure)
+
+    def remember(self, key: tuple, exc: BaseException) -> None:
+        with self._lock:
+            self._failures[key] = copy.copy(exc)
+            while len(self._failures) > _LOOKUPS_KEPT:
+                self._failures.popitem(last=False)
+
+
 class _KeptLookups:
     """``get_model_info_helper``'s failures and the fallback rules' matches, remembered."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._failures: OrderedDict[tuple, BaseException] = OrderedDict()
+        self._failures = _KeptFailures()
         self._matches: OrderedDict[tuple, dict | None] = OrderedDict()
 
     @staticmethod
@@ -276,10 +297,7 @@ class _KeptLookups:
                 api_key,
                 tuple(sorted(options.items())),
             )
-            with self._lock:
-                failure = self._failures.get(key)
-            if failure is not None:
-                raise copy.copy(failure)  # a fresh exception: no traceback piling up
+            self._failures.raise_if_known(key)
             try:
                 return lookup(
                     model=model,
@@ -289,10 +307,7 @@ class _KeptLookups:
                     **options,
                 )
             except Exception as exc:
-                with self._lock:
-                    self._failures[key] = copy.copy(exc)
-                    while len(self._failures) > _LOOKUPS_KEPT:
-                        self._failures.popitem(last=False)
+                self._failures.remember(key, exc)
                 raise
 
         kept.__wrapped__ = lookup
@@ -336,16 +351,12 @@ def _keep_litellm_lookups() -> None:
 # model, its provider and service tier and the price list, not on its tokens or text:
 # remembered for those, raised again as it came, and priced afresh once the price list
 # changes. Answers that litellm prices are priced every time (their tokens differ).
-_UNPRICED_KEPT = 1024
-
-
 class _UnpricedModels:
     """``completion_cost``'s "not mapped" failures, remembered (see above)."""
 
     def __init__(self, price: Callable[..., float]) -> None:
         self._price = price
-        self._lock = threading.Lock()
-        self._failures: OrderedDict[tuple, BaseException] = OrderedDict()
+        self._failures = _KeptFailures()
         self.__wrapped__ = price
 
     @staticmethod
@@ -374,18 +385,12 @@ class _UnpricedModels:
     def __call__(self, completion_response: Any = None, **options: Any) -> float:
         key = self._key(completion_response) if not options else None
         if key is not None:
-            with self._lock:
-                failure = self._failures.get(key)
-            if failure is not None:
-                raise copy.copy(failure)
+            self._failures.raise_if_known(key)
         try:
             return self._price(completion_response=completion_response, **options)
         except litellm.exceptions.ModelNotMappedError as exc:
             if key is not None:
-                with self._lock:
-                    self._failures[key] = copy.copy(exc)
-                    while len(self._failures) > _UNPRICED_KEPT:
-                        self._failures.popitem(last=False)
+                self._failures.remember(key, exc)
             raise
 
 
