@@ -173,7 +173,15 @@ def test_a_push_is_refused_in_words_before_anything_is_queued(runs, alice, commi
     assert not DatasetPush.objects.exists()
 
 
-def test_the_page_asks_for_a_push_and_only_alice_sees_it(runs, alice_client, bob_client):
+def test_the_page_asks_for_a_push_and_only_alice_sees_it(
+    runs, alice_client, bob_client, monkeypatch
+):
+    # The suite's worker would take the push off the default queue at once (and fail it:
+    # its Hub is unreachable), so what is sent is recorded here, and the page stays queued.
+    sent = []
+    monkeypatch.setattr(
+        "apps.datasets.services._send", lambda push_id, options: sent.append((push_id, options))
+    )
     page = alice_client.get("/datasets/").content.decode()
     assert 'data-testid="dataset-push"' in page
     refused = alice_client.post("/datasets/push/", {"repo_id": "bad name!", "format": "jsonl"})
@@ -187,9 +195,9 @@ def test_the_page_asks_for_a_push_and_only_alice_sees_it(runs, alice_client, bob
     assert response.status_code == 302 and response["Location"] == f"/datasets/pushes/{push.pk}/"
     assert (push.repo_id, push.private, push.status) == ("tau2-mine", True, "queued")
     assert "format=parquet" in push.query and ALICE_TOKEN not in push.query
+    assert sent == [(push.pk, {})]  # the push's id on the workers' own queue, nothing else
     assert 'data-status="queued"' in alice_client.get(response["Location"]).content.decode()
     assert bob_client.get(response["Location"]).status_code == 404
     assert Client().get(response["Location"]).status_code == 404
     charlie = Client().post("/datasets/push/", {"repo_id": "x"})
     assert charlie.status_code == 302 and charlie["Location"].startswith("/accounts/sign-in/")
-    DatasetPush.objects.all().delete()  # nobody's worker should take it later
