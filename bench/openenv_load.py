@@ -27,6 +27,10 @@ tau2s_…``) whose owner's vault holds the session's token, so each episode is r
 an "agent via API" run (stored and published hop by hop): the database is migrated and
 the catalogue loaded first (``manage.py bootstrap``, SQLite in the temporary
 ``TAU2_VAR_DIR``), and the channel layer is in memory. Compare with a run without it.
+With ``--one-key`` every session, the probe's too, plays with one studio key made with
+its own cap (the largest session count + 1; ``TAU2_SESSIONS_PER_KEY_MAX`` raised to it),
+as a GRPO trainer's batch does: its owner's vault holds one token, so a single LLM delay
+(``--delays``) serves every phase.
 
 The LLM's delay is chosen per session by its token (``hf_bench_<ms>_<n>``), so one
 stateless LLM process serves every phase. Per phase it prints p50/p95 of each step, the
@@ -108,6 +112,27 @@ print(json.dumps(keys))
 """
 
 
+ONE_KEY_SETUP = """
+import json, sys
+from django.contrib.auth import get_user_model
+from apps.accounts.services import credential_store
+from apps.agents.services import api_key_create
+token, cap = json.load(sys.stdin)
+user = get_user_model().objects.create_user(username="trainer")
+granted = {"access_token": token, "expires_in": 86400, "scope": "openid inference-api"}
+credential_store(user=user, token_response=granted)
+print(json.dumps(api_key_create(user=user, name="trainer", max_sessions=cap)[1]))
+"""
+ONE_KEY: list[str] = []  # --one-key: the key every session plays with
+
+
+def make_one_key(env: dict[str, str], token: str, cap: int) -> str:
+    """One person whose vault holds ``token``, with a studio key holding ``cap`` sessions."""
+    harness.manage(env, "bootstrap")
+    done = harness.manage(env, "shell", "-c", ONE_KEY_SETUP, input=json.dumps([token, cap]))
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def make_keys(env: dict[str, str], tokens: list[str]) -> dict[str, str]:
     """A person per token (their vault holds it) with a studio key: token → key."""
     harness.manage(env, "bootstrap")
@@ -185,7 +210,8 @@ class Session:
     def __init__(self, url: str, token: str) -> None:
         self.url = url
         self.token = token
-        self.key = KEYS.get(token)  # --keys: play with the studio key of the token's owner
+        # --keys: the studio key of the token's owner; --one-key: the one key
+        self.key = KEYS.get(token) or (ONE_KEY[0] if ONE_KEY else None)
         self.ws = None
 
     async def connect(self) -> None:
@@ -455,7 +481,7 @@ def print_targets(phases: list[Phase], rss_start: float) -> None:
             phase = find(phases, storm.sessions, delay)
             rows.append(
                 (
-                    f"errors at {phase.sessions} sessions (LLM {delay:.0f}s)",
+                    f"errors at {phase.sessions} sessions{', one key' if ONE_KEY else ''} (LLM {delay:.0f}s)",
                     float(len(phase.errors)),
                     0.0,
                     "1/3 of 128 dropped",
@@ -522,6 +548,11 @@ def main() -> None:
     parser.add_argument(
         "--keys", action="store_true", help="play with studio API keys: episodes recorded as runs"
     )
+    parser.add_argument(
+        "--one-key",
+        action="store_true",
+        help="every session on one studio key with its own cap (one LLM delay)",
+    )
     args = parser.parse_args()
     counts = [int(x) for x in args.sessions.split(",") if x.strip()]
     delays = [float(x) for x in args.delays.split(",") if x.strip()]
@@ -531,6 +562,12 @@ def main() -> None:
     try:
         with tempfile.TemporaryDirectory(prefix="tau2-bench-") as var_dir:
             env = harness.openenv_environment(llm.base_url, max_envs, var_dir)
+            if args.one_key:
+                if args.keys or len(delays) != 1:
+                    parser.error("--one-key takes one --delays value, and not --keys")
+                env["TAU2_SESSIONS_PER_KEY_MAX"] = str(max_envs)
+                token = f"hf_bench_{int(delays[0] * 1000)}_trainer"
+                ONE_KEY.append(make_one_key(env, token, max_envs))
             if args.keys:
                 plan = [(1, 0.0)] + [(n, delay) for delay in delays for n in counts]
                 tokens = [
@@ -578,7 +615,9 @@ def measure(
         f"server {app} pid {server.pid} ({processes} process"
         f"{'es behind tau2_env.router' if processes > 1 else ''}), "
         f"MAX_CONCURRENT_ENVS={max_envs}, "
-        f"{'studio keys: episodes recorded' if KEYS else 'no keys'}; "
+        f"{'studio keys: episodes recorded' if KEYS else ''}"
+        f"{f'one studio key holding {max_envs} sessions: episodes recorded' if ONE_KEY else ''}"
+        f"{'' if KEYS or ONE_KEY else 'no keys'}; "
         f"RSS at start {rss_mib(server.pid):.0f} MiB; "
         f"{os.cpu_count()} cores, load {os.getloadavg()[0]:.1f}"
     )
@@ -603,7 +642,7 @@ def measure(
     print()
     print_table(phases)
     print_targets(phases, rss_start)
-    if KEYS:
+    if KEYS or ONE_KEY:
         stop(server)
         print_recorded(env)
 
