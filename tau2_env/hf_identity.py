@@ -97,17 +97,31 @@ def _client() -> httpx.Client:
     return httpx.Client(limits=httpx.Limits(max_connections=32, max_keepalive_connections=8))
 
 
+def _whoami(token: str) -> httpx.Response:
+    """``GET /api/whoami-v2``, asked once more if the connection dropped without an
+    answer (a kept connection the Hub closed meanwhile, a reset under load): the
+    question changes nothing, and a dropped connection is not the Hub's answer.
+    A timeout is not asked again."""
+    for attempt in (0, 1):
+        try:
+            return _client().get(
+                f"{hub_url()}/api/whoami-v2",
+                headers={"authorization": f"Bearer {token}"},
+                timeout=config._env_int("TAU2_HF_TOKEN_CHECK_TIMEOUT", 10),
+            )
+        except (httpx.NetworkError, httpx.RemoteProtocolError):
+            if attempt:
+                raise
+    raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
+
+
 def _ask_the_hub(token: str, *, now: float) -> _Answer:
     # httpx, not huggingface_hub's HfApi.whoami: that one refuses to ask anything when
     # HF_HUB_OFFLINE is set (as it may be for τ²'s data), and this question is not a
     # download.
     keep = float(config._env_int("TAU2_HF_TOKEN_CHECK_SECONDS", 600))
     try:
-        response = _client().get(
-            f"{hub_url()}/api/whoami-v2",
-            headers={"authorization": f"Bearer {token}"},
-            timeout=config._env_int("TAU2_HF_TOKEN_CHECK_TIMEOUT", 10),
-        )
+        response = _whoami(token)
     except httpx.HTTPError as exc:  # the Hub unreachable: the token cannot be used either
         reason = f"Hugging Face could not be asked about the token ({type(exc).__name__})."
         return _Answer(None, reason, now)
