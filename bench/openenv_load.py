@@ -481,7 +481,8 @@ def print_targets(phases: list[Phase], rss_start: float) -> None:
             phase = find(phases, storm.sessions, delay)
             rows.append(
                 (
-                    f"errors at {phase.sessions} sessions{', one key' if ONE_KEY else ''} (LLM {delay:.0f}s)",
+                    f"errors at {phase.sessions} sessions{', one key' if ONE_KEY else ''}"
+                    f" (LLM {delay:.0f}s)",
                     float(len(phase.errors)),
                     0.0,
                     "1/3 of 128 dropped",

@@ -7,7 +7,8 @@ after the end answers, what the final verdict carries. It tells the client's
 :class:`~tau2_env.access.EpisodeHooks` about each start, hop and end.
 
 Blocking (LLM calls, tool calls, scoring): async callers run its methods in
-``tau2_env.openenv_env.episode_executor()``. One caller at a time.
+``tau2_env.openenv_env.episode_executor()``, except the acts :meth:`AgentSession.
+acts_at_once` names (in memory, no I/O, ~0.1 ms). One caller at a time.
 """
 
 from __future__ import annotations
@@ -225,6 +226,22 @@ class AgentSession:
 
     # ------------------------------------------------------------------- act
 
+    def acts_at_once(self, name: str) -> bool:
+        """Whether :meth:`act` of ``name`` neither waits nor blocks, so an event loop may
+        run it itself instead of handing it to a thread: a domain tool (τ²'s in-memory
+        database; no LLM) of an open episode nobody records (no hook does I/O) that this
+        call cannot end (two hops and one error from τ²'s step and error limits: an end
+        is scored, which takes seconds)."""
+        episode = self.episode
+        return (
+            episode is not None
+            and self._hooks is None
+            and name not in (RESPOND_TO_USER, DONE)
+            and not episode.done
+            and episode.step_count + 2 < episode.max_steps
+            and episode.num_errors + 1 < episode.max_errors
+        )
+
     def act(self, name: str, arguments: Any) -> Outcome:
         """Call the agent's tool ``name`` (a domain tool, ``respond_to_user`` or ``done``)
         in the open episode. Bad arguments and unknown tools are error outcomes and the
@@ -303,7 +320,9 @@ class AgentSession:
 
     def _report_hop(self) -> None:
         episode = self.episode
-        if episode is not None and len(episode.messages) > self._reported:
+        if self._hooks is None and episode is not None:
+            self._reported = len(episode.messages)  # nobody to tell: no JSON to make
+        elif episode is not None and len(episode.messages) > self._reported:
             new = episode.messages_json(self._reported)
             self._reported = len(episode.messages)
             access.call_hook(self._hooks, "on_hop", episode, new)

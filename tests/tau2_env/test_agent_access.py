@@ -107,6 +107,52 @@ async def test_a_keyed_openenv_session_goes_through_the_same_resolver(
     assert ALICE_TOKEN not in json.dumps([reset, ended])
 
 
+async def test_a_recorded_episodes_tool_calls_run_off_the_event_loop_an_unrecorded_ones_on_it(
+    asgi_server, llm_server, recorder, monkeypatch
+):
+    # A recorder's hooks may do I/O (the web project stores each hop): its episode's
+    # tool calls stay in the episode pool; an unrecorded episode's are answered on the
+    # event loop (the uvicorn thread), where its respond_to_user still never runs.
+    from tau2_env import engine
+
+    where: list[tuple[str, str]] = []
+    for name in ("call_tool", "say"):
+        original = getattr(engine.Episode, name)
+
+        def spy(self, *args, _original=original, _name=name, **kwargs):
+            where.append((_name, threading.current_thread().name))
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(engine.Episode, name, spy)
+    llm_server.add(text("Hi, I need help."), text("Hi, I need help too."), text("My id is x."))
+    tool = {"type": "call_tool", "tool_name": "get_user_details"}
+    tool["arguments"] = {"user_id": GOLD_USER}
+    respond = {"type": "call_tool", "tool_name": "respond_to_user"}
+    respond["arguments"] = {"message": "Your user id?"}
+    answers = {}
+    for who, headers, reset in (
+        ("keyed", {"Authorization": f"Bearer {ALICE_KEY}"}, {"task_id": "2"}),
+        ("unrecorded", None, {"task_id": "2", "hf_token": "hf_visitor_token_5555555555"}),
+    ):
+        async with connect(asgi_server.ws_url("/ws"), additional_headers=headers) as ws:
+            await ws.send(json.dumps({"type": "reset", "data": reset}))
+            assert json.loads(await ws.recv())["type"] == "observation"
+            await ws.send(json.dumps({"type": "step", "data": tool}))
+            answers[who] = json.loads(await ws.recv())["data"]["observation"]["result"]
+            if who == "unrecorded":
+                await ws.send(json.dumps({"type": "step", "data": respond}))
+                said = json.loads(await ws.recv())["data"]["observation"]["result"]["data"]
+                assert said == "My id is x."
+
+    assert json.loads(answers["keyed"]["data"]) == json.loads(answers["unrecorded"]["data"])
+    assert answers["keyed"]["data"].startswith('{"user_id": "ethan_martin_2396"')
+    assert [name for name, _ in where] == ["call_tool", "call_tool", "say"]
+    (_, keyed), (_, unrecorded), (_, said) = where
+    assert keyed.startswith("tau2-episode") and said.startswith("tau2-episode")
+    assert unrecorded.startswith("uvicorn-")
+    assert recorder.kinds() == ["start", "hop", "done"]  # its hop heard; closed at the end
+
+
 async def test_a_refused_key_is_refused_on_every_face(asgi_server, llm_server, recorder):
     bad = {"Authorization": "Bearer studio_key_mallory"}
     async with httpx.AsyncClient(base_url=asgi_server.url, headers=bad) as client:

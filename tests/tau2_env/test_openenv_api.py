@@ -193,6 +193,43 @@ async def test_a_failed_customer_llm_call_ends_the_episode_without_a_score(
     assert len(llm_server.chat_requests()) == 2
 
 
+async def test_the_tool_call_that_can_end_the_episode_is_made_and_scored_off_the_event_loop(
+    asgi_server, llm_server, server_token, monkeypatch
+):
+    # Tool calls are answered on the event loop while they cannot end the episode; the
+    # one that may reach τ²'s error limit runs in the episode pool, where it is scored.
+    import threading
+
+    from tau2_env import engine
+    from tau2_env.config import DEFAULT_MAX_ERRORS
+
+    where: list[tuple[str, str]] = []
+    for name in ("call_tool", "score"):
+        original = getattr(engine.Episode, name)
+
+        def spy(self, *args, _original=original, _name=name, **kwargs):
+            where.append((_name, threading.current_thread().name))
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(engine.Episode, name, spy)
+    llm_server.add(text("Hi, I need help."))
+    async with Tau2Env(base_url=asgi_server.url) as env:
+        await env.reset(task_id="2")
+        results = [
+            await env.step(CallToolAction(tool_name="get_user_details", arguments={"user_id": n}))
+            for n in (f"nobody_{i}" for i in range(DEFAULT_MAX_ERRORS))
+        ]
+
+    assert all(r.observation.result["data"].startswith("Error: User nobody_") for r in results)
+    assert [r.done for r in results] == [False] * (DEFAULT_MAX_ERRORS - 1) + [True]
+    assert results[-1].observation.metadata["termination_reason"] == "too_many_errors"
+    assert results[-1].reward == 0.0
+    threads = [thread for name, thread in where if name == "call_tool"]
+    assert all(t.startswith("uvicorn-") for t in threads[:-1]), threads
+    assert threads[-1].startswith("tau2-episode")
+    assert [t for name, t in where if name == "score"] == [threads[-1]]
+
+
 async def test_a_rate_limited_customer_call_is_retried(asgi_server, llm_server, server_token):
     llm_server.add(text("Hi."), error(429, "slow down"), text("My id is noah_muller_9847."))
     async with Tau2Env(base_url=asgi_server.url) as env:
