@@ -349,6 +349,8 @@ class McpApp:
                 result = await self._start(session, arguments)
             elif session.agent.episode is None:
                 result = _result(f"Error: {NOT_STARTED}", is_error=True)
+            elif session.agent.acts_at_once(name):  # in memory, cannot end the episode
+                result = _outcome_result(session.agent, session.agent.act(name, arguments))
             else:
                 outcome = await _in_pool(session.agent.act, name, arguments)
                 result = _outcome_result(session.agent, outcome)

@@ -95,6 +95,36 @@ async def test_a_wrong_tool_argument_is_an_error_result_and_the_episode_goes_on(
     assert reply.structuredContent == {"output": "My id is noah_muller_9847.", "done": False}
 
 
+async def test_a_domain_tool_is_answered_on_the_event_loop_and_a_customer_turn_in_the_pool(
+    asgi_server, llm_server, monkeypatch
+):
+    import threading
+
+    from tau2_env import engine
+
+    where: list[tuple[str, str]] = []
+    for name in ("call_tool", "say"):
+        original = getattr(engine.Episode, name)
+
+        def spy(self, *args, _original=original, _name=name, **kwargs):
+            where.append((_name, threading.current_thread().name))
+            return _original(self, *args, **kwargs)
+
+        monkeypatch.setattr(engine.Episode, name, spy)
+    llm_server.add(text("Hi, I need to change a flight."), text("Thanks."))
+    async with mcp_session(f"{asgi_server.url}/agent/mcp", token=VISITOR_TOKEN) as session:
+        await session.call_tool("start", {"domain": "airline", "task_id": "2"})
+        user = await session.call_tool("get_user_details", {"user_id": "noah_muller_9847"})
+        reply = await session.call_tool("respond_to_user", {"message": "Found you."})
+
+    assert json.loads(user.content[0].text)["user_id"] == "noah_muller_9847"
+    assert user.structuredContent["done"] is False
+    assert reply.structuredContent == {"output": "Thanks.", "done": False}
+    (tool, on), (turn, pooled) = where
+    assert (tool, turn) == ("call_tool", "say")
+    assert on.startswith("uvicorn-") and pooled.startswith("tau2-episode")
+
+
 async def test_a_bad_task_or_missing_credentials_are_error_results(asgi_server, llm_server):
     async with mcp_session(f"{asgi_server.url}/agent/mcp", token=VISITOR_TOKEN) as session:
         unknown = await session.call_tool("start", {"domain": "airline", "task_id": "nope"})
