@@ -8,7 +8,9 @@ redelivered task does nothing; a task whose claim was taken over (its lease ran 
 stores nothing.
 
 A failure of the customer's or the judge's LLM does not end the session: nothing of
-the turn is stored, the reason is shown to the player, who may ask again.
+the turn is stored, the reason is shown to the player, who may ask again. So does a
+customer on a budgeted connection whose month is spent (or whose model has no price
+there): the turn is not asked for, and asking again works once there is room.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from apps.accounts.vault import SignInRequired
 from apps.connections.routes import ConnectionUnavailable
 from apps.play import services
 from apps.play.selectors import Phase
+from apps.runs.budgets import play_turn_refusal
 from apps.runs.events import LostRun, UnstorableMessage, events_publish
 from apps.runs.lifecycle import run_finish
 from apps.runs.models import Run
@@ -45,6 +48,10 @@ def customer_turn(*, run_id: int, at: int, worker: str) -> str:
     run = services.play_claim(run_id=run_id, phase=Phase.CUSTOMER, at=at, worker=worker)
     if run is None:
         return "skipped"
+    refused = play_turn_refusal(run=run)  # a budgeted connection's month, checked first
+    if refused is not None:
+        services.play_release(run_id=run.pk, holder=worker, to=Phase.NEEDS_CUSTOMER, error=refused)
+        return "failed"
     route = _route_or_release(run, worker, Phase.NEEDS_CUSTOMER)
     if route is None:
         return "failed"

@@ -31,6 +31,11 @@ with ``Run.Failure.BUDGET`` and the numbers, once the connection's (or its perso
 spend this month reached the budget; its messages are kept and "retry the failed runs"
 takes it up again once there is room.
 
+**Play sessions** (a person plays the agent, the customer on a budgeted connection) hold
+no reservation: before each customer turn (:func:`play_turn_refusal`) the same check
+runs, and a spent month (or a model without a price there) leaves the turn unasked, the
+reason shown to the player, who asks again once there is room.
+
 **Requests in flight**: ``Connection.max_in_flight`` is kept by the evaluations'
 dispatcher (``apps.evaluations.services.evaluations_dispatch``), counting every run
 dispatched and not final that names the connection. Single runs (``run_create``) are
@@ -64,6 +69,7 @@ __all__ = [
     "connection_spend",
     "connection_spend_view",
     "month_window",
+    "play_turn_refusal",
     "rooms",
     "run_admit",
     "side_cost_range",
@@ -353,6 +359,8 @@ def _budgeted_sides(run: Run) -> list[_Side]:
 
 
 def _then(run: Run) -> str:
+    if run.kind == Run.Kind.HUMAN:
+        return "then ask the customer again"
     if run.evaluation_id is not None:
         return "then retry the failed runs"
     return "then run it again"
@@ -425,12 +433,29 @@ def budget_reached(*, run: Run) -> str | None:
                     if room.person is None
                     else f"{_who(room.person)}'s budget on the connection “{connection.name}”"
                 )
+                stopped = (
+                    "the customer's turn waits, the conversation kept"
+                    if run.kind == Run.Kind.HUMAN
+                    else "the run stopped here, its messages kept"
+                )
                 return (
                     f"{whose} reached its {dollars(room.budget)} budget this month "
-                    f"({dollars(room.spend.spent)} spent): the run stopped here, its messages "
-                    f"kept. Raise the budget or wait for next month; {_then(run)}."
+                    f"({dollars(room.spend.spent)} spent): {stopped}. Raise the budget or "
+                    f"wait for next month; {_then(run)}."
                 )
     return None
+
+
+def play_turn_refusal(*, run: Run) -> str | None:
+    """Why the customer of play session ``run`` may not take a turn on its budgeted
+    connection — no price for its model there (its spend could not be counted), or the
+    connection's (or its person's) budget reached this month — or ``None``. A play
+    session holds no reservation: each customer turn is one call, checked before it."""
+    for side in _budgeted_sides(run):
+        if side.prices is None:
+            refusal = unpriced_refusal(connection=side.connection, model=side.model)
+            return f"{refusal}; {_then(run)}."
+    return budget_reached(run=run)
 
 
 # ------------------------------------------------------------------ for pages

@@ -25,6 +25,7 @@ from apps.evaluations import selectors
 from apps.evaluations.estimates import evaluation_cost_estimate
 from apps.evaluations.models import Evaluation
 from apps.evaluations.services import IN_FLIGHT, evaluation_create, evaluation_retry_failed
+from apps.play.services import play_retry, play_start
 from apps.runs import budgets
 from apps.runs.models import Run
 from apps.runs.runner import run_execute
@@ -34,7 +35,7 @@ from tau2_env.evaluation import trial_seeds
 from tests.support import connections as with_connections
 from tests.support.connections import openai_compatible_connection
 from tests.support.llm_server import Reply
-from tests.support.scripts import is_agent_request
+from tests.support.scripts import is_agent_request, wait_for
 
 # stella (staff) and no connection left over between tests.
 staff = with_connections.staff
@@ -382,6 +383,53 @@ def test_a_budgeted_connection_refuses_a_model_it_has_no_price_for(staff, alice,
     assert "set a price for scripted-agent on the Connections page" in str(
         refused.value.message_dict["agent_model"]
     )
+
+
+@pytest.mark.slow
+def test_a_play_sessions_customer_waits_while_the_month_is_spent_and_answers_once_raised(
+    celery_worker, staff, alice, llm_server
+):
+    # alice plays the agent; her customer runs on Team vLLM, whose month is spent by a
+    # run of hers before: the customer's turn is not asked for, and she is told why.
+    vllm = team_vllm(llm_server, by=staff, monthly_budget_usd=Decimal("1.00"))
+    spent_run(user=alice, customer=vllm, user_cost=Decimal("1.20"))
+    llm_server.responder = lambda request: "Hi, I'd like a certificate, please."
+    task = Task.objects.get(domain_id="airline", task_id="27")
+
+    run = play_start(user=alice, task=task, user_model=MODEL, user_connection=vllm)
+    run = wait_for(run, lambda r: r.worker == "" and r.error, what="the refused turn")
+
+    assert run.status == Run.Status.RUNNING and run.events.count() == 0
+    assert run.error == (
+        "The connection “Team vLLM” reached its $1.00 budget this month ($1.20 spent): the "
+        "customer's turn waits, the conversation kept. Raise the budget or wait for next "
+        "month; then ask the customer again."
+    )
+    assert not llm_server.chat_requests()
+
+    Connection.objects.filter(pk=vllm.pk).update(monthly_budget_usd=Decimal("5.00"))
+    play_retry(run=run)
+    run = wait_for(run, lambda r: r.events.filter(kind="customer").exists(), what="the answer")
+
+    assert run.error == "" and len(llm_server.chat_requests()) == 1
+    assert run.events.get(kind="customer").message["content"].startswith("Hi, I'd like")
+
+
+@pytest.mark.slow
+def test_a_play_sessions_customer_on_a_budgeted_connection_needs_a_price(
+    celery_worker, staff, alice, llm_server
+):
+    vllm = openai_compatible_connection(
+        llm_server, by=staff, name="Team vLLM", models=[MODEL], monthly_budget_usd=Decimal("5")
+    )
+    task = Task.objects.get(domain_id="airline", task_id="27")
+
+    run = play_start(user=alice, task=task, user_model=MODEL, user_connection=vllm)
+    run = wait_for(run, lambda r: r.worker == "" and r.error, what="the refused turn")
+
+    assert "set a price for scripted-agent on the Connections page" in run.error
+    assert run.error.endswith("; then ask the customer again.")
+    assert run.events.count() == 0 and not llm_server.chat_requests()
 
 
 @pytest.mark.parametrize("whose", ["connection", "person"])
