@@ -364,3 +364,54 @@ def test_the_live_pages_say_reconnecting_while_redis_is_down_and_keep_what_they_
             expect(shown.get_by_test_id("live")).to_have_text("Live…")
             assert shown.evaluate("() => window.stillTheSamePage") is True  # not reloaded
         assert shown_seqs(run_page) == [0, 1, 2]
+
+
+# The page's sockets, as the page made them (closing one from the test is a drop).
+TRACK_SOCKETS = """(() => {
+  const Native = window.WebSocket;
+  window.__sockets = [];
+  window.WebSocket = class extends Native {
+    constructor(...args) { super(...args); window.__sockets.push(this); }
+  };
+})()"""
+
+
+@pytest.mark.parametrize("why", ["signed out", "deleted"])
+def test_a_socket_the_server_refuses_is_not_reopened_and_the_page_says_so(
+    page, alice, base_url, why
+):
+    # alice watches her running run; meanwhile she signs out elsewhere (the server now
+    # refuses an anonymous socket and sends the page to sign in), or the run is deleted
+    # (socket refused, page 404). The next drop reopens once, is refused, and the page
+    # stops: it says it no longer updates instead of "Reconnecting…" forever.
+    from django.utils import timezone
+
+    from apps.tasks.models import Task
+
+    run = Run.objects.create(
+        task=Task.objects.get(domain_id="airline", task_id="27"),
+        domain="airline",
+        created_by=alice,
+        agent_model=AGENT_MODEL,
+        user_model=AGENT_MODEL,
+        status=Run.Status.RUNNING,
+        started_at=timezone.now(),
+    )
+    page.add_init_script(TRACK_SOCKETS)
+    browser_signed_in(page, alice, base_url)
+    page.goto(f"/runs/{run.pk}/")
+    expect(page.get_by_test_id("live")).to_have_text("Live…")
+    assert page.evaluate("() => window.__sockets.length") == 1
+
+    if why == "signed out":
+        page.context.clear_cookies()
+    else:
+        run.delete()
+    page.evaluate("() => window.__sockets[0].close()")
+
+    gone = page.get_by_test_id("live-gone")
+    expect(gone).to_be_visible(timeout=SLOW)
+    expect(gone).to_contain_text("Reload the page")
+    page.wait_for_timeout(SETTLE_MS * 2)  # past two more backoffs: nothing reopens
+    assert page.evaluate("() => window.__sockets.length") == 2
+    expect(page.get_by_test_id("live-notice")).to_have_count(0)
