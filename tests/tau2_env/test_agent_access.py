@@ -14,10 +14,11 @@ import httpx
 import pytest
 from websockets.asyncio.client import connect
 
-from tau2_env import access
+from tau2_env import access, engine
 from tests.support.llm_server import text
 from tests.support.mcp_client import mcp_session
 from tests.support.scripts import gold_script
+from tests.support.threads import record_threads
 
 ALICE_KEY = "studio_key_alice"
 ALICE_TOKEN = "hf_alice_vault_token_44444444"
@@ -113,17 +114,7 @@ async def test_a_recorded_episodes_tool_calls_run_off_the_event_loop_an_unrecord
     # A recorder's hooks may do I/O (the web project stores each hop): its episode's
     # tool calls stay in the episode pool; an unrecorded episode's are answered on the
     # event loop (the uvicorn thread), where its respond_to_user still never runs.
-    from tau2_env import engine
-
-    where: list[tuple[str, str]] = []
-    for name in ("call_tool", "say"):
-        original = getattr(engine.Episode, name)
-
-        def spy(self, *args, _original=original, _name=name, **kwargs):
-            where.append((_name, threading.current_thread().name))
-            return _original(self, *args, **kwargs)
-
-        monkeypatch.setattr(engine.Episode, name, spy)
+    where = record_threads(monkeypatch, engine.Episode, "call_tool", "say")
     llm_server.add(text("Hi, I need help."), text("Hi, I need help too."), text("My id is x."))
     tool = {"type": "call_tool", "tool_name": "get_user_details"}
     tool["arguments"] = {"user_id": GOLD_USER}

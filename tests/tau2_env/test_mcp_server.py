@@ -14,9 +14,11 @@ import logging
 import httpx
 import pytest
 
+from tau2_env import engine
 from tests.support.llm_server import text
 from tests.support.mcp_client import mcp_session
 from tests.support.scripts import gold_script
+from tests.support.threads import record_threads
 
 VISITOR_TOKEN = "hf_visitor_token_mcp_22222222"
 GOLD_USER = "ethan_martin_2396"
@@ -98,19 +100,7 @@ async def test_a_wrong_tool_argument_is_an_error_result_and_the_episode_goes_on(
 async def test_a_domain_tool_is_answered_on_the_event_loop_and_a_customer_turn_in_the_pool(
     asgi_server, llm_server, monkeypatch
 ):
-    import threading
-
-    from tau2_env import engine
-
-    where: list[tuple[str, str]] = []
-    for name in ("call_tool", "say"):
-        original = getattr(engine.Episode, name)
-
-        def spy(self, *args, _original=original, _name=name, **kwargs):
-            where.append((_name, threading.current_thread().name))
-            return _original(self, *args, **kwargs)
-
-        monkeypatch.setattr(engine.Episode, name, spy)
+    where = record_threads(monkeypatch, engine.Episode, "call_tool", "say")
     llm_server.add(text("Hi, I need to change a flight."), text("Thanks."))
     async with mcp_session(f"{asgi_server.url}/agent/mcp", token=VISITOR_TOKEN) as session:
         await session.call_tool("start", {"domain": "airline", "task_id": "2"})

@@ -11,8 +11,9 @@ import json
 import pytest
 from openenv.core.env_server.mcp_types import CallToolAction, ListToolsAction
 
-from tau2_env import Tau2Env
+from tau2_env import Tau2Env, engine
 from tests.support.llm_server import error, text
+from tests.support.threads import record_threads
 
 SERVER_TOKEN = "hf_server_token_0000000000"
 VISITOR_TOKEN = "hf_visitor_token_1111111111"
@@ -198,20 +199,9 @@ async def test_the_tool_call_that_can_end_the_episode_is_made_and_scored_off_the
 ):
     # Tool calls are answered on the event loop while they cannot end the episode; the
     # one that may reach τ²'s error limit runs in the episode pool, where it is scored.
-    import threading
-
-    from tau2_env import engine
     from tau2_env.config import DEFAULT_MAX_ERRORS
 
-    where: list[tuple[str, str]] = []
-    for name in ("call_tool", "score"):
-        original = getattr(engine.Episode, name)
-
-        def spy(self, *args, _original=original, _name=name, **kwargs):
-            where.append((_name, threading.current_thread().name))
-            return _original(self, *args, **kwargs)
-
-        monkeypatch.setattr(engine.Episode, name, spy)
+    where = record_threads(monkeypatch, engine.Episode, "call_tool", "score")
     llm_server.add(text("Hi, I need help."))
     async with Tau2Env(base_url=asgi_server.url) as env:
         await env.reset(task_id="2")
