@@ -12,7 +12,7 @@ scoring) runs in one process-wide, bounded thread pool sized by ``MAX_CONCURRENT
 — never on the event loop, never in asyncio's small default pool. A domain tool call
 that can neither block nor end the episode (:meth:`~tau2_env.agent_session.AgentSession.
 acts_at_once`: τ²'s in-memory database, nobody recording) is answered on the loop
-itself: the hop to a thread and back cost more CPU than the call (0.49 → 0.34 ms).
+itself: the hop to a thread and back cost more CPU than the call (0.49 → 0.40 ms).
 Threads belong to the pool, not to sessions: an idle session holds none. The class asks
 openenv for one shared single-thread executor (``REQUIRES_SINGLE_THREAD_EXECUTOR``) for
 what openenv runs there itself (constructing and closing environments, both trivial
