@@ -173,9 +173,12 @@ def progress_context(evaluation: Evaluation, summary: EvaluationSummary) -> dict
             if count or key in ("completed", "running", "queued", "failed")
         ],
         "eta": duration_label(summary.eta_seconds),
-        "cost": _money(summary.total_cost_usd),  # every priced call, agent and customer
+        "cost": _money(summary.total_cost_usd),  # every priced call: agent, customer, judge
         "agent_cost": _money(summary.cost_usd),
         "customer_cost": _money(summary.user_cost_usd),
+        # τ²'s NL-assertion judge, when it was called (retail's NL assertions).
+        "judged": bool(summary.judge_prompt_tokens or summary.judge_completion_tokens),
+        "judge_cost": _money(summary.judge_cost_usd),
         "unpriced_runs": summary.unpriced_runs,
         "tokens": summary.tokens,
     }

@@ -60,6 +60,9 @@ _RUN_COLUMNS = (
     "user_prompt_tokens",
     "user_completion_tokens",
     "user_cost_usd",
+    "judge_prompt_tokens",
+    "judge_completion_tokens",
+    "judge_cost_usd",
     "started_at",
     "finished_at",
     "dispatched_at",
@@ -117,15 +120,19 @@ def _has_calls(run: dict[str, Any]) -> bool:
         or run["completion_tokens"]
         or run["user_prompt_tokens"]
         or run["user_completion_tokens"]
+        or run["judge_prompt_tokens"]
+        or run["judge_completion_tokens"]
     )
 
 
 def _run_total_cost(run: dict[str, Any]) -> Decimal | None:
-    """A run's agent and customer cost together; ``None`` when it made no calls or a role
-    that made calls has no price (unknown, never counted as $0)."""
+    """A run's agent, customer and judge cost together (as its page totals them);
+    ``None`` when it made no calls or a role that made calls has no price (unknown,
+    never counted as $0)."""
     parts = (
         (run["prompt_tokens"] + run["completion_tokens"], run["cost_usd"]),
         (run["user_prompt_tokens"] + run["user_completion_tokens"], run["user_cost_usd"]),
+        (run["judge_prompt_tokens"] + run["judge_completion_tokens"], run["judge_cost_usd"]),
     )
     used = [cost for tokens, cost in parts if tokens]
     if not used or any(cost is None for cost in used):
@@ -268,6 +275,7 @@ def evaluation_summary(
     ]
     costs = [r["cost_usd"] for r in runs if r["cost_usd"] is not None]
     user_costs = [r["user_cost_usd"] for r in runs if r["user_cost_usd"] is not None]
+    judge_costs = [r["judge_cost_usd"] for r in runs if r["judge_cost_usd"] is not None]
     totals = [t for t in map(_run_total_cost, runs) if t is not None]
     planned = evaluation.planned_runs or len(runs)
     final = sum(statuses[s] for s in Run.FINAL)
@@ -310,17 +318,24 @@ def evaluation_summary(
         mean_messages=mean(r["n_messages"] for r in scored) if scored else None,
         mean_tool_calls=mean(r["n_tool_calls"] for r in scored) if scored else None,
         mean_duration_s=mean(durations) if durations else None,
-        # The agent's calls (τ²'s agent cost), the customer's, and every priced call.
+        # The agent's calls (τ²'s agent cost), the customer's, the judge's, every priced call.
         cost_usd=sum(costs, Decimal(0)) if costs else None,
         mean_cost_usd=sum(costs, Decimal(0)) / len(costs) if costs else None,
         user_cost_usd=sum(user_costs, Decimal(0)) if user_costs else None,
-        total_cost_usd=sum(costs + user_costs, Decimal(0)) if costs or user_costs else None,
+        judge_cost_usd=sum(judge_costs, Decimal(0)) if judge_costs else None,
+        total_cost_usd=(
+            sum(costs + user_costs + judge_costs, Decimal(0))
+            if costs or user_costs or judge_costs
+            else None
+        ),
         unpriced_runs=sum(1 for r in runs if _has_calls(r)) - len(totals),
         mean_total_cost_usd=sum(totals, Decimal(0)) / len(totals) if totals else None,
         prompt_tokens=sum(r["prompt_tokens"] for r in runs),
         completion_tokens=sum(r["completion_tokens"] for r in runs),
         user_prompt_tokens=sum(r["user_prompt_tokens"] for r in runs),
         user_completion_tokens=sum(r["user_completion_tokens"] for r in runs),
+        judge_prompt_tokens=sum(r["judge_prompt_tokens"] for r in runs),
+        judge_completion_tokens=sum(r["judge_completion_tokens"] for r in runs),
         reward_by_task=tuple(
             sorted(
                 (TaskReward(task_id=t, reward=mean(v), trials=len(v)) for t, v in by_task.items()),

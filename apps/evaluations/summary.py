@@ -79,12 +79,14 @@ class EvaluationSummary:
 
     Money is USD, ``None`` when nothing was priced (unknown, never $0): ``cost_usd`` and
     ``mean_cost_usd`` are the agent's calls (τ²'s agent cost), ``user_cost_usd`` the
-    customer's, ``total_cost_usd`` every priced call; ``mean_total_cost_usd`` is over the
-    runs whose every call was priced, and ``unpriced_runs`` counts the runs that made
-    calls of which some have no price.
+    customer's, ``judge_cost_usd`` τ²'s NL-assertion judge's, ``total_cost_usd`` every
+    priced call; ``mean_total_cost_usd`` is over the runs whose every call was priced,
+    and ``unpriced_runs`` counts the runs that made calls of which some have no price.
+    Version 4 counts the judge's calls (``judge_*``, ``None`` in an older summary, whose
+    totals left them out: :attr:`complete` is false for it).
     """
 
-    VERSION: ClassVar[int] = 3
+    VERSION: ClassVar[int] = 4
 
     planned: int
     completed: int
@@ -126,11 +128,15 @@ class EvaluationSummary:
     clean_pass_hat_ks: Mapping[int, float] | None = None
     clean_runs: int | None = None
     clean_tasks: int | None = None
+    judge_prompt_tokens: int | None = None
+    judge_completion_tokens: int | None = None
+    judge_cost_usd: Decimal | None = None
 
     @property
     def complete(self) -> bool:
-        """Whether it has what version 3 added (a version-2 summary has not)."""
-        return self.left_out is not None
+        """Whether it has what versions 3 and 4 added (one of an older version has not:
+        the pages compute it again from the runs)."""
+        return self.left_out is not None and self.judge_prompt_tokens is not None
 
     @property
     def runs_left_out(self) -> int:
@@ -214,15 +220,19 @@ class EvaluationSummary:
             else {str(k): v for k, v in sorted(self.clean_pass_hat_ks.items())},
             "clean_runs": self.clean_runs,
             "clean_tasks": self.clean_tasks,
+            "judge_prompt_tokens": self.judge_prompt_tokens,
+            "judge_completion_tokens": self.judge_completion_tokens,
+            "judge_cost_usd": _money_text(self.judge_cost_usd),
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> EvaluationSummary:
         """The summary ``data`` (as :meth:`to_json` writes it) says.
 
-        Reads this ``VERSION``, version 2 (without what version 3 added: those fields
-        ``None``) and the shape stored before summaries had a version (version 2's keys
-        without ``version``, stored since the customer's calls were counted). Raises
+        Reads this ``VERSION``, versions 3 (without the judge's calls: those fields
+        ``None``) and 2 (without what versions 3 and 4 added) and the shape stored before
+        summaries had a version (version 2's keys without ``version``, stored since the
+        customer's calls were counted). Raises
         :class:`SummaryUnreadable` for every other: the first shape (without the
         customer's tokens and costs: none of its keys says what they were), a version
         this code does not know, a key missing or a value of the wrong type.
@@ -231,11 +241,11 @@ class EvaluationSummary:
         if not isinstance(data, Mapping):
             raise SummaryUnreadable(f"a summary is a JSON object, not {type(data).__name__}")
         version = data["version"] if "version" in data else _unversioned_shape(data)
-        if version not in (2, cls.VERSION) or isinstance(version, bool):
+        if version not in (2, 3, cls.VERSION) or isinstance(version, bool):
             raise SummaryUnreadable(f"summary version {version!r}, not {cls.VERSION}")
         read = _Reader(data)
         added: dict[str, Any] = {}
-        if version == 3:
+        if version >= 3:
             added = {
                 "scored_runs": read.count("scored_runs"),
                 "failures_counted": read.count("failures_counted"),
@@ -247,6 +257,12 @@ class EvaluationSummary:
                 "clean_runs": read.count("clean_runs"),
                 "clean_tasks": read.count("clean_tasks"),
             }
+        if version >= 4:
+            added.update(
+                judge_prompt_tokens=read.count("judge_prompt_tokens"),
+                judge_completion_tokens=read.count("judge_completion_tokens"),
+                judge_cost_usd=read.optional(read.money, "judge_cost_usd"),
+            )
         return cls(
             **added,
             planned=read.count("planned"),

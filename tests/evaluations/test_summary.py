@@ -147,8 +147,12 @@ def test_its_json_is_what_the_summary_always_stored_with_a_version(evaluation):
         "clean_pass_hat_ks",
         "clean_runs",
         "clean_tasks",
+        # Version 4: τ²'s NL-assertion judge's calls, counted in the totals.
+        "judge_prompt_tokens",
+        "judge_completion_tokens",
+        "judge_cost_usd",
     ]
-    assert data["version"] == EvaluationSummary.VERSION == 3
+    assert data["version"] == EvaluationSummary.VERSION == 4
     assert data["pass_hat_ks"] == {"1": pytest.approx(7 / 12), "2": pytest.approx(1 / 6)}
     assert data["total_cost_usd"] == "0.006600" and data["mean_total_cost_usd"] == "0.001150"
     assert data["reward_by_task"][0] == {
@@ -158,7 +162,9 @@ def test_its_json_is_what_the_summary_always_stored_with_a_version(evaluation):
     }
 
 
+VERSION_4_KEYS = ("judge_prompt_tokens", "judge_completion_tokens", "judge_cost_usd")
 VERSION_3_KEYS = (
+    *VERSION_4_KEYS,
     "scored_runs",
     "failures_counted",
     "left_out",
@@ -212,10 +218,39 @@ def test_a_summary_stored_before_the_customer_was_counted_is_computed_again_from
     assert listed[0]["pass_hat_ks"] == summary.pass_hat_ks_json()
 
 
+def test_a_summary_of_version_3_reads_as_written_and_is_computed_again_with_the_judge(
+    evaluation, django_assert_num_queries
+):
+    # alice's retail-style runs were judged: τ²'s NL-assertion judge's calls cost too.
+    Run.objects.filter(evaluation=evaluation, trial=0).update(
+        judge_prompt_tokens=30, judge_completion_tokens=3, judge_cost_usd=Decimal("0.000100")
+    )
+    summary = selectors.evaluation_summary(evaluation)
+    version_3 = {
+        **{k: v for k, v in summary.to_json().items() if k not in VERSION_4_KEYS},
+        "version": 3,
+        "total_cost_usd": "0.006600",  # as version 3 totalled: without the judge
+    }
+    as_written = dataclasses.replace(
+        summary, total_cost_usd=Decimal("0.006600"), **dict.fromkeys(VERSION_4_KEYS)
+    )
+
+    with django_assert_num_queries(0):
+        assert EvaluationSummary.from_json(version_3) == as_written
+    assert not as_written.complete and summary.complete
+    # Every priced call, as each run's page totals it: the agent's, the customer's and
+    # the judge's (trial 0's two runs were judged).
+    assert summary.judge_cost_usd == Decimal("0.000200")
+    assert summary.total_cost_usd == Decimal("0.006800")
+    assert (summary.judge_prompt_tokens, summary.judge_completion_tokens) == (60, 6)
+    store(evaluation, version_3)
+    assert same_but_when(selectors.evaluation_summary_stored(evaluation), summary)
+
+
 @pytest.mark.parametrize(
     "change",
     [
-        {"version": 4},  # written by a newer release
+        {"version": 5},  # written by a newer release
         {"version": "2"},
         {"planned": None},
         {"pass_hat_ks": {"k": 0.5}},
