@@ -7,8 +7,10 @@ runs and the connections app sits below the runs app (it may not import it).
 
 **Spend** is derived from the runs, never kept in a second ledger that could drift: in a
 calendar month (UTC) a connection spent the agent's cost (``Run.cost_usd``) of the runs
-whose agent is on it plus the customer's cost (``Run.user_cost_usd``) of the runs whose
-customer is on it; a person, the same over the runs they started. A run is charged to
+whose agent is on it, the customer's cost (``Run.user_cost_usd``) of the runs whose
+customer is on it, and τ²'s NL judge's (``Run.judge_cost_usd``) of the runs it judged on
+it (its own ``judge_model`` on ``judge_connection``, else the customer's route); a
+person, the same over the runs they started. A run is charged to
 the month it **started** in (``started_at``): a run queued but never started cost nothing,
 and one that started on the 31st and ends on the 1st stays in the month it started in.
 Unpriced calls cost nothing known: they are counted apart ("unpriced"), never as $0, and
@@ -95,6 +97,26 @@ _SIDES = {
     "agent": ("agent_connection_id", "cost_usd", "agent_reserved_usd", "prompt_tokens"),
     "user": ("user_connection_id", "user_cost_usd", "user_reserved_usd", "user_prompt_tokens"),
 }
+# τ²'s NL judge spends too (no reservation: a few calls, after the conversation).
+_JUDGE = ("judge_cost_usd", "judge_prompt_tokens")
+
+
+def _on(column: str, connection: Connection) -> Q:
+    """The runs whose ``column`` side is on ``connection`` (the judge: ``"judge"``)."""
+    if column != "judge":
+        return Q(**{column: connection.pk})
+    own = ~Q(judge_model="") & Q(judge_connection_id=connection.pk)
+    return own | (Q(judge_model="") & Q(user_connection_id=connection.pk))
+
+
+def _spending():
+    """(where the side runs, its aggregates) for the agent, the customer and the judge."""
+    for side, (column, *_) in _SIDES.items():
+        yield column, _side_aggregates(side)
+    cost, tokens = _JUDGE
+    spent = Coalesce(Sum(Coalesce(F(cost), _ZERO)), _ZERO)
+    unpriced = Count("id", filter=Q(**{f"{cost}__isnull": True, f"{tokens}__gt": 0}))
+    yield "judge", {"spent": spent, "committed": spent, "unpriced": unpriced}
 
 
 def month_window(now: datetime | None = None) -> tuple[datetime, datetime]:
@@ -161,8 +183,8 @@ def connection_spend(
     start, end = month_window(now)
     runs = _month_runs(start=start, end=end, user=user, exclude_run=exclude_run)
     total = NOTHING
-    for side, (column, *_) in _SIDES.items():
-        found = runs.filter(**{column: connection.pk}).aggregate(**_side_aggregates(side))
+    for column, aggregates in _spending():
+        found = runs.filter(_on(column, connection)).aggregate(**aggregates)
         total += Spend(
             spent=found["spent"], committed=found["committed"], unpriced_runs=found["unpriced"]
         )
@@ -173,11 +195,11 @@ def _spend_by_person(*, connection: Connection, now: datetime | None = None) -> 
     start, end = month_window(now)
     runs = _month_runs(start=start, end=end)
     out: dict[int, Spend] = defaultdict(lambda: NOTHING)
-    for side, (column, *_) in _SIDES.items():
+    for column, aggregates in _spending():
         rows = (
-            runs.filter(**{column: connection.pk})
+            runs.filter(_on(column, connection))
             .values("created_by")
-            .annotate(**_side_aggregates(side))
+            .annotate(**aggregates)
             .order_by()
         )
         for row in rows:

@@ -117,6 +117,50 @@ def test_spend_is_the_agents_and_the_customers_calls_on_it_this_month(
     assert budgets.connection_spend(connection=other).spent == Decimal("4")
 
 
+def test_the_nl_judges_calls_are_spent_where_it_judged(staff, alice, bob, llm_server):
+    # τ²'s NL judge judges on the customer's route unless the run names a judge model;
+    # its calls are spent on that connection, by the run's person.
+    vllm = team_vllm(llm_server, by=staff)
+    other = openai_compatible_connection(llm_server, by=staff, name="Elsewhere")
+    judged = {"judge_prompt_tokens": 1000, "judge_completion_tokens": 10}
+    spent_run(
+        user=alice,
+        customer=vllm,
+        user_cost=Decimal("0.05"),
+        judge_cost_usd=Decimal("0.01"),
+        **judged,
+    )
+    spent_run(
+        user=bob,
+        customer=vllm,
+        user_cost=Decimal("0.02"),
+        judge_model=MODEL,
+        judge_connection=other,
+        judge_cost_usd=Decimal("0.50"),
+        **judged,
+    )
+    spent_run(
+        user=bob,
+        customer=other,
+        judge_model=MODEL,
+        judge_connection=vllm,
+        judge_cost_usd=Decimal("0.20"),
+        **judged,
+    )
+    spent_run(user=alice, customer=vllm, user_cost=Decimal("0.01"), **judged)  # judge unpriced
+
+    everyone = budgets.connection_spend(connection=vllm)
+    assert everyone.spent == Decimal("0.29")  # 0.05 + 0.01, 0.02, 0.20, 0.01
+    assert everyone.unpriced_runs == 1  # the judge's calls without a price, never $0
+    assert budgets.connection_spend(connection=vllm, user=bob).spent == Decimal("0.22")
+    assert budgets.connection_spend(connection=other).spent == Decimal("0.50")
+    people = budgets.connection_spend_view(connection=vllm, viewer=staff).people
+    assert {p.username: p.spend.spent for p in people} == {
+        alice.username: Decimal("0.07"),
+        bob.username: Decimal("0.22"),
+    }
+
+
 def test_a_run_never_started_costs_nothing_and_a_month_is_utc(staff, alice, llm_server):
     vllm = team_vllm(llm_server, by=staff)
     start, end = budgets.month_window()
