@@ -191,3 +191,28 @@ def test_the_evaluation_charts_shrink_when_the_window_narrows(page, base_url, al
     narrow = [chart.bounding_box() for chart in charts]
     assert all(box["x"] + box["width"] <= 400 for box in narrow), f"{wide} px wide, then {narrow}"
     assert page.evaluate("document.documentElement.scrollWidth") <= 400
+
+
+def test_the_evaluations_breakdowns_stack_at_400_px_with_every_number_on_screen(
+    page, base_url, alice, site
+):
+    # At 400 px each group of the paper's breakdowns is a card: its label, then its
+    # pass^1, 95% CI and n, each named, nothing to scroll sideways to.
+    page = page_signed_in_as(page, alice, base_url)
+    page.set_viewport_size({"width": 400, "height": 900})
+    page.goto(site.evaluation.get_absolute_url())
+    groups = page.get_by_test_id("breakdowns").get_by_test_id("breakdown-group")
+    expect(groups.first).to_be_visible()
+    tables = page.locator(".breakdown-table")
+    assert tables.count() > 0
+    assert tables.evaluate_all("ts => ts.every(t => t.scrollWidth <= t.clientWidth + 1)")
+    for index in range(groups.count()):
+        row = groups.nth(index)
+        for label in ("pass^1", "95% CI", "n"):
+            cell = row.locator(f'td[data-label="{label}"]')
+            box = cell.bounding_box()
+            assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 400, (
+                row.get_attribute("data-group"),
+                label,
+                box,
+            )
