@@ -8,6 +8,7 @@ browser logs no error on any page.
 from __future__ import annotations
 
 import contextlib
+import re
 
 import pytest
 from playwright.sync_api import TimeoutError as PlaywrightTimeout
@@ -216,3 +217,31 @@ def test_the_evaluations_breakdowns_stack_at_400_px_with_every_number_on_screen(
                 label,
                 box,
             )
+
+
+def test_compare_sorts_on_a_phone_where_its_sorting_headers_are_hidden(page, base_url, alice, site):
+    page = page_signed_in_as(page, alice, base_url)
+    url = f"/evaluations/compare/?ids={site.evaluation.pk},{site.other_evaluation.pk}"
+    page.set_viewport_size({"width": 1400, "height": 900})
+    page.goto(url)
+    expect(page.get_by_test_id("sort-delta")).to_be_visible()
+    expect(page.get_by_test_id("sort-narrow")).to_be_hidden()
+
+    page.set_viewport_size({"width": 400, "height": 900})
+    expect(page.get_by_test_id("sort-delta")).to_be_hidden()
+    page.get_by_test_id("sort-narrow-key").select_option("delta")
+    page.get_by_test_id("sort-narrow-dir").select_option("desc")
+    page.get_by_test_id("sort-narrow-apply").click()
+
+    expect(page).to_have_url(re.compile(r"sort=delta&dir=desc$"))
+    expect(page.get_by_test_id("sort-narrow-key")).to_have_value("delta")
+    expect(page.get_by_test_id("sort-narrow-dir")).to_have_value("desc")
+    deltas = [
+        float(text)
+        for text in page.locator(
+            '[data-testid=compare-task] td[data-key="delta"]'
+        ).all_inner_texts()
+        if text.strip() != "—"
+    ]
+    assert len(deltas) > 1 and deltas == sorted(deltas, reverse=True), deltas
+    assert layout_problems(page, 400) == []
