@@ -56,6 +56,9 @@ def test_staff_connects_an_endpoint_tests_it_and_evaluates_on_two_connections(
     page.goto("/connections/")
     page.get_by_test_id("add-team").click()
     page.get_by_test_id("kind").select_option("openai_compatible")
+    # The kind's change swaps the base URL field in (its placeholder, required): typed
+    # before that answer lands, the URL would be swapped away (a loaded machine's flake).
+    expect(page.get_by_test_id("base-url")).to_have_attribute("required", "")
     page.get_by_label("Name", exact=True).fill("Our vLLM")
     page.get_by_test_id("base-url").fill(llm_server.base_url)
     page.get_by_label("API key", exact=True).fill(CONNECTION_KEY)
