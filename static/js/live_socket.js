@@ -2,8 +2,6 @@
 // a drop with backoff, and stay closed once the page needs no socket. Each page says where
 // to connect (with what it resumes from), when it is done and what a frame means. While a
 // socket is down the page keeps what it shows and one notice says it is reconnecting.
-// A socket the server refuses (signed out meanwhile, access gone, the page's object
-// deleted) is not reopened: the page says so once, and asks to be reloaded.
 (() => {
   // A quiet socket may have missed a message (e.g. the final status while Redis was busy):
   // reopening it after this long makes the server send again what the page lacks.
@@ -12,11 +10,6 @@
   const NOTICE_AFTER_MS = 1000;
   const NOTICE_TEXT =
     "Reconnecting… The page keeps what it shows and catches up once the connection is back.";
-  const GONE_TEXT =
-    "This page no longer updates: the server refused it (signed out, no longer allowed, " +
-    "or deleted). Reload the page to see where it stands.";
-  // Close codes the server gives a socket it will keep refusing (after accepting it).
-  const REFUSED = new Set([4403, 4404]);
 
   // The page's sockets that are down and will reopen (a race follows one per lane): the
   // notice shows while any is, and clears once every one is open again or done.
@@ -35,35 +28,6 @@
       (document.querySelector("main") || document.body).prepend(notice);
     }
     return notice;
-  }
-
-  let gone = null;
-
-  // Said once per page, whichever socket is refused first; clears the "Reconnecting…".
-  function sayGone() {
-    if (gone) return;
-    gone = document.createElement("p");
-    gone.className = "hidden-banner live-notice";
-    gone.dataset.testid = "live-gone";
-    gone.setAttribute("role", "alert");
-    gone.textContent = GONE_TEXT;
-    (document.querySelector("main") || document.body).prepend(gone);
-  }
-
-  // A socket that closed before its handshake completed: refused by the server (the
-  // browser says only 1006) or not reached at all. The page's own address tells which:
-  // refused or sent to sign in is gone; anything else — up, or unreachable — reconnects.
-  async function stillServed() {
-    try {
-      const response = await fetch(location.pathname + location.search, {
-        credentials: "same-origin",
-        redirect: "manual",
-        cache: "no-store",
-      });
-      return !(response.type === "opaqueredirect" || [401, 403, 404].includes(response.status));
-    } catch (err) {
-      return true;
-    }
   }
 
   function setDown(socket, isDown) {
@@ -95,9 +59,6 @@
    *   closes at once (1013 "Try Again Later"), and that is a drop like any other.
    * - `watchdog: true` closes (and so reopens) a socket silent for 30 s.
    * - `close()` closes the current socket; it reopens unless `done()`.
-   * - A socket closed with 4403/4404, or refused at its handshake while the page's own
-   *   address is refused too (403/404, or a redirect to sign in), is not reopened: the
-   *   page says it no longer updates (`[data-testid=live-gone]`).
    *
    * While it is down for more than a second, the page's notice (`[data-testid=live-notice]`,
    * made on first need at the top of `<main>`) says "Reconnecting…".
@@ -122,11 +83,7 @@
         quiet = setTimeout(() => { if (!done()) socket.close(); }, QUIET_MS);
       };
       let live = false;
-      let opened = false;
-      socket.onopen = () => {
-        opened = true;
-        arm();
-      };
+      socket.onopen = arm;
       socket.onmessage = (msg) => {
         arm();
         if (!live) {
@@ -138,15 +95,10 @@
         onMessage(JSON.parse(msg.data));
         if (done()) socket.close();
       };
-      socket.onclose = async (event) => {
+      socket.onclose = () => {
         clearTimeout(quiet);
         if (done()) {
           setDown(self, false);
-          return;
-        }
-        if (REFUSED.has(event.code) || (!opened && !(await stillServed()))) {
-          setDown(self, false);
-          sayGone();
           return;
         }
         setDown(self, true);
