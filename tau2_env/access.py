@@ -44,7 +44,9 @@ __all__ = [
     "Credentials",
     "CredentialsRefused",
     "CredentialsUnavailable",
+    "EpisodeBudget",
     "EpisodeHooks",
+    "EpisodeRefused",
     "TRAINING_SESSION_HEADER",
     "TRAINING_SESSION_QUERY",
     "bearer_token",
@@ -145,6 +147,33 @@ class EpisodeHooks(Protocol):
         """The episode ended (scored, or ``episode.error`` says why not)."""
 
 
+class EpisodeRefused(Exception):
+    """An episode may not start (its customer's connection has no room in its budget,
+    no price for the model, or all the runs in flight it allows); ``str()`` says why,
+    ``status`` is the HTTP status it deserves (403, or 429: it may once a run ends)."""
+
+    def __init__(self, message: str, *, status: int = 403) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class EpisodeBudget(Protocol):
+    """What an episode's spend is counted against (the web project: a budgeted
+    connection its customer, and so τ²'s NL judge, runs on).
+
+    Called from the thread that drives the episode, and may block (a database).
+    """
+
+    def episode_admit(self, episode: Episode, *, face: str) -> None:
+        """Before ``episode`` starts (before any call of its customer): raises
+        :class:`EpisodeRefused` saying why it may not; returns when it may (then it
+        holds whatever the budget reserves for it until it ends)."""
+
+    def turn_refusal(self, episode: Episode) -> str | None:
+        """Before each customer turn of an admitted ``episode``: why it may not be taken
+        (the episode then ends with that reason), or ``None``."""
+
+
 @dataclass(frozen=True)
 class Credentials:
     """What a client's episodes run on, and whose they are.
@@ -166,6 +195,8 @@ class Credentials:
     split)`` starts, whether it may (a training session's split guard): returns a line
     to add to the episode's opening (a warning) or ``None``; raises
     :class:`CredentialsRefused` to refuse the episode. ``None``: every episode may start.
+    ``budget``: what its episodes' spend is counted against (:class:`EpisodeBudget`),
+    asked before each starts and before each customer turn; ``None``: nothing limits it.
     """
 
     client: str
@@ -178,6 +209,7 @@ class Credentials:
     admit: Callable[[str, str, str], str | None] | None = field(
         repr=False, default=None, compare=False
     )
+    budget: EpisodeBudget | None = field(repr=False, default=None, compare=False)
 
     @property
     def holder(self) -> str:

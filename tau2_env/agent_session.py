@@ -74,6 +74,19 @@ def _admitted(
         raise BadRequest(str(exc), status=403) from None
 
 
+def _budget_admit(
+    budget: access.EpisodeBudget | None, episode: engine.Episode, *, face: str
+) -> None:
+    """What the credentials' budget says of ``episode`` before it starts: nothing, or a
+    refusal as :class:`BadRequest` (its status)."""
+    if budget is None:
+        return
+    try:
+        budget.episode_admit(episode, face=face)
+    except access.EpisodeRefused as exc:
+        raise BadRequest(str(exc), status=exc.status) from None
+
+
 class BadRequest(ValueError):
     """A client's input cannot be used; ``str()`` says why, ``status`` is the HTTP status
     it deserves (400, or 401 for missing or refused credentials)."""
@@ -162,6 +175,7 @@ class AgentSession:
         self.split: str | None = None
         self.steps = 0
         self._hooks: access.EpisodeHooks | None = None
+        self._budget: access.EpisodeBudget | None = None
         self._reported = 0
         self._ended_reported = False
 
@@ -183,7 +197,8 @@ class AgentSession:
         ``admit`` warns). ``user_model`` chooses the customer (a picker id,
         for clients whose credentials allow it: a studio key). Raises
         :class:`BadRequest` for an unknown domain, split or task, a mistyped value, a
-        customer model the client may not use, or no credentials for the customer."""
+        customer model the client may not use, no credentials for the customer, or an
+        episode the credentials' ``budget`` does not admit (before the customer speaks)."""
         self.close("Replaced by a new reset().")
         self.steps = 0
         domain = _optional("domain", domain, (str,), "a string") or config.default_domain()
@@ -205,7 +220,9 @@ class AgentSession:
         warning = _admitted(credentials, domain=domain, split=split, task_id=str(task.id))
 
         episode = engine.Episode(domain=domain, task=task, user_llm=route)
+        _budget_admit(credentials.budget, episode, face=self.face)
         self.episode, self.split, self._hooks = episode, split, credentials.hooks
+        self._budget = credentials.budget
         self._reported, self._ended_reported = 0, False
         opening = episode.start()
         self._reported = len(episode.messages)
@@ -245,7 +262,9 @@ class AgentSession:
     def act(self, name: str, arguments: Any) -> Outcome:
         """Call the agent's tool ``name`` (a domain tool, ``respond_to_user`` or ``done``)
         in the open episode. Bad arguments and unknown tools are error outcomes and the
-        episode goes on (unless τ²'s error limit ends it). Needs a started episode."""
+        episode goes on (unless τ²'s error limit ends it). Needs a started episode.
+        Before the customer's turn the credentials' budget may end the episode
+        (unscored; the outcome's text is its reason)."""
         episode = self.episode
         if episode is None:
             raise RuntimeError("No episode: start() first")
@@ -270,6 +289,10 @@ class AgentSession:
                     "Error: respond_to_user takes one argument, message: a non-empty string.",
                     is_error=True,
                 )
+            refusal = self._budget.turn_refusal(episode) if self._budget is not None else None
+            if refusal is not None:
+                episode.abandon(refusal)
+                return self._ended(refusal)
             reply = episode.say(message)
             if episode.done:
                 text = reply.content if reply is not None else (episode.error or ENDED_MESSAGE)

@@ -8,7 +8,9 @@ their keys and browser sessions together) — or, for a key made with a cap of i
 (``ApiKey.max_sessions``), against that cap alone — and its episodes are recorded as
 runs of kind "agent via API" (``apps.agents.recording``), in the training session its
 request names (``X-Tau2-Training-Session``, ``?training_session=``, or OpenEnv's
-``reset(training_session=…)``) if any. While a session is open its key is
+``reset(training_session=…)``) if any; the recorder is also their budget: an episode
+whose customer is on a connection with a budget or a limit of runs in flight is
+admitted and stopped as a model run is. While a session is open its key is
 checked again every few seconds: revoking it (or the owner's Hugging Face sign-in
 being revoked) ends the session. Without a key a client goes on as
 before (its own Hugging Face token, else the server's) — unless
@@ -137,6 +139,7 @@ def _studio_credentials(request: access.ClientRequest) -> access.Credentials:
         check=functools.partial(_key_check, key_id),
         customer=functools.partial(customer_route, user_id),
         admit=recorder.admit if request.training_session else None,
+        budget=recorder,
     )
 
 
@@ -191,12 +194,16 @@ def _browser_credentials(request: access.ClientRequest) -> access.Credentials | 
         return None
     user_id, token = owner
     fingerprint = hashlib.sha256(session_key.encode()).hexdigest()[:16]
+    # As for a key's recorder: on first use, not at start-up (it imports τ²'s engine).
+    from apps.agents.recording import UnrecordedBudget
+
     return access.Credentials(
         client=f"person:{user_id}",
         owner=f"browser:{fingerprint}",
         hf_token=token,
         check=functools.partial(_session_check, session_key),
         customer=functools.partial(customer_route, user_id),
+        budget=UnrecordedBudget(),
     )
 
 

@@ -18,6 +18,17 @@ and its run is told to them once recorded.
 The hooks are called on the episode's own thread: they copy what they need and hand the
 database work to a queue served by a small thread pool, one run's writes in order, so
 an episode never waits for the database.
+
+**Budgets and limits** (the recorder is also the credentials' ``EpisodeBudget``): an
+episode whose customer (and so its NL judge) is on a connection with a monthly budget
+or a limit of runs in flight is admitted before its customer's first call, as a model
+run is (``apps.runs.budgets.episode_admit``): its run is created then, in flight and
+holding its reservation, or the reset is refused with the reason. Before each customer
+turn it waits for its writes (so its own spend is counted) and asks the budgets again
+(``episode_turn_refusal``): a spent month ends the episode, its run failed with
+``Run.Failure.BUDGET``. These episodes wait for the database; the others never do. A
+browser session (the playground, unrecorded) may not put its customer on such a
+connection (:class:`UnrecordedBudget`).
 """
 
 from __future__ import annotations
@@ -41,16 +52,18 @@ from django.utils import timezone
 from apps.agents.hooks import EpisodeRefused, TrainingEpisode, training_hooks
 from apps.connections.models import Connection
 from apps.connections.routes import parse_value
-from apps.runs.events import LostRun, events_publish
+from apps.runs import budgets
+from apps.runs.events import LostRun, events_publish, judge_fields
 from apps.runs.lifecycle import run_finish
 from apps.runs.models import Run
 from apps.runs.services import customer_prices, run_provenance
 from apps.tasks.models import Task
-from tau2_env import access, config
+from tau2_env import access, config, llm
 from tau2_env.engine import DEFAULT_MAX_STEPS, Episode, TerminationReason
 
 __all__ = [
     "AgentRunRecorder",
+    "UnrecordedBudget",
     "agent_lease",
     "agent_run_end",
     "agent_run_start",
@@ -61,6 +74,9 @@ logger = logging.getLogger(__name__)
 
 _pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="agent-runs")
 FACES = {"openenv": "OpenEnv", "mcp": "MCP"}
+# How long a budgeted episode's turn waits for its earlier writes (its spend so far)
+# before it is refused as uncountable: the database is then in trouble.
+WRITES_WAIT_SECONDS = 30.0
 
 
 def agent_lease() -> timedelta:
@@ -83,6 +99,24 @@ class Opening:
     face: str
     messages: list[dict[str, Any]]
     training: TrainingEpisode | None = None
+    run: Run | None = None  # admitted to a budget: its run, already stored
+
+
+def _opening(
+    episode: Episode, *, face: str, training: TrainingEpisode | None, messages=None
+) -> Opening:
+    return Opening(
+        episode_id=episode.id,
+        domain=episode.domain,
+        task_id=str(episode.task.id),
+        user_model=episode.user_llm.model,
+        user_provider=episode.user_llm.provider,
+        user_origin=episode.user_llm.origin,
+        seed=episode.seed,
+        face=face,
+        messages=episode.messages_json() if messages is None else messages,
+        training=training,
+    )
 
 
 @dataclass(frozen=True)
@@ -94,9 +128,10 @@ class Ending:
     reward_info: dict[str, Any] | None
     error: str
     failure: str
+    judge_usage: llm.Usage = dataclasses.field(default_factory=llm.Usage)
 
 
-def _ending(episode: Episode) -> Ending:
+def _ending(episode: Episode, *, over_budget: str | None = None) -> Ending:
     reason = episode.termination_reason
     if episode.reward_info is not None:
         return Ending(
@@ -105,6 +140,15 @@ def _ending(episode: Episode) -> Ending:
             reward_info=episode.reward_info.model_dump(mode="json"),
             error="",
             failure="",
+            judge_usage=episode.judge_usage,
+        )
+    if over_budget is not None and episode.error == over_budget:  # ended by its budget
+        return Ending(
+            status=Run.Status.FAILED,
+            termination_reason="stopped",
+            reward_info=None,
+            error=over_budget,
+            failure=Run.Failure.BUDGET,
         )
     if reason == TerminationReason.AGENT_ERROR:  # abandoned: closed idle, disconnected…
         return Ending(
@@ -120,12 +164,13 @@ def _ending(episode: Episode) -> Ending:
         reward_info=None,
         error=episode.error or "The conversation ended without a score.",
         failure=Run.Failure.CONVERSATION,
+        judge_usage=episode.judge_usage,  # a scoring that failed may have called it
     )
 
 
-def agent_run_start(*, user_id: int, key_id: str, agent: str, opening: Opening) -> Run | None:
-    """A RUNNING run of kind agent for ``opening``, by the key's owner, with its opening
-    messages stored and published; ``None`` when the task is not in the catalogue."""
+def agent_run_build(*, user_id: int, key_id: str, agent: str, opening: Opening) -> Run | None:
+    """A RUNNING run of kind agent for ``opening``, by the key's owner, not saved;
+    ``None`` when the task is not in the catalogue."""
     task = Task.objects.filter(domain_id=opening.domain, task_id=opening.task_id).first()
     if task is None:
         logger.warning(
@@ -135,9 +180,8 @@ def agent_run_start(*, user_id: int, key_id: str, agent: str, opening: Opening) 
         )
         return None
     now = timezone.now()
-    slug, _ = parse_value(opening.user_origin) if opening.user_origin else (None, "")
-    user_connection = Connection.objects.filter(slug=slug).first() if slug else None
-    run = Run.objects.create(
+    user_connection = _connection_of(opening.user_origin)
+    return Run(
         kind=Run.Kind.AGENT,
         user_connection=user_connection,
         **customer_prices(user_connection=user_connection, user_model=opening.user_model),
@@ -152,6 +196,8 @@ def agent_run_start(*, user_id: int, key_id: str, agent: str, opening: Opening) 
         seed=opening.seed,
         given_seed=opening.seed,
         started_at=now,
+        # Calling its customer's connection from now on: a run in flight while it is open.
+        dispatched_at=now,
         worker=f"agent:{opening.face}:{opening.episode_id}",
         lease_expires_at=now + agent_lease(),
         attempts=1,
@@ -170,6 +216,25 @@ def agent_run_start(*, user_id: int, key_id: str, agent: str, opening: Opening) 
             user_connection=user_connection,
         ),
     )
+
+
+def _connection_of(origin: str) -> Connection | None:
+    """The connection a customer route's ``origin`` (``@connection/model``) names."""
+    slug, _ = parse_value(origin) if origin else (None, "")
+    return Connection.objects.filter(slug=slug).first() if slug else None
+
+
+def agent_run_start(
+    *, user_id: int, key_id: str, agent: str, opening: Opening, run: Run | None = None
+) -> Run | None:
+    """The run of ``opening`` (``run``, stored at its admission to a budget, else a new
+    one: :func:`agent_run_build`), with its opening messages stored and published;
+    ``None`` when the task is not in the catalogue."""
+    if run is None:
+        run = agent_run_build(user_id=user_id, key_id=key_id, agent=agent, opening=opening)
+        if run is None:
+            return None
+        run.save()
     events_publish(run=run, messages=opening.messages, worker=run.worker)
     return run
 
@@ -193,8 +258,8 @@ def agent_run_hop(*, run: Run, messages: list[dict[str, Any]]) -> bool:
 
 
 def agent_run_end(*, run: Run, ending: Ending) -> bool:
-    """End an agent run with its episode's verdict (once); τ²'s ``reward_info`` as a
-    model run stores it."""
+    """End an agent run with its episode's verdict (once); τ²'s ``reward_info`` and the
+    NL judge's calls (spent where the customer runs) as a model run stores them."""
     return run_finish(
         run=run,
         status=ending.status,
@@ -203,6 +268,7 @@ def agent_run_end(*, run: Run, ending: Ending) -> bool:
         termination_reason=ending.termination_reason,
         reward_info=ending.reward_info,
         failure=ending.failure,
+        fields=judge_fields(run_id=run.pk, usage=ending.judge_usage) or None,
     )
 
 
@@ -255,6 +321,31 @@ def recordings_drain(*, timeout: float) -> bool:
     return all(serial.idle.wait(max(0.0, deadline - time.monotonic())) for serial in list(_serials))
 
 
+def _guarded(connection: Connection | None) -> bool:
+    """Whether ``connection`` counts what runs on it: a budget, or runs in flight."""
+    return connection is not None and (connection.budgeted or bool(connection.max_in_flight))
+
+
+class UnrecordedBudget:
+    """The ``EpisodeBudget`` of a client whose episodes are not recorded (a signed-in
+    person's playground on ``/ws``): its customer may not run on a connection that
+    counts its runs — what it spent there could not be counted."""
+
+    def episode_admit(self, episode: Episode, *, face: str) -> None:
+        close_old_connections()
+        connection = _connection_of(episode.user_llm.origin)
+        if _guarded(connection):
+            raise access.EpisodeRefused(
+                f"The connection “{connection.name}” counts what runs on it (a budget, or a "
+                "limit of runs at a time), and the playground's episodes are not recorded: "
+                "play with a studio API key (create one on /accounts/keys/), whose episodes "
+                "are recorded and counted."
+            )
+
+    def turn_refusal(self, episode: Episode) -> str | None:
+        return None
+
+
 class AgentRunRecorder:
     """Episode hooks recording each episode of one keyed client as an agent run."""
 
@@ -268,6 +359,10 @@ class AgentRunRecorder:
         # The training episode admit() let start, for the on_start that follows it (both
         # on the episode's thread, one start at a time).
         self._admitted: TrainingEpisode | None = None
+        # Episodes admitted to a budget or a limit (episode id → its run), and why one
+        # was ended by its budget: touched on the episodes' threads only.
+        self._budgeted: dict[str, Run] = {}
+        self._over_budget: dict[str, str] = {}
 
     def __repr__(self) -> str:
         return f"<AgentRunRecorder user_id={self.user_id} key_id={self.key_id}>"
@@ -298,18 +393,61 @@ class AgentRunRecorder:
         self._admitted = dataclasses.replace(episode, warning=warning or "")
         return warning
 
+    # ------------------------------------------------ access.EpisodeBudget
+
+    def episode_admit(self, episode: Episode, *, face: str) -> None:
+        """Admit ``episode`` to its customer's connection's budget and limit of runs in
+        flight, when it has either (its run stored now); raises
+        :class:`~tau2_env.access.EpisodeRefused` with the reason. On the episode's thread."""
+        # This key's episode before (replaced by this reset) ends first: its run is no
+        # longer in flight, nor holding its reservation.
+        self._serial.idle.wait(WRITES_WAIT_SECONDS)
+        close_old_connections()
+        connection = _connection_of(episode.user_llm.origin)
+        if not _guarded(connection):
+            return
+        run = agent_run_build(
+            user_id=self.user_id,
+            key_id=self.key_id,
+            agent=self.agent,
+            opening=_opening(episode, face=face, training=None, messages=[]),
+        )
+        if run is None:
+            raise access.EpisodeRefused(
+                f"Task {episode.task.id} of {episode.domain} is not in this studio's "
+                f"catalogue, so what its customer spends on “{connection.name}” could not "
+                "be counted: pick another task."
+            )
+        refused = budgets.episode_admit(run=run)
+        if refused is not None:
+            raise access.EpisodeRefused(refused.reason, status=429 if refused.later else 403)
+        self._budgeted[episode.id] = run
+
+    def turn_refusal(self, episode: Episode) -> str | None:
+        """Why the admitted ``episode``'s customer may not take a turn now (its
+        connection's month spent, or its run stopped), or ``None``. Waits for the
+        episode's writes first: its own spend is counted. On the episode's thread."""
+        run = self._budgeted.get(episode.id)
+        if run is None:
+            return None
+        if not self._serial.idle.wait(WRITES_WAIT_SECONDS):
+            refusal = (
+                "What this episode spent could not be stored in time to be counted against "
+                "its connection's budget: the episode ended here; start a new one."
+            )
+        else:
+            close_old_connections()
+            refusal = budgets.episode_turn_refusal(run_id=run.pk)
+        if refusal is not None:
+            self._over_budget[episode.id] = refusal
+        return refusal
+
+    # ------------------------------------------------ access.EpisodeHooks
+
     def on_start(self, episode: Episode, *, face: str) -> None:
-        opening = Opening(
-            episode_id=episode.id,
-            domain=episode.domain,
-            task_id=str(episode.task.id),
-            user_model=episode.user_llm.model,
-            user_provider=episode.user_llm.provider,
-            user_origin=episode.user_llm.origin,
-            seed=episode.seed,
-            face=face,
-            messages=episode.messages_json(),
-            training=self._admitted,
+        opening = dataclasses.replace(
+            _opening(episode, face=face, training=self._admitted),
+            run=self._budgeted.get(episode.id),
         )
         self._admitted = None
         self._serial.submit(self._start, opening)
@@ -318,7 +456,9 @@ class AgentRunRecorder:
         self._serial.submit(self._hop, episode.id, messages)
 
     def on_done(self, episode: Episode) -> None:
-        self._serial.submit(self._end, episode.id, _ending(episode))
+        self._budgeted.pop(episode.id, None)
+        over = self._over_budget.pop(episode.id, None)
+        self._serial.submit(self._end, episode.id, _ending(episode, over_budget=over))
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until everything heard so far is stored; False on timeout."""
@@ -327,7 +467,11 @@ class AgentRunRecorder:
     # Jobs, in order on the pool.
     def _start(self, opening: Opening) -> None:
         run = agent_run_start(
-            user_id=self.user_id, key_id=self.key_id, agent=self.agent, opening=opening
+            user_id=self.user_id,
+            key_id=self.key_id,
+            agent=self.agent,
+            opening=opening,
+            run=opening.run,
         )
         self._runs[opening.episode_id] = run
         hooks = training_hooks()

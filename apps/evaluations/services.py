@@ -55,7 +55,7 @@ from tau2_env.llm_args import DEFAULT_AGENT_ARGS, DEFAULT_USER_ARGS
 
 logger = logging.getLogger(__name__)
 
-IN_FLIGHT = Q(dispatched_at__isnull=False, status__in=(Run.Status.QUEUED, Run.Status.RUNNING))
+IN_FLIGHT = budgets.IN_FLIGHT  # single runs and open agent episodes count too
 
 
 def evaluation_create(

@@ -38,10 +38,22 @@ no reservation: before each customer turn (:func:`play_turn_refusal`) the same c
 runs, and a spent month (or a model without a price there) leaves the turn unasked, the
 reason shown to the player, who asks again once there is room.
 
+**Outside agents' episodes** (OpenEnv's ``/ws`` and ``/reset``, MCP's ``/agent/mcp``)
+whose customer (and so τ²'s NL judge, which judges on the customer's route) is on a
+budgeted connection are admitted as model runs are (:func:`episode_admit`, at the
+reset, before the customer's first call): the model must have a price there, and one
+run's estimated maximum is held on the episode's run (kind agent) while it is open.
+Before each customer turn (:func:`episode_turn_refusal`) the month is checked as a play
+session's is; a spent month ends the episode with the reason, its run failed with
+``Run.Failure.BUDGET``.
+
 **Requests in flight**: ``Connection.max_in_flight`` is kept by the evaluations'
 dispatcher (``apps.evaluations.services.evaluations_dispatch``), counting every run
-dispatched and not final that names the connection. Single runs (``run_create``) are
-sent to the workers at once, as before: they count toward the cap but are not held back.
+dispatched and not final that names the connection (:data:`IN_FLIGHT`). Single runs
+(``run_create``) are sent to the workers at once, as before: they count toward the cap
+but are not held back. An outside agent's episode is a run in flight while it is open:
+it counts, and a reset finding the connection full is refused (an episode cannot wait
+in a queue) with the numbers.
 """
 
 from __future__ import annotations
@@ -64,12 +76,16 @@ from apps.runs.models import Run
 __all__ = [
     "DEFAULT_RANGE",
     "DEFAULT_TOKENS",
+    "IN_FLIGHT",
     "ConnectionSpend",
+    "EpisodeRefusal",
     "Room",
     "Spend",
     "budget_reached",
     "connection_spend",
     "connection_spend_view",
+    "episode_admit",
+    "episode_turn_refusal",
     "month_window",
     "play_turn_refusal",
     "rooms",
@@ -99,6 +115,9 @@ _SIDES = {
 }
 # τ²'s NL judge spends too (no reservation: a few calls, after the conversation).
 _JUDGE = ("judge_cost_usd", "judge_prompt_tokens")
+# Runs calling their connections now: handed to the workers (or, an outside agent's
+# episode, opened) and not final.
+IN_FLIGHT = Q(dispatched_at__isnull=False, status__in=(Run.Status.QUEUED, Run.Status.RUNNING))
 
 
 def _on(column: str, connection: Connection) -> Q:
@@ -381,6 +400,8 @@ def _budgeted_sides(run: Run) -> list[_Side]:
 
 
 def _then(run: Run) -> str:
+    if run.kind == Run.Kind.AGENT:
+        return "then start a new episode"
     if run.kind == Run.Kind.HUMAN:
         return "then ask the customer again"
     if run.evaluation_id is not None:
@@ -390,6 +411,55 @@ def _then(run: Run) -> str:
 
 def _who(user) -> str:
     return getattr(user, "username", "") or "this person"
+
+
+def _reservations(run: Run, sides: list[_Side]) -> tuple[dict[str, Decimal], dict[str, str]]:
+    """What each budgeted side of ``run`` may cost (one run's estimated maximum), and
+    where that comes from."""
+    reserved: dict[str, Decimal] = {}
+    basis: dict[str, str] = {}
+    for side in sides:
+        assert side.prices is not None
+        reserved[side.side], basis[side.side] = side_reservation(
+            domain=run.domain,
+            side=side.side,
+            connection=side.connection,
+            model=side.model,
+            prices=side.prices,
+        )
+    return reserved, basis
+
+
+def _room_refusal(
+    *,
+    run: Run,
+    connection: Connection,
+    sides: list[_Side],
+    reserved: dict[str, Decimal],
+    basis: dict[str, str],
+) -> str | None:
+    """Why ``run`` does not fit in a budget of ``connection`` (locked by the caller), or
+    ``None``."""
+    mine = [side for side in sides if side.connection.pk == connection.pk]
+    if not mine:
+        return None
+    need = sum((max(side.cost, reserved[side.side]) for side in mine), Decimal(0))
+    for room in rooms(connection=connection, user=run.created_by, exclude_run=run.pk):
+        if room.spend.committed + need > room.budget:
+            why = " and ".join(basis[side.side] for side in mine)
+            return (
+                f"{room.sentence()}; this run may cost up to {dollars(need)} on it "
+                f"({why}). Raise the budget or wait for next month; {_then(run)}."
+            )
+    return None
+
+
+def _unpriced(run: Run, sides: list[_Side]) -> str | None:
+    for side in sides:
+        if side.prices is None:
+            refusal = unpriced_refusal(connection=side.connection, model=side.model)
+            return f"{refusal}; {_then(run)}."
+    return None
 
 
 def run_admit(*, run: Run) -> str | None:
@@ -405,37 +475,90 @@ def run_admit(*, run: Run) -> str | None:
     sides = _budgeted_sides(run)
     if not sides:
         return None
-    for side in sides:
-        if side.prices is None:
-            refusal = unpriced_refusal(connection=side.connection, model=side.model)
-            return f"{refusal}; {_then(run)}."
-    reserved: dict[str, Decimal] = {}
-    basis: dict[str, str] = {}
-    for side in sides:
-        reserved[side.side], basis[side.side] = side_reservation(
-            domain=run.domain,
-            side=side.side,
-            connection=side.connection,
-            model=side.model,
-            prices=side.prices,
-        )
+    refused = _unpriced(run, sides)
+    if refused is not None:
+        return refused
+    reserved, basis = _reservations(run, sides)
     with transaction.atomic():
         ids = sorted({side.connection.pk for side in sides})
         locked = list(Connection.objects.select_for_update().filter(pk__in=ids).order_by("pk"))
         for connection in locked:
-            mine = [side for side in sides if side.connection.pk == connection.pk]
-            need = sum((max(side.cost, reserved[side.side]) for side in mine), Decimal(0))
-            for room in rooms(connection=connection, user=run.created_by, exclude_run=run.pk):
-                if room.spend.committed + need > room.budget:
-                    why = " and ".join(basis[side.side] for side in mine)
-                    return (
-                        f"{room.sentence()}; this run may cost up to {dollars(need)} on it "
-                        f"({why}). Raise the budget or wait for next month; {_then(run)}."
-                    )
+            refused = _room_refusal(
+                run=run, connection=connection, sides=sides, reserved=reserved, basis=basis
+            )
+            if refused is not None:
+                return refused
         Run.objects.filter(pk=run.pk).update(
             agent_reserved_usd=reserved.get("agent"), user_reserved_usd=reserved.get("user")
         )
     run.agent_reserved_usd, run.user_reserved_usd = reserved.get("agent"), reserved.get("user")
+    return None
+
+
+@dataclass(frozen=True)
+class EpisodeRefusal:
+    """Why an outside agent's episode may not start; ``later``: it may once a run in
+    flight on its connection ends (its connection is full now), else not before the
+    budget or the prices change."""
+
+    reason: str
+    later: bool = False
+
+
+def _in_flight_refusal(*, run: Run, connection: Connection) -> EpisodeRefusal | None:
+    """Refused when ``connection`` (locked by the caller) already has as many runs in
+    flight as it allows."""
+    limit = connection.max_in_flight
+    if limit is None:
+        return None
+    calling = (
+        Run.objects.filter(IN_FLIGHT)
+        .filter(Q(agent_connection_id=connection.pk) | Q(user_connection_id=connection.pk))
+        .exclude(pk=run.pk)
+        .count()
+    )
+    if calling < limit:
+        return None
+    return EpisodeRefusal(
+        reason=(
+            f"The connection “{connection.name}” allows {limit} run{'s' if limit != 1 else ''} "
+            f"at a time and has {calling} in flight (an open episode is one): start the "
+            "episode again when one ends."
+        ),
+        later=True,
+    )
+
+
+def episode_admit(*, run: Run) -> EpisodeRefusal | None:
+    """Admit an outside agent's episode: ``run``, its agent run, built and not saved,
+    whose customer is on a connection with a budget or a limit of runs in flight.
+
+    As :func:`run_admit` admits a model run — its customer's model priced there, room in
+    each budget for one run's estimated maximum — and within the connection's
+    ``max_in_flight``, under the same row lock. Admitted, ``run`` is saved (in flight,
+    holding its reservation) and ``None`` returned; refused, nothing is saved and the
+    refusal says why, with the numbers.
+    """
+    sides = _budgeted_sides(run)
+    refused = _unpriced(run, sides)
+    if refused is not None:
+        return EpisodeRefusal(reason=refused)
+    reserved, basis = _reservations(run, sides)
+    ids = sorted({run.agent_connection_id, run.user_connection_id} - {None})
+    with transaction.atomic():
+        locked = list(Connection.objects.select_for_update().filter(pk__in=ids).order_by("pk"))
+        for connection in locked:
+            full = _in_flight_refusal(run=run, connection=connection)
+            if full is not None:
+                return full
+            reason = _room_refusal(
+                run=run, connection=connection, sides=sides, reserved=reserved, basis=basis
+            )
+            if reason is not None:
+                return EpisodeRefusal(reason=reason)
+        run.agent_reserved_usd, run.user_reserved_usd = reserved.get("agent"), reserved.get("user")
+        run.dispatched_at = run.dispatched_at or run.started_at or timezone.now()
+        run.save()
     return None
 
 
@@ -455,11 +578,10 @@ def budget_reached(*, run: Run) -> str | None:
                     if room.person is None
                     else f"{_who(room.person)}'s budget on the connection “{connection.name}”"
                 )
-                stopped = (
-                    "the customer's turn waits, the conversation kept"
-                    if run.kind == Run.Kind.HUMAN
-                    else "the run stopped here, its messages kept"
-                )
+                stopped = {
+                    Run.Kind.HUMAN: "the customer's turn waits, the conversation kept",
+                    Run.Kind.AGENT: "the episode ended here, its messages kept",
+                }.get(run.kind, "the run stopped here, its messages kept")
                 return (
                     f"{whose} reached its {dollars(room.budget)} budget this month "
                     f"({dollars(room.spend.spent)} spent): {stopped}. Raise the budget or "
@@ -473,11 +595,22 @@ def play_turn_refusal(*, run: Run) -> str | None:
     connection — no price for its model there (its spend could not be counted), or the
     connection's (or its person's) budget reached this month — or ``None``. A play
     session holds no reservation: each customer turn is one call, checked before it."""
-    for side in _budgeted_sides(run):
-        if side.prices is None:
-            refusal = unpriced_refusal(connection=side.connection, model=side.model)
-            return f"{refusal}; {_then(run)}."
-    return budget_reached(run=run)
+    return _unpriced(run, _budgeted_sides(run)) or budget_reached(run=run)
+
+
+def episode_turn_refusal(*, run_id: int) -> str | None:
+    """Why the customer of the outside agent's episode recorded as run ``run_id`` may not
+    take a turn — as :func:`play_turn_refusal` — or because its run no longer records
+    (stopped from its page, or by the reaper: its spend could not be counted); ``None``:
+    it may."""
+    run = Run.objects.get(pk=run_id)
+    if run.is_final:
+        return (
+            "This episode's run was stopped (from its page, or as lost), so what its "
+            "customer spends on a budgeted connection could no longer be counted: the "
+            f"episode ended here; {_then(run)}."
+        )
+    return play_turn_refusal(run=run)
 
 
 # ------------------------------------------------------------------ for pages
