@@ -25,8 +25,8 @@ Episode, the OpenEnv and MCP faces, and by the web project at start-up):
   (:class:`_UnpricedModels`), and up to :data:`CLIENTS_KEPT` of its per-key clients are kept instead
   of 200: less CPU per call, the same requests (``tests/tau2_env/test_llm_request.py``).
 * tau2_env's LLM calls (``tau2_env.llm.use_sender``) go by :class:`DirectPath` where it
-  may: litellm's own request for each kind of call is seen once (httpx's
-  ``HTTPTransport.handle_request``, watched), and later ones are sent as those bytes
+  may: litellm's own request for each kind of call is seen once (by the outbound
+  transport's observer), and later ones are sent as those bytes
   without litellm, their answers read with litellm's and the OpenAI SDK's own functions
   (``convert_to_model_response_object``, ``construct_type``); a failed one is handed
   back to litellm's transport as it came.
@@ -81,7 +81,7 @@ from litellm.llms.openai import common_utils as openai_common
 from tau2.environment.tool import Tool
 
 # isort: on
-from tau2_env import config, llm, versions, wire
+from tau2_env import config, llm, outbound, versions, wire
 from tau2_env.versions import TESTED, UntestedVersion, installed_version, require
 
 if TYPE_CHECKING:
@@ -465,6 +465,8 @@ def _httpx_error(exc: wire.WireError) -> httpx.HTTPError:
     """The httpx exception the same failure raises in litellm's client."""
     cause = exc.cause
     message = str(exc)
+    if isinstance(cause, outbound.OutboundError):
+        return outbound.as_httpx(cause)  # its words, the same failure as by litellm's path
     if isinstance(cause, TimeoutError):
         return httpx.ReadTimeout(message)
     if isinstance(cause, ConnectionRefusedError | socket.gaierror):
@@ -762,14 +764,21 @@ class DirectPath:
 
 
 def _litellm_has_callbacks() -> bool:
-    """Callbacks someone gave litellm would not see a direct call: litellm makes it."""
-    return bool(
-        litellm.callbacks
-        or litellm.success_callback
-        or litellm.failure_callback
-        or litellm.input_callback
-        or litellm._async_success_callback
+    """Callbacks someone gave litellm would not see a direct call: litellm makes it.
+
+    litellm's own ``"cache"`` entries do not count while its cache is off (as
+    :func:`_litellm_cache_off` keeps it): every ``Cache()`` adds them, and its Vertex/Gemini
+    context caching makes one when first imported, so a first Gemini call took the whole
+    process off the direct path."""
+    lists = (
+        litellm.callbacks,
+        litellm.success_callback,
+        litellm.failure_callback,
+        litellm.input_callback,
+        litellm._async_success_callback,
     )
+    inert = ("cache",) if litellm.cache is None else ()
+    return any(callback not in inert for callbacks in lists for callback in callbacks)
 
 
 # The proxies httpx (trust_env) takes from the environment. With one set, litellm makes
@@ -787,25 +796,24 @@ def _proxied() -> bool:
 
 
 def _watch_litellm_requests() -> None:
-    """httpx's transport notes each request (and reads its answer) while
-    :data:`_seen_requests` is set: the direct path's check of what litellm sends."""
-    send = httpx.HTTPTransport.handle_request
-    if getattr(send, "__tau2_original__", None) is not None:
-        return
+    """litellm's requests go out through :class:`tau2_env.outbound.Transport` (its
+    OpenAI clients' session, :func:`tau2_env.llm.litellm_kwargs`), which hands each to
+    :func:`_observe`: the direct path's check of what litellm sends."""
+    outbound.set_request_observer(_observe)
 
-    def handle_request(self, request):
-        replayed = _replayed.get()
-        if replayed:
-            return _replay(request, replayed.pop())
-        response = send(self, request)
-        seen = _seen_requests.get()
-        if seen is not None:
-            response.read()
-            seen.append((request, response))
-        return response
 
-    handle_request.__tau2_original__ = send
-    httpx.HTTPTransport.handle_request = handle_request
+def _observe(request: httpx.Request, send: outbound.Send) -> httpx.Response:
+    """Send ``request`` — or answer it with what the direct path received for it
+    (:data:`_replayed`) — and note it, its answer read, while :data:`_seen_requests` is set."""
+    replayed = _replayed.get()
+    if replayed:
+        return _replay(request, replayed.pop())
+    response = send(request)
+    seen = _seen_requests.get()
+    if seen is not None:
+        response.read()
+        seen.append((request, response))
+    return response
 
 
 DIRECT = DirectPath()

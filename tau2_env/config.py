@@ -28,9 +28,12 @@ __all__ = [
     "default_split",
     "env_value",
     "hf_router_url",
+    "llm_max_reply_bytes",
     "llm_timeout",
     "max_concurrent_envs",
     "nl_judge_mode",
+    "operator_endpoints",
+    "outbound_allow",
     "provider_settings",
     "scoring_concurrency",
     "session_idle_seconds",
@@ -56,6 +59,8 @@ DEFAULT_MAX_STEPS = 200
 # The largest body or WebSocket frame the agent faces read: far above any reset, step or
 # JSON-RPC call (tool arguments stop at 64 KB, tau2_env.arguments), far below memory.
 DEFAULT_AGENT_API_MAX_BODY_BYTES = 1024 * 1024
+# The largest answer a model endpoint may send (TAU2_LLM_MAX_REPLY_BYTES).
+DEFAULT_LLM_MAX_REPLY_BYTES = 8 * 1024 * 1024
 # The variable holding each provider's server-side credential.
 CREDENTIAL_VARS = {"hf": "HF_TOKEN", "openai": "OPENAI_API_KEY", "anthropic": "ANTHROPIC_API_KEY"}
 
@@ -176,6 +181,33 @@ def llm_timeout() -> float:
     if value <= 0:
         raise ConfigError(f"TAU2_LLM_TIMEOUT must be positive, got {raw!r}")
     return value
+
+
+def llm_max_reply_bytes() -> int:
+    """The largest answer a model endpoint may send, decompressed, in bytes
+    (``TAU2_LLM_MAX_REPLY_BYTES``, default 8 MiB: a chat completion is a few KiB)."""
+    return _env_int("TAU2_LLM_MAX_REPLY_BYTES", DEFAULT_LLM_MAX_REPLY_BYTES, minimum=1024)
+
+
+def outbound_allow() -> str:
+    """The networks (``127.0.0.0/8``, ``::1``) and host names that model endpoints people
+    type may reach although they are not global addresses, comma-separated
+    (``TAU2_OUTBOUND_ALLOW``, default none): see :mod:`tau2_env.outbound`."""
+    return _env("TAU2_OUTBOUND_ALLOW") or ""
+
+
+def operator_endpoints() -> tuple[str, ...]:
+    """The endpoints the operator set (the router's, OpenAI's, Anthropic's): their hosts
+    are the operator's choice, always reachable."""
+    return tuple(
+        url
+        for url in (
+            hf_router_url(),
+            _env("OPENAI_BASE_URL"),
+            _env("ANTHROPIC_BASE_URL"),
+        )
+        if url
+    )
 
 
 def default_domain() -> str:

@@ -577,7 +577,8 @@ class Episode:
         attempt)`` says how many seconds to wait before the hop is tried again (attempt
         1, 2, …), or ``None`` to give up; the failed call left the conversation as it
         was. Returns ``"ended"`` (scored, unless scoring failed: then ``error`` says
-        why), ``"stopped"`` (``should_stop`` said so; not scored) or ``"failed"`` (an LLM
+        why), ``"stopped"`` (``should_stop`` said so, before a hop or when a call in flight
+        was interrupted for it; not scored) or ``"failed"`` (an LLM
         call failed; ``error`` names whose and why, ``failure`` is the exception, and the
         hop's partial messages were reported). Other exceptions propagate.
         """
@@ -603,6 +604,12 @@ class Episode:
                     while self._orchestrator.to_role == Role.ENV and not self.done:
                         self._hop()
                 except (llm.LLMCallError, llm.MissingCredentialsError) as exc:
+                    # A call ended by a stop (tau2_env.outbound.interruptible): the
+                    # conversation is as it was before it, and the run stops.
+                    interrupted = getattr(exc, "kind", "") == "interrupted"
+                    if interrupted and should_stop is not None and should_stop():
+                        self._report(on_hop, written, speaker, started)
+                        return "stopped"
                     wait = None
                     if backoff is not None and getattr(exc, "transient", False):
                         attempt += 1

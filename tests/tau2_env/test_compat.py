@@ -359,3 +359,22 @@ def _wait_until(condition, timeout: float = 10.0) -> None:
         if time.monotonic() > deadline:
             raise AssertionError("condition not reached in time")
         time.sleep(0.01)
+
+
+def test_litellms_own_cache_entries_leave_the_direct_path_on():
+    # Every litellm Cache() adds "cache" to its callbacks (its Gemini context caching
+    # makes one when first imported): with the cache off they do nothing.
+    from litellm.caching.caching import Cache
+
+    compat.install()
+    lists = (litellm.success_callback, litellm.input_callback, litellm._async_success_callback)
+    before = [list(callbacks) for callbacks in lists]
+    try:
+        Cache(type="local")
+        assert any("cache" in callbacks for callbacks in lists)
+        assert not compat._litellm_has_callbacks()
+        litellm.success_callback.append(lambda *a, **k: None)
+        assert compat._litellm_has_callbacks()  # one someone gave it still counts
+    finally:
+        for callbacks, was in zip(lists, before, strict=True):
+            callbacks[:] = was
