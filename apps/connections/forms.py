@@ -19,6 +19,7 @@ from django.conf import settings
 
 from apps.connections.models import BUDGET, Connection
 from apps.connections.selectors import people_choices
+from tau2_env import outbound
 
 __all__ = ["ConnectionForm", "TestForm", "kind_choices", "parse_headers", "parse_models"]
 
@@ -127,6 +128,11 @@ def _check_base_url(value: str) -> str:
             "Put credentials in the API key or an extra header, not in the URL (no user, "
             "query or fragment)."
         )
+    try:
+        # Checked again at every connection (a name may resolve elsewhere later).
+        outbound.check_url(value)
+    except outbound.DestinationRefused as exc:
+        raise forms.ValidationError(f"{str(exc)[:1].upper()}{str(exc)[1:]}.") from None
     return value.rstrip("/")
 
 

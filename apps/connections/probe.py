@@ -42,7 +42,9 @@ KINDS = (
     "rate_limited",  # 429
     "no_credits",  # 402
     "unreachable",  # connection refused, no such host
-    "timeout",
+    "not_allowed",  # a private, loopback or metadata address (tau2_env.outbound)
+    "timeout",  # no complete answer within TAU2_CONNECTION_TEST_TIMEOUT
+    "too_large",  # an answer past TAU2_LLM_MAX_REPLY_BYTES
     "not_json",  # a reply that is not JSON
     "provider_error",  # 5xx
     "bad_request",  # another 4xx
@@ -202,7 +204,9 @@ def _failure(exc: BaseException, *, route: llm.Route, connection: Connection) ->
     kind = _TEST_KIND.get(kind, kind)
     status = getattr(exc, "status_code", None)
     where = endpoint_host(connection) or "the endpoint"
-    detail = " ".join(str(exc).split("Traceback (most recent call last)")[0].split())[:200]
+    # The provider's own words only from its JSON error's message, never the rest of
+    # what the endpoint sent.
+    detail = llm.provider_words(exc, route=route)
     if status == 401:
         fix = (
             "this connection has no key: add one (Edit)."

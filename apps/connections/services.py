@@ -13,6 +13,7 @@ a person their own ones (``apps.connections.selectors.can_manage``).
 from __future__ import annotations
 
 import json
+import re
 import socket
 from collections.abc import Iterable, Mapping
 from decimal import Decimal
@@ -29,6 +30,7 @@ from apps.accounts import crypto
 from apps.connections.models import Connection, ConnectionModel
 from apps.connections.routes import ConnectionUnavailable, connection_base_url, route_for
 from apps.connections.selectors import can_manage
+from tau2_env import outbound
 from tau2_env.llm import LITELLM_PREFIXES, litellm, redact
 
 __all__ = [
@@ -381,11 +383,12 @@ def models_read(
     where = f"{parts.scheme}://{parts.hostname}{f':{parts.port}' if parts.port else ''}"
     timeout = settings.TAU2_CONNECTION_TEST_TIMEOUT
     try:
-        response = httpx.get(
+        # The outbound policy's client: allowed destinations only, no redirects, the
+        # whole answer within the timeout and under the size cap.
+        response = outbound.client().get(
             url,
             headers=_models_headers(kind=kind, api_key=api_key, headers=headers or {}),
             timeout=timeout,
-            follow_redirects=False,
         )
     except httpx.TimeoutException:
         raise ModelsReadError(f"{where} did not answer within {timeout:g} s.") from None
@@ -419,18 +422,36 @@ def models_read(
         raise ModelsReadError(
             redact(f"{where} answered, but not with a list of models: type their names.", *secrets)
         )
-    return sorted(set(names))
+    # Only what a model's name can be: the page shows them, and an endpoint that is not a
+    # model server must not have its answer shown back through them.
+    kept = sorted({name for name in names if MODEL_NAME.fullmatch(name)})
+    if names and not kept:
+        raise ModelsReadError(
+            f"{where} answered, but none of what it listed looks like a model's name: type "
+            "their names."
+        )
+    return kept
+
+
+# A model's name as providers spell them: ``org/model``, ``model:tag``, ``models/x-1.5@v2``.
+MODEL_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/@+-]{0,199}")
 
 
 def _unreachable(exc: BaseException, *, where: str) -> str:
+    """Why the list could not be read, in as few words as tell the person what to fix: a
+    refused destination, a name that does not resolve, or else "could not be reached" —
+    never which of a closed port, another protocol or a reset it was (a port scanner's
+    answers)."""
     current: BaseException | None = exc
     while current is not None:
+        if isinstance(current, outbound.DestinationRefused):
+            return f"{current}."
+        if isinstance(current, outbound.OutboundError):
+            return f"{where} could not be read: {current}."
         if isinstance(current, socket.gaierror):
             return f"{where} could not be found (no such host): check the base URL."
-        if isinstance(current, ConnectionRefusedError):
-            return f"{where} refused the connection: is it running, and is the base URL right?"
         current = current.__cause__ or current.__context__
-    return f"The connection to {where} failed ({type(exc).__name__}): check the base URL."
+    return f"{where} could not be reached: is it running, and is the base URL right?"
 
 
 def models_read_for(*, connection: Connection, by) -> list[str]:

@@ -144,11 +144,17 @@ def run_finish(
 
 
 class Heartbeat:
-    """Renews the run's lease while the worker holds it; notices when it is lost."""
+    """Renews the run's lease while the worker holds it; notices when it is lost, and
+    when someone asks the run to stop: :attr:`stopped` is set then, within about
+    :data:`STOP_POLL_SECONDS`, so a model call in flight can end at once
+    (``tau2_env.outbound.interruptible``) instead of after its timeout."""
+
+    STOP_POLL_SECONDS = 2.0
 
     def __init__(self, *, run_id: int, worker: str) -> None:
         self.run_id, self.worker = run_id, worker
         self.lost = False
+        self.stopped = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name=f"lease-{run_id}", daemon=True)
 
@@ -162,9 +168,15 @@ class Heartbeat:
 
     def _beat(self) -> None:
         interval = max(1.0, settings.TAU2_RUN_LEASE_SECONDS / 3)
+        renew_at = time.monotonic() + interval
         try:
-            while not self._stop.wait(interval):
+            while not self._stop.wait(min(interval, self.STOP_POLL_SECONDS)):
                 try:
+                    if not self.stopped.is_set() and self._stop_asked():
+                        self.stopped.set()
+                    if time.monotonic() < renew_at:
+                        continue
+                    renew_at = time.monotonic() + interval
                     renewed = Run.objects.filter(
                         pk=self.run_id, worker=self.worker, status=Run.Status.RUNNING
                     ).update(lease_expires_at=timezone.now() + lease())
@@ -174,9 +186,13 @@ class Heartbeat:
                     continue
                 if not renewed:
                     self.lost = True
+                    self.stopped.set()  # whatever it waits for is no longer its to finish
                     return
         finally:
             close_old_connections()
+
+    def _stop_asked(self) -> bool:
+        return Run.objects.filter(pk=self.run_id, stop_requested=True).exists()
 
 
 def run_hand_back(*, run: Run, worker: str, reason: str) -> str:

@@ -42,7 +42,7 @@ from apps.runs.lifecycle import (
     run_status,
 )
 from apps.runs.models import Run
-from tau2_env import engine, llm
+from tau2_env import engine, llm, outbound
 
 logger = logging.getLogger(__name__)
 
@@ -192,7 +192,9 @@ def _drive(
             return True
         return False
 
-    outcome = episode.run(on_hop=on_hop, should_stop=should_stop, backoff=_backoff)
+    # Stop ends a model call in flight within seconds, not after its timeout.
+    with outbound.interruptible(heartbeat.stopped):
+        outcome = episode.run(on_hop=on_hop, should_stop=should_stop, backoff=_backoff)
     reason = episode.termination_reason.value if episode.termination_reason else ""
     if outcome == "stopped" and over_budget:
         run_finish(

@@ -1,6 +1,7 @@
 """Model runs on the production path: PostgreSQL, a Celery worker process on Redis, the
 scripted LLM over real HTTP, τ²'s own agent, orchestrator and evaluator."""
 
+import time
 from decimal import Decimal
 
 import pytest
@@ -17,7 +18,7 @@ from tests.runs.conftest import (
     play,
     wait_for,
 )
-from tests.support.llm_server import error, text, tool_call
+from tests.support.llm_server import delayed, error, text, tool_call
 from tests.support.scripts import run_start
 
 pytestmark = pytest.mark.slow
@@ -175,6 +176,33 @@ def test_stop_ends_a_running_run_between_hops(celery_worker, llm_server, alice, 
     assert count < 8
     run.refresh_from_db()
     assert run.events.count() == count
+
+
+def test_stop_ends_a_model_call_in_flight_within_seconds(
+    celery_worker, llm_server, alice, alice_client
+):
+    # The agent's model thinks far longer than the worker's timeout (8 s): without the
+    # stop reaching the call, the run would wait for it, then for its retries.
+    def responder(request):
+        if is_agent_request(request):
+            return delayed(text("Let me check."), 60)
+        return text("Hello, I need help with my reservation.")
+
+    llm_server.responder = responder
+    run = run_start(alice_client)
+    wait_for(
+        run,
+        lambda r: sum(map(is_agent_request, llm_server.chat_requests())) == 1,
+        what="the agent's call in flight",
+    )
+
+    asked = time.monotonic()
+    alice_client.post(f"/runs/{run.pk}/stop/")
+    run = wait_for(run, finished)
+
+    assert run.status == Run.Status.STOPPED and run.error == ""
+    assert time.monotonic() - asked < 8  # within the heartbeat's look and one poll
+    assert sum(map(is_agent_request, llm_server.chat_requests())) == 1  # not retried
 
 
 def test_each_person_runs_on_their_own_token(celery_worker, llm_server, alice, bob, alice_client):
