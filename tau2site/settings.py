@@ -443,6 +443,9 @@ TAU2_LEADERBOARD_CUSTOMERS = envlist("TAU2_LEADERBOARD_CUSTOMERS", ["gpt-4.1", "
 # Seconds a connection's Test (one tiny tool call) and its "Read models from the endpoint"
 # wait for an answer, in the web request: the page never hangs longer.
 TAU2_CONNECTION_TEST_TIMEOUT = envint("TAU2_CONNECTION_TEST_TIMEOUT", 15, minimum=1)
+# Presses of a budgeted connection's Test each person may make in any hour (0: none): a
+# Test's call is no run, so no budget counts it; this bounds what it spends instead.
+TAU2_CONNECTION_TESTS_PER_HOUR = envint("TAU2_CONNECTION_TESTS_PER_HOUR", 10, minimum=0)
 
 # --- Inference Providers catalogue (apps.inference) ---------------------------------------
 # The agent models: copied from {TAU2_HF_ROUTER_URL}/models by Celery beat every

@@ -203,3 +203,20 @@ class RunSides(models.Model):
 
     class Meta:
         abstract = True
+
+
+class ConnectionTestPress(models.Model):
+    """One press of a connection's Test by a person, while it has a budget: what the
+    limit of presses per person and hour counts (``apps.connections.presses``). A Test
+    is one small call on the connection's key that no run records, so no budget could
+    count it; the limit bounds what it may spend instead."""
+
+    connection = models.ForeignKey(Connection, on_delete=models.CASCADE, related_name="+")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    at = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["connection", "user", "at"], name="testpress_who_when")]
+
+    def __str__(self) -> str:
+        return f"Test of {self.connection_id} by {self.user_id} at {self.at:%Y-%m-%d %H:%M}"

@@ -20,6 +20,7 @@ from apps.accounts.access import signin_required_to_start
 from apps.connections import selectors, services
 from apps.connections.forms import ConnectionForm, TestForm, default_url, parse_headers
 from apps.connections.models import Connection
+from apps.connections.presses import test_press_admit
 from apps.connections.probe import connection_test
 
 # The listed models are ticked at first when there are no more than this many.
@@ -207,7 +208,8 @@ def connection_delete(request, pk: int):
 @require_POST
 def connection_test_view(request, pk: int):
     """The Test, in this request (one small call with a short timeout); htmx swaps the
-    outcome in, a plain post goes back to the connection's page."""
+    outcome in, a plain post goes back to the connection's page. On a budgeted
+    connection each person's presses are limited per hour (``apps.connections.presses``)."""
     connection = _connection_for(request, pk)
     form = TestForm(request.POST, connection=connection)
     if not form.is_valid():
@@ -217,8 +219,15 @@ def connection_test_view(request, pk: int):
             {"test": None, "error": "Choose one of the connection's models."},
             status=400,
         )
-    connection_test(connection=connection, model=form.cleaned_data["model"], user=request.user)
+    refused = test_press_admit(connection=connection, user=request.user)
+    if refused is None:
+        connection_test(connection=connection, model=form.cleaned_data["model"], user=request.user)
     if not request.htmx:
+        if refused is not None:
+            messages.error(request, refused)
         return redirect("connections:detail", pk=connection.pk)
     card = selectors.connection_card(connection, user=request.user)
-    return _page(request, "connections/_test_result.html", {"test": card.last_test})
+    # A refused press shows why above the last Test (htmx swaps only a 2xx answer in).
+    return _page(
+        request, "connections/_test_result.html", {"test": card.last_test, "error": refused}
+    )
