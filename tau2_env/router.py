@@ -13,16 +13,26 @@ process:
   it is small JSON), ``/agent/mcp`` with an ``Mcp-Session-Id`` header;
 * where a session is made it learns which process holds it: the answer to
   ``openenv/session/create`` (its ``result.session_id``) and an ``/agent/mcp`` answer's
-  ``Mcp-Session-Id`` header; ``openenv/session/close`` and ``DELETE /agent/mcp``
-  forget it;
+  ``Mcp-Session-Id`` header. It forgets a session only once the process holding it
+  has closed it: an ``openenv/session/close`` answered with a JSON-RPC ``result``, a
+  ``DELETE /agent/mcp`` answered 2xx. A refused one (another client's session: 404)
+  changes nothing, so a stranger cannot send the owner's next calls astray. (A session
+  closed over ``/ws`` keeps its route until it ages out: the router never reads a
+  frame, and its process answers its id as unknown, as any would.)
 * anything else — a new ``/ws`` session, stateless ``/reset`` and ``/step``,
   ``/health`` — goes to the process with the fewest open connections, so one client's
   sessions spread over every process.
 
 Each HTTP request is sent on a connection of its own (``Connection: close``), so the next
-request of a keep-alive client is routed afresh. The client's address travels as
-``X-Forwarded-For`` (the processes trust the router, 127.0.0.1, and whatever
-``--forwarded-allow-ips`` names). Every answer carries ``X-Tau2-Process: <index>``.
+request of a keep-alive client is routed afresh. Every answer carries
+``X-Tau2-Process: <index>``.
+
+The client's address is the router's to say: it sends the processes one
+``X-Forwarded-For`` — the peer's address, or, when the peer is one of the proxies named
+in ``--trusted-proxies`` (``TAU2_ROUTER_TRUSTED_PROXIES``: IPs and CIDRs, comma-separated;
+default none), the address that proxy gave — and drops the ``X-Forwarded-For``,
+``X-Real-IP`` and ``Forwarded`` a client sent. The processes trust the router (127.0.0.1)
+and no one else, so per-address caps and logs never take a client's word for its address.
 
 Caps: the processes share one ledger of open sessions (:mod:`tau2_env.shared_slots`, a
 SQLite file the router names in ``TAU2_SLOTS_LEDGER``), so a client's cap (a person's, a
@@ -36,6 +46,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ipaddress
 import json
 import logging
 import os
@@ -51,7 +62,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import parse_qs
 
-__all__ = ["Backend", "Router", "main"]
+from tau2_env import config
+
+__all__ = ["Backend", "Router", "TrustedProxies", "main"]
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +74,9 @@ SESSIONS_KEPT = 100_000  # session id → process, the latest
 CHUNK = 64 * 1024
 HEAD_TIMEOUT_S = 60.0  # a client that sends no request head within this is dropped
 PROCESS_HEADER = b"x-tau2-process"
+TRUSTED_PROXIES_VAR = "TAU2_ROUTER_TRUSTED_PROXIES"
+# What a client may say of its own address; the router sends the processes its own.
+ADDRESS_HEADERS = (b"x-forwarded-for", b"x-real-ip", b"forwarded")
 
 
 @dataclass
@@ -101,6 +117,14 @@ class _Head:
                 return value
         return None
 
+    def values(self, name: bytes) -> list[bytes]:
+        return [value for key, value in self.headers if key.lower() == name]
+
+    def status(self) -> int:
+        """An answer's status code (0 if its first line has none)."""
+        parts = self.line.split(b" ", 2)
+        return int(parts[1]) if len(parts) > 1 and parts[1].isdigit() else 0
+
     def without(self, *names: bytes) -> list[tuple[bytes, bytes]]:
         return [(k, v) for k, v in self.headers if k.lower() not in names]
 
@@ -109,11 +133,88 @@ class _Head:
         return b"\r\n".join(lines) + b"\r\n\r\n"
 
 
-class Router:
-    """The routing and byte pumping of :mod:`tau2_env.router` over ``backends``."""
+_Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+_Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 
-    def __init__(self, backends: list[Backend]) -> None:
+
+@dataclass(frozen=True)
+class TrustedProxies:
+    """The proxies whose word on a client's address the router takes (none by default)."""
+
+    networks: tuple[_Network, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> TrustedProxies:
+        """IPs and CIDRs, comma-separated (blank: none). Raises ``ValueError`` saying
+        which item is wrong; ``*`` is refused (it would trust every client's header)."""
+        networks = []
+        for item in filter(None, (part.strip() for part in text.split(","))):
+            if item == "*":
+                raise ValueError(
+                    "'*' would take every client's X-Forwarded-For as its address: name "
+                    "the proxies in front of the router (IPs or CIDRs, comma-separated)"
+                )
+            try:
+                networks.append(ipaddress.ip_network(item, strict=False))
+            except ValueError:
+                raise ValueError(f"{item!r} is neither an IP address nor a CIDR") from None
+        return cls(networks=tuple(networks))
+
+    def __contains__(self, address: _Address) -> bool:
+        return any(address in network for network in self.networks)
+
+    def client_of(self, peer: str, head: _Head) -> str:
+        """The client's address: ``peer``, unless ``peer`` is a trusted proxy; then the
+        nearest address its ``X-Forwarded-For`` chain names that is not a trusted proxy
+        (read from the right: the left is whatever the client wrote), else its
+        ``X-Real-IP``. An entry that is not an address ends the walk at the last
+        trusted hop."""
+        address = _address(peer)
+        if address is None or address not in self:
+            return str(address) if address is not None else peer
+        chain = [
+            entry.strip()
+            for value in head.values(b"x-forwarded-for")
+            for entry in value.decode("latin-1").split(",")
+            if entry.strip()
+        ]
+        if not chain:
+            real_ip = _address((head.get(b"x-real-ip") or b"").decode("latin-1"))
+            return str(real_ip or address)
+        for entry in reversed(chain):
+            hop = _address(entry)
+            if hop is None:
+                break
+            address = hop
+            if hop not in self:
+                break
+        return str(address)
+
+
+def _address(text: str) -> _Address | None:
+    """The IP address ``text`` names (``1.2.3.4``, ``1.2.3.4:5678``, ``[::1]:80``,
+    ``::1``; an IPv4-mapped IPv6 address as IPv4), or ``None``."""
+    text = text.strip()
+    if text.startswith("["):
+        text = text[1:].partition("]")[0]
+    elif text.count(":") == 1:
+        text = text.partition(":")[0]
+    try:
+        address = ipaddress.ip_address(text)
+    except ValueError:
+        return None
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+        return address.ipv4_mapped
+    return address
+
+
+class Router:
+    """The routing and byte pumping of :mod:`tau2_env.router` over ``backends``; the
+    client's address as :meth:`TrustedProxies.client_of` says (``trusted``: none)."""
+
+    def __init__(self, backends: list[Backend], *, trusted: TrustedProxies | None = None) -> None:
         self.backends = backends
+        self.trusted = trusted or TrustedProxies()
         self.sessions: OrderedDict[str, int] = OrderedDict()  # session id → backend index
         self._turn = 0
 
@@ -180,14 +281,13 @@ class Router:
         session_id = _session_of(path, query, head, rpc)
         backend = self.holder(session_id) or self.pick()
         creates = rpc is not None and rpc.get("method") == "openenv/session/create"
-        if rpc is not None and rpc.get("method") == "openenv/session/close":
-            self.forget(session_id)
+        closes = rpc is not None and rpc.get("method") == "openenv/session/close"
         agent_mcp = path.rstrip("/") == "/agent/mcp"
-        if agent_mcp and method == b"DELETE":
-            self.forget(session_id)
+        deletes = agent_mcp and method == b"DELETE"
 
         peer = writer.get_extra_info("peername")
-        headers = _forwarded(head, peer[0] if peer else "", websocket=websocket)
+        client = self.trusted.client_of(peer[0], head) if peer else ""
+        headers = _forwarded(head, client, websocket=websocket)
         backend.open += 1
         try:
             up_reader, up_writer = await asyncio.open_connection(
@@ -205,17 +305,23 @@ class Router:
                 answer = await self._answer_head(up_reader, backend)
                 if answer is None:
                     return
-                if agent_mcp and not websocket:
+                if agent_mcp and not websocket and not deletes:
                     self._learn_from(answer.get(b"mcp-session-id"), backend)
-                if creates:
+                if creates or closes:
                     answer_body = await up_reader.readexactly(_content_length(answer))
                     writer.write(answer.encode() + answer_body)
-                    created = _json_object(answer_body) or {}
-                    result = created.get("result")
-                    if isinstance(result, dict):
+                    reply = _json_object(answer_body) or {}
+                    result = reply.get("result")
+                    if creates and isinstance(result, dict):
                         self._learn_from(result.get("session_id"), backend)
+                    # Forgotten only once its process has closed it: a stranger's close
+                    # (refused, 404) leaves the owner's calls going where they must.
+                    if closes and _succeeded(answer) and "result" in reply:
+                        self.forget(session_id)
                 else:
                     writer.write(answer.encode())
+                    if deletes and _succeeded(answer):
+                        self.forget(session_id)
                 await _pump(up_reader, writer)
             finally:
                 upstream.cancel()
@@ -286,17 +392,21 @@ def _session_of(path: str, query: str, head: _Head, rpc: dict | None) -> str | N
     return None
 
 
-def _forwarded(head: _Head, peer: str, *, websocket: bool) -> list[tuple[bytes, bytes]]:
-    """The request's headers for a backend: the peer added to ``X-Forwarded-For``, and
-    ``Connection: close`` on plain HTTP (one request per backend connection)."""
-    drop = [b"x-forwarded-for"]
+def _succeeded(answer: _Head) -> bool:
+    return 200 <= answer.status() < 300
+
+
+def _forwarded(head: _Head, client: str, *, websocket: bool) -> list[tuple[bytes, bytes]]:
+    """The request's headers for a backend: the client's address (``client``, as the
+    router decided it) as the one ``X-Forwarded-For``, without the ``X-Forwarded-For``,
+    ``X-Real-IP`` and ``Forwarded`` the request brought, and ``Connection: close`` on
+    plain HTTP (one request per backend connection)."""
+    drop = list(ADDRESS_HEADERS)
     if not websocket:
         drop += [b"connection", b"keep-alive"]
     headers = head.without(*drop)
-    earlier = [v for k, v in head.headers if k.lower() == b"x-forwarded-for"]
-    chain = b", ".join([*earlier, peer.encode()]) if peer else b", ".join(earlier)
-    if chain:
-        headers.append((b"x-forwarded-for", chain))
+    if client:
+        headers.append((b"x-forwarded-for", client.encode()))
     if not websocket:
         headers.append((b"connection", b"close"))
     return headers
@@ -320,13 +430,13 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_backend(
-    backend: Backend, *, app: str, env: dict[str, str], allow_ips: str, extra: list[str]
-) -> None:
-    """Start ``backend``'s uvicorn (``TAU2_PROCESS_INDEX`` set in its environment)."""
-    trusted = ",".join(filter(None, ["127.0.0.1", allow_ips]))
+def start_backend(backend: Backend, *, app: str, env: dict[str, str], extra: list[str]) -> None:
+    """Start ``backend``'s uvicorn (``TAU2_PROCESS_INDEX`` set in its environment). It
+    takes ``X-Forwarded-For`` from the router (127.0.0.1) only: the router has decided
+    the client's address (:meth:`TrustedProxies.client_of`)."""
     command = [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1"]
-    command += ["--port", str(backend.port), "--proxy-headers", "--forwarded-allow-ips", trusted]
+    command += ["--port", str(backend.port)]
+    command += ["--proxy-headers", "--forwarded-allow-ips", "127.0.0.1"]
     backend.proc = subprocess.Popen(  # noqa: S603 - our own interpreter and arguments
         command + extra, env={**env, "TAU2_PROCESS_INDEX": str(backend.index)}
     )
@@ -371,11 +481,21 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--processes", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8001)
-    parser.add_argument("--forwarded-allow-ips", default=os.environ.get("FORWARDED_ALLOW_IPS", ""))
+    parser.add_argument(
+        "--trusted-proxies",
+        "--forwarded-allow-ips",
+        default=config.env_value(TRUSTED_PROXIES_VAR) or "",
+        help="the proxies in front whose X-Forwarded-For names the client (IPs, CIDRs; "
+        f"default ${TRUSTED_PROXIES_VAR}, else none): every other peer is the client",
+    )
     parser.add_argument("--backlog", type=int, default=4096)
     parser.add_argument("--start-timeout", type=float, default=300.0)
     args, extra = parser.parse_known_args(argv)
     extra = [a for a in extra if a != "--"]
+    try:
+        trusted = TrustedProxies.parse(args.trusted_proxies)
+    except ValueError as exc:
+        parser.error(f"--trusted-proxies / {TRUSTED_PROXIES_VAR}: {exc}")
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
 
     ledger_dir = tempfile.mkdtemp(prefix="tau2-slots-")
@@ -383,15 +503,13 @@ def main(argv: list[str] | None = None) -> None:
     backends = [Backend(index=i, port=_free_port()) for i in range(max(1, args.processes))]
 
     def start(backend: Backend) -> None:
-        start_backend(
-            backend, app=args.app, env=env, allow_ips=args.forwarded_allow_ips, extra=extra
-        )
+        start_backend(backend, app=args.app, env=env, extra=extra)
 
     for backend in backends:
         start(backend)
     try:
         wait_until_up(backends, timeout=args.start_timeout)
-        asyncio.run(_serve(Router(backends), args, start))
+        asyncio.run(_serve(Router(backends, trusted=trusted), args, start))
     finally:
         for backend in backends:
             if backend.proc is not None and backend.proc.poll() is None:

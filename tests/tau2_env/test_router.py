@@ -4,8 +4,9 @@ The router is started as a deployment starts it (a process of its own, serving t
 standalone ``tau2_env.server:app`` on two uvicorn processes). Sessions spread over both
 processes; every later request naming a session — a JSON-RPC ``tools/call`` on a fresh
 connection, a ``/ws?session_id=…`` attach, an ``/agent/mcp`` call — reaches the process
-holding it (without that, about half would answer ``Unknown session_id``); and a
-client's cap counts its sessions on both processes.
+holding it (without that, about half would answer ``Unknown session_id``), even after
+a stranger's refused close of it; and a client's cap counts its sessions on both
+processes.
 """
 
 from __future__ import annotations
@@ -14,8 +15,6 @@ import asyncio
 import contextlib
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed
 
 from tests.support.llm_server import ScriptedLLM
-from tests.support.processes import Process, free_port, stop, wait_until_up
+from tests.support.processes import Process, start_router, stop, wait_until_up
 
 ROOT = Path(__file__).resolve().parents[2]
 CAP = 3  # TAU2_SESSIONS_PER_CLIENT
@@ -36,7 +35,6 @@ CHARLIE = "hf_router_charlie_0123456789"
 
 @pytest.fixture(scope="module")
 def router(scripted_llm_session: ScriptedLLM) -> Iterator[Process]:
-    port = free_port()
     drop = ("HF_TOKEN", "OPENAI_API_KEY", "ANTHROPIC_API_KEY", "DATABASE_URL", "REDIS_URL")
     env = {k: v for k, v in os.environ.items() if k not in drop}
     env.update(
@@ -49,13 +47,7 @@ def router(scripted_llm_session: ScriptedLLM) -> Iterator[Process]:
         TAU2_LLM_TIMEOUT="30",
         PYTHONPATH=str(ROOT),
     )
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "tau2_env.router", "tau2_env.server:app", "--processes", "2"]
-        + ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
-        cwd=ROOT,
-        env=env,
-    )
-    server = Process(proc=proc, url=f"http://127.0.0.1:{port}")
+    server = start_router(env, app="tau2_env.server:app")
     try:
         wait_until_up(server, timeout=180)
         yield server
@@ -130,6 +122,30 @@ async def test_http_sessions_land_on_both_processes_and_every_call_finds_its_own
         )
         assert closed.json()["result"]["closed"] is True
         assert closed.headers["x-tau2-process"] == process
+
+
+async def test_a_strangers_refused_close_leaves_her_calls_going_to_her_process(router):
+    created = await _post_mcp(router, _rpc("openenv/session/create"), ALICE)
+    session_id = created.json()["result"]["session_id"]
+    process = created.headers["x-tau2-process"]
+
+    close = _rpc("openenv/session/close", session_id=session_id)
+    refused = await _post_mcp(router, close, BOB)
+    assert refused.status_code == 404
+    assert "error" in refused.json()
+    assert refused.headers["x-tau2-process"] == process
+
+    # Each on a fresh connection, as the router would spread calls it has no route for.
+    answers = [
+        await _post_mcp(router, _rpc("tools/list", session_id=session_id), ALICE) for _ in range(12)
+    ]
+    failed = [a.json() for a in answers if a.status_code != 200 or "error" in a.json()]
+    assert failed == []
+    assert {a.headers["x-tau2-process"] for a in answers} == {process}
+
+    closed = await _post_mcp(router, close, ALICE)
+    assert closed.json()["result"]["closed"] is True
+    assert closed.headers["x-tau2-process"] == process
 
 
 async def test_websocket_sessions_spread_and_a_clients_cap_counts_both_processes(router, customer):

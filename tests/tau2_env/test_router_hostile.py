@@ -1,0 +1,145 @@
+"""What a client cannot make ``python -m tau2_env.router`` do: forget another's session,
+or choose the address the processes see.
+
+Two scripted OpenEnv processes (:mod:`tests.support.router_backend`, which keep MCP
+sessions as the real ones do and echo what reached them) behind the router, started as
+a deployment starts it, with one trusted proxy: 127.0.0.2, a loopback address of its
+own. alice and bob are clients of the router (127.0.0.1); the proxy connects from
+127.0.0.2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from websockets.asyncio.client import connect
+
+from tests.support.processes import Process, start_router, stop, wait_until_up
+
+ROOT = Path(__file__).resolve().parents[2]
+APP = "tests.support.router_backend:app"
+PROXY = "127.0.0.2"
+ALICE = {"Authorization": "Bearer alice"}
+BOB = {"Authorization": "Bearer bob"}
+# What a client claims to be: an address it does not have, in every header that says one.
+SPOOFED = {
+    "X-Forwarded-For": "203.0.113.66",
+    "X-Real-IP": "203.0.113.67",
+    "Forwarded": "for=203.0.113.68",
+}
+
+
+def _env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "FORWARDED_ALLOW_IPS"}
+    env.update(PYTHONPATH=str(ROOT), **extra)
+    return env
+
+
+@pytest.fixture(scope="module")
+def router() -> Iterator[Process]:
+    # FORWARDED_ALLOW_IPS=* (uvicorn's own variable, which the processes inherit) must
+    # not make them trust anyone but the router.
+    server = start_router(_env(TAU2_ROUTER_TRUSTED_PROXIES=PROXY, FORWARDED_ALLOW_IPS="*"), app=APP)
+    try:
+        wait_until_up(server, timeout=120)
+        yield server
+    finally:
+        stop(server)
+
+
+def _client(*, local_address: str = "127.0.0.1") -> httpx.Client:
+    """A client on a connection of its own per request, from ``local_address``."""
+    transport = httpx.HTTPTransport(local_address=local_address)
+    return httpx.Client(transport=transport, timeout=30, headers={"Connection": "close"})
+
+
+def test_a_strangers_refused_delete_leaves_her_mcp_session_where_it_is(router):
+    url = f"{router.url}/agent/mcp"
+    with _client() as http:
+        opened = http.post(url, headers=ALICE, json={})
+        session = {"Mcp-Session-Id": opened.headers["mcp-session-id"]}
+        process = opened.headers["x-tau2-process"]
+
+        failed = []
+        for _ in range(3):
+            refused = http.delete(url, headers={**BOB, **session})
+            assert refused.status_code == 404
+            assert refused.headers["x-tau2-process"] == process
+            for _ in range(2):
+                answer = http.post(url, headers={**ALICE, **session}, json={})
+                if answer.status_code != 200:
+                    failed.append(answer.json())
+                assert answer.headers["x-tau2-process"] == process
+        assert failed == []
+
+        closed = http.delete(url, headers={**ALICE, **session})
+        assert closed.status_code == 200
+        assert closed.headers["x-tau2-process"] == process
+        # Closed where it was held, the route is gone: her next calls land anywhere.
+        after = [http.post(url, headers={**ALICE, **session}, json={}) for _ in range(2)]
+        assert [a.status_code for a in after] == [404, 404]
+        assert {a.headers["x-tau2-process"] for a in after} == {"0", "1"}
+
+
+def test_a_clients_own_forwarded_address_never_reaches_the_processes(router):
+    with _client() as http:
+        answers = [http.get(f"{router.url}/echo", headers=SPOOFED).json() for _ in range(2)]
+    assert {a["process"] for a in answers} == {"0", "1"}
+    for echoed in answers:
+        assert echoed == {
+            "client": "127.0.0.1",
+            "x-forwarded-for": ["127.0.0.1"],
+            "process": echoed["process"],
+        }
+
+
+async def test_a_websockets_own_forwarded_address_never_reaches_the_processes(router):
+    async with connect(router.ws_url("/echo"), additional_headers=SPOOFED) as ws:
+        echoed = json.loads(await ws.recv())
+    assert echoed["client"] == "127.0.0.1"
+    assert echoed["x-forwarded-for"] == ["127.0.0.1"]
+    assert "x-real-ip" not in echoed
+    assert "forwarded" not in echoed
+
+
+def test_the_trusted_proxy_names_the_client_and_nothing_the_client_wrote_passes(router):
+    # The proxy appends the address it saw to what the client sent (nginx's
+    # $proxy_add_x_forwarded_for): the client's own part is on the left.
+    headers = {**SPOOFED, "X-Forwarded-For": "203.0.113.66, 198.51.100.7"}
+    with _client(local_address=PROXY) as http:
+        echoed = http.get(f"{router.url}/echo", headers=headers).json()
+        alone = http.get(f"{router.url}/echo", headers={"X-Real-IP": "198.51.100.8"}).json()
+    assert echoed["client"] == "198.51.100.7"
+    assert echoed["x-forwarded-for"] == ["198.51.100.7"]
+    assert "x-real-ip" not in echoed
+    assert "forwarded" not in echoed
+    assert alone["client"] == "198.51.100.8"
+
+
+def test_it_refuses_to_start_trusting_every_client_and_says_why():
+    refusals = {
+        "--forwarded-allow-ips=*": "'*' would take every client's X-Forwarded-For",
+        "--trusted-proxies=10.0.0.1,nginx": "'nginx' is neither an IP address nor a CIDR",
+    }
+    for setting, reason in refusals.items():
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tau2_env.router", APP, "--processes", "1", setting],
+            cwd=ROOT,
+            env=_env(),
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            _, stderr = proc.communicate(timeout=60)
+        finally:
+            stop(Process(proc=proc))  # one that started after all stops its processes
+        assert proc.returncode == 2
+        assert "--trusted-proxies / TAU2_ROUTER_TRUSTED_PROXIES" in stderr
+        assert reason in stderr
