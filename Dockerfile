@@ -26,4 +26,6 @@ USER app
 EXPOSE 8000 8001
 # WEB_CONCURRENCY web processes (uvicorn --workers). One by default: several need REDIS_URL
 # and PostgreSQL, which docker-compose.yml provides (it sets 2); see README, Production.
-CMD ["sh", "-c", "python manage.py bootstrap && exec uvicorn tau2site.asgi:application --host 0.0.0.0 --port 8000 --workers \"${WEB_CONCURRENCY:-1}\" --proxy-headers --forwarded-allow-ips='*'"]
+# uvicorn takes X-Forwarded-For only from FORWARDED_ALLOW_IPS (default 127.0.0.1,::1): set
+# it to the TLS proxy's address, never '*' (any client could name its own address).
+CMD ["sh", "-c", "python manage.py bootstrap && exec uvicorn tau2site.asgi:application --host 0.0.0.0 --port 8000 --workers \"${WEB_CONCURRENCY:-1}\" --proxy-headers"]
