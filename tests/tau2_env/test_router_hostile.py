@@ -21,6 +21,7 @@ import httpx
 import pytest
 from websockets.asyncio.client import connect
 
+from tau2_env.router import TrustedProxies, _Head
 from tests.support.processes import Process, start_router, stop, wait_until_up
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,8 +45,8 @@ def _env(**extra: str) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def router() -> Iterator[Process]:
-    # FORWARDED_ALLOW_IPS=* (uvicorn's own variable, which the processes inherit) must
-    # not make them trust anyone but the router.
+    # A shared .env may hold uvicorn's own FORWARDED_ALLOW_IPS=* (for web): the router
+    # neither takes it as its trusted proxies nor lets its processes trust it.
     server = start_router(_env(TAU2_ROUTER_TRUSTED_PROXIES=PROXY, FORWARDED_ALLOW_IPS="*"), app=APP)
     try:
         wait_until_up(server, timeout=120)
@@ -143,3 +144,23 @@ def test_it_refuses_to_start_trusting_every_client_and_says_why():
         assert proc.returncode == 2
         assert "--trusted-proxies / TAU2_ROUTER_TRUSTED_PROXIES" in stderr
         assert reason in stderr
+
+
+@pytest.mark.parametrize(
+    ("peer", "forwarded_for", "client"),
+    [
+        ("10.0.0.5", "203.0.113.66, 198.51.100.7", "198.51.100.7"),  # the proxy's own word
+        ("10.0.0.5", "198.51.100.7, 10.0.0.9", "198.51.100.7"),  # through two proxies
+        ("10.0.0.5", "10.0.0.8, 10.0.0.9", "10.0.0.8"),  # a proxy itself is the client
+        ("10.0.0.5", "203.0.113.66, unknown", "10.0.0.5"),  # not an address: the proxy's
+        ("10.0.0.5", "[2001:db8::7]:4711", "2001:db8::7"),
+        ("::ffff:10.0.0.5", "198.51.100.7:4711", "198.51.100.7"),
+        ("192.0.2.1", "198.51.100.7", "192.0.2.1"),  # not a proxy: its own address
+    ],
+)
+def test_a_trusted_proxys_chain_is_read_from_the_right(peer, forwarded_for, client):
+    trusted = TrustedProxies.parse("10.0.0.0/29, 10.0.0.9")
+    head = _Head.parse(
+        b"GET / HTTP/1.1\r\nX-Forwarded-For: " + forwarded_for.encode() + b"\r\n\r\n"
+    )
+    assert trusted.client_of(peer, head) == client
