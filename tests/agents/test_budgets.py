@@ -26,6 +26,7 @@ from tests.support.agents import agent_runs_of
 from tests.support.connections import openai_compatible_connection
 from tests.support.llm_server import Reply
 from tests.support.mcp_client import mcp_session
+from tests.support.people import signed_in
 
 MODEL = "customer-sim"
 UNPRICED = "customer-sim-unpriced"
@@ -270,3 +271,23 @@ async def test_a_spent_month_ends_the_episode_before_the_customers_next_turn(
     (run,) = await sync_to_async(agent_runs_of)(bob)
     assert (run.status, run.failure, run.error) == ("failed", "budget", reason)
     assert run.user_cost_usd == Decimal("0.0012")
+
+
+async def test_the_playground_which_records_nothing_may_not_put_its_customer_on_a_budget(
+    asgi_server, customer, staff, bob
+):
+    vllm = await sync_to_async(team_budget)(customer, by=staff, monthly_budget_usd=Decimal("5"))
+    session = (await sync_to_async(signed_in)(bob)).cookies["sessionid"].value
+    headers = {"Cookie": f"sessionid={session}", "Origin": asgi_server.url}
+
+    async with connect(asgi_server.ws_url("/ws"), additional_headers=headers) as ws:
+        data = {"task_id": "27", "user_model": f"@{vllm.slug}/{MODEL}"}
+        await ws.send(json.dumps({"type": "reset", "data": data}))
+        frame = json.loads(await ws.recv())
+
+    assert frame["type"] == "error"
+    assert frame["data"]["message"].startswith(
+        "The connection “Team Budget” counts what runs on it (a budget, or a limit of runs at "
+        "a time), and the playground's episodes are not recorded: play with a studio API key"
+    )
+    assert customer_calls(customer) == 0
