@@ -321,9 +321,17 @@ def recordings_drain(*, timeout: float) -> bool:
     return all(serial.idle.wait(max(0.0, deadline - time.monotonic())) for serial in list(_serials))
 
 
-def _guarded(connection: Connection | None) -> bool:
-    """Whether ``connection`` counts what runs on it: a budget, or runs in flight."""
-    return connection is not None and (connection.budgeted or bool(connection.max_in_flight))
+def _guarded_connection(episode: Episode) -> Connection | None:
+    """The connection ``episode``'s customer runs on when it counts what runs on it (a
+    budget, or a limit of runs in flight), else ``None``. A customer on the router (no
+    connection) asks the database nothing."""
+    if not episode.user_llm.origin:
+        return None
+    close_old_connections()
+    connection = _connection_of(episode.user_llm.origin)
+    if connection is None or not (connection.budgeted or connection.max_in_flight):
+        return None
+    return connection
 
 
 class UnrecordedBudget:
@@ -332,9 +340,8 @@ class UnrecordedBudget:
     counts its runs — what it spent there could not be counted."""
 
     def episode_admit(self, episode: Episode, *, face: str) -> None:
-        close_old_connections()
-        connection = _connection_of(episode.user_llm.origin)
-        if _guarded(connection):
+        connection = _guarded_connection(episode)
+        if connection is not None:
             raise access.EpisodeRefused(
                 f"The connection “{connection.name}” counts what runs on it (a budget, or a "
                 "limit of runs at a time), and the playground's episodes are not recorded: "
@@ -399,13 +406,12 @@ class AgentRunRecorder:
         """Admit ``episode`` to its customer's connection's budget and limit of runs in
         flight, when it has either (its run stored now); raises
         :class:`~tau2_env.access.EpisodeRefused` with the reason. On the episode's thread."""
+        connection = _guarded_connection(episode)
+        if connection is None:
+            return
         # This key's episode before (replaced by this reset) ends first: its run is no
         # longer in flight, nor holding its reservation.
         self._serial.idle.wait(WRITES_WAIT_SECONDS)
-        close_old_connections()
-        connection = _connection_of(episode.user_llm.origin)
-        if not _guarded(connection):
-            return
         run = agent_run_build(
             user_id=self.user_id,
             key_id=self.key_id,
