@@ -219,6 +219,11 @@ TAU2_AUTOREVIEW_LEASE_SECONDS = envint(
     minimum=10,
 )
 TAU2_RUN_REAP_SECONDS = envint("TAU2_RUN_REAP_SECONDS", 30, minimum=1)
+# Runs of one person on their own endpoints (personal connections) going at once; more
+# wait in the queue, asked again every TAU2_OWN_ENDPOINT_WAIT_SECONDS, so one member's
+# slow server cannot hold every worker.
+TAU2_OWN_ENDPOINT_RUNS_PER_PERSON = envint("TAU2_OWN_ENDPOINT_RUNS_PER_PERSON", 2, minimum=1)
+TAU2_OWN_ENDPOINT_WAIT_SECONDS = envint("TAU2_OWN_ENDPOINT_WAIT_SECONDS", 5, minimum=1)
 TAU2_RUN_MAX_ATTEMPTS = envint("TAU2_RUN_MAX_ATTEMPTS", 3, minimum=1)
 # A rate limit, a provider's 5xx or a timeout: the hop is tried again this many times,
 # after TAU2_RUN_BACKOFF_SECONDS × 2^attempt (± 50 % jitter, at most 2 minutes).

@@ -4,6 +4,11 @@
 * **Claim**: :func:`run_claim` takes a queued model run (or one whose lease ran out) for
   one worker with one conditional UPDATE: of two workers racing, exactly one gets it.
   Taking over an expired lease records a resumption "worker lost" (``Run.resumptions``).
+* **A person's own endpoints**: a model run on a personal connection (a member's own
+  server) is claimed only while its person has fewer than
+  ``TAU2_OWN_ENDPOINT_RUNS_PER_PERSON`` such runs going (counted under a lock on the
+  person's row); otherwise :func:`run_claim` raises :class:`WaitForOwnEndpoint` and the
+  run waits in the queue, so one member's slow endpoint cannot hold every worker.
 * **Lease and heartbeat**: the holder keeps the run under a lease (:func:`lease`) that
   :class:`Heartbeat` renews; events are written only while the writer holds it.
 * **Hand back**: a lost database or broker is the platform's fault, not the run's;
@@ -31,7 +36,8 @@ from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import DatabaseError, close_old_connections
+from django.contrib.auth import get_user_model
+from django.db import DatabaseError, close_old_connections, transaction
 from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
@@ -53,6 +59,21 @@ except ImportError:  # pragma: no cover - redis is a dependency
 
 # What a run's driver returns when the run should be tried again later (its Celery task retries).
 RETRY = "retry"
+# A run that waits for its person's other runs on their own endpoints (see run_claim).
+WAIT = "wait"
+
+
+class WaitForOwnEndpoint(Exception):
+    """The run is on its person's own endpoint and they already have as many runs there
+    going as ``TAU2_OWN_ENDPOINT_RUNS_PER_PERSON`` allows: it stays queued."""
+
+
+# A run "on its person's own endpoint": a side on a personal connection.
+_ON_OWN_ENDPOINT = (
+    Q(agent_connection__owner__isnull=False)
+    | Q(user_connection__owner__isnull=False)
+    | Q(judge_connection__owner__isnull=False)
+)
 
 
 def execution_id(prefix: str = "") -> str:
@@ -91,22 +112,57 @@ def run_claim(*, run_id: int, worker: str) -> Run | None:
         seen = claimable.values("status", "worker", "attempts", "resumptions").first()
         if seen is None:
             return None
-        resumptions = list(seen["resumptions"]) if seen["attempts"] else []
-        if seen["status"] == Run.Status.RUNNING:
-            resumptions.append(Run.Resumption.WORKER_LOST)
-        claimed = claimable.filter(
-            status=seen["status"], worker=seen["worker"], attempts=seen["attempts"]
-        ).update(
-            status=Run.Status.RUNNING,
-            worker=worker,
-            lease_expires_at=now + lease(),
-            attempts=F("attempts") + 1,
-            resumptions=resumptions,
-            started_at=Coalesce(F("started_at"), now),
-        )
+        person = claimable.filter(_ON_OWN_ENDPOINT).values_list("created_by", flat=True).first()
+        if person is not None:
+            with transaction.atomic():
+                _wait_for_own_endpoint(person=person, run_id=run_id, now=now)
+                claimed = _claim(claimable, seen, worker=worker, now=now)
+        else:
+            claimed = _claim(claimable, seen, worker=worker, now=now)
         if claimed:
             return Run.objects.select_related("task", "created_by").get(pk=run_id)
     return None
+
+
+def _wait_for_own_endpoint(*, person: int, run_id: int, now) -> None:
+    """Raise :class:`WaitForOwnEndpoint` when ``person`` has their limit of runs going on
+    their own endpoints; the lock on their row makes two workers' counts one after the
+    other (the caller claims within the same transaction)."""
+    get_user_model().objects.select_for_update().filter(pk=person).exists()
+    going = (
+        Run.objects.filter(
+            _ON_OWN_ENDPOINT,
+            created_by=person,
+            kind=Run.Kind.MODEL,
+            status=Run.Status.RUNNING,
+            lease_expires_at__gte=now,
+        )
+        .exclude(pk=run_id)
+        .distinct()
+        .count()
+    )
+    if going >= settings.TAU2_OWN_ENDPOINT_RUNS_PER_PERSON:
+        raise WaitForOwnEndpoint(
+            f"{going} of this person's runs on their own endpoints are going "
+            f"(TAU2_OWN_ENDPOINT_RUNS_PER_PERSON = {settings.TAU2_OWN_ENDPOINT_RUNS_PER_PERSON})"
+        )
+
+
+def _claim(claimable, seen: dict, *, worker: str, now) -> int:
+    """The conditional UPDATE of :func:`run_claim`: 1 if this worker got the run."""
+    resumptions = list(seen["resumptions"]) if seen["attempts"] else []
+    if seen["status"] == Run.Status.RUNNING:
+        resumptions.append(Run.Resumption.WORKER_LOST)
+    return claimable.filter(
+        status=seen["status"], worker=seen["worker"], attempts=seen["attempts"]
+    ).update(
+        status=Run.Status.RUNNING,
+        worker=worker,
+        lease_expires_at=now + lease(),
+        attempts=F("attempts") + 1,
+        resumptions=resumptions,
+        started_at=Coalesce(F("started_at"), now),
+    )
 
 
 def run_finish(

@@ -34,7 +34,9 @@ from apps.runs.events import LostRun, UnstorableMessage, events_publish, judge_f
 from apps.runs.lifecycle import (
     INFRASTRUCTURE_ERRORS,
     RETRY,
+    WAIT,
     Heartbeat,
+    WaitForOwnEndpoint,
     infrastructure_reason,
     run_claim,
     run_finish,
@@ -59,6 +61,9 @@ def run_execute(*, run_id: int, worker: str) -> str:
         run = run_claim(run_id=run_id, worker=worker)
         if run is None:
             return run_status(run_id)
+    except WaitForOwnEndpoint as exc:  # its person's other runs there first
+        logger.info("Run %s waits: %s", run_id, exc)
+        return WAIT
     except INFRASTRUCTURE_ERRORS as exc:  # nothing claimed, nothing to hand back
         logger.warning("Run %s: could not claim it (%s); trying again later", run_id, exc)
         close_old_connections()

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from celery import shared_task
+from django.conf import settings
 
 from apps.runs import autoreview, lifecycle, queue, runner
 
@@ -15,6 +16,10 @@ def execute_run(self, run_id: int) -> str:
     status = runner.run_execute(run_id=run_id, worker=lifecycle.execution_id())
     if status == lifecycle.RETRY:
         raise self.retry(countdown=min(2 ** min(self.request.retries, 5), 30))
+    if status == lifecycle.WAIT:
+        # Its person's other runs on their own endpoints first: asked again, as long as
+        # they go on (a wait is no failure, so it has no limit of tries).
+        raise self.retry(countdown=settings.TAU2_OWN_ENDPOINT_WAIT_SECONDS, max_retries=None)
     return status
 
 
