@@ -67,9 +67,7 @@ def main() -> None:
             f"{time.monotonic() - started:.1f} s ({kind})"
         )
         for chunked in (False, True):
-            endpoint.behaviour = Behaviour(
-                "huge", size=args.size_mb * 1024 * 1024, chunked=chunked
-            )
+            endpoint.behaviour = Behaviour("huge", size=args.size_mb * 1024 * 1024, chunked=chunked)
             before = _rss_mb()
             started = time.monotonic()
             kind = _call(endpoint, 120.0)
