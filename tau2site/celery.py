@@ -29,7 +29,7 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
 
 # The start-up passes run what these beat entries send (settings.CELERY_BEAT_SCHEDULE).
-RECOVERY_ENTRIES = ("runs-reap", "evaluations-dispatch")
+RECOVERY_ENTRIES = ("runs-reap", "evaluations-dispatch", "evaluations-jobs-reap")
 
 
 @app.task(name="tau2site.ping")

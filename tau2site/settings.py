@@ -236,6 +236,11 @@ TAU2_RUN_BACKOFF_SECONDS = envfloat("TAU2_RUN_BACKOFF_SECONDS", 2.0, minimum=0.0
 TAU2_EVAL_MAX_IN_FLIGHT = envint("TAU2_EVAL_MAX_IN_FLIGHT", 32, minimum=1)
 TAU2_EVAL_PER_PERSON = envint("TAU2_EVAL_PER_PERSON", 16, minimum=1)
 TAU2_EVAL_MAX_UPLOAD_BYTES = envint("TAU2_EVAL_MAX_UPLOAD_BYTES", 50 * 1024 * 1024, minimum=1024)
+# Imports and submission checks run as jobs on the workers: at most this many of one
+# person's wait or run at once (more is refused, saying so), and a job whose worker says
+# nothing for this long (its lease; renewed as it works) lost it and is sent again.
+TAU2_EVAL_JOBS_PER_PERSON = envint("TAU2_EVAL_JOBS_PER_PERSON", 2, minimum=1)
+TAU2_EVAL_JOB_LEASE_SECONDS = envint("TAU2_EVAL_JOB_LEASE_SECONDS", 120, minimum=5)
 
 # --- Static files -------------------------------------------------------------------------
 STATIC_URL = "/static/"
@@ -480,6 +485,12 @@ CELERY_BEAT_SCHEDULE = {
     # work): with no worker alive beat's ticks piled up, and a returning worker ran each.
     "runs-reap": {
         "task": "runs.reap",
+        "schedule": float(TAU2_RUN_REAP_SECONDS),
+        "options": {"expires": float(TAU2_RUN_REAP_SECONDS)},
+    },
+    # Imports and submission checks whose worker or message was lost: sent again, or failed.
+    "evaluations-jobs-reap": {
+        "task": "evaluations.jobs_reap",
         "schedule": float(TAU2_RUN_REAP_SECONDS),
         "options": {"expires": float(TAU2_RUN_REAP_SECONDS)},
     },

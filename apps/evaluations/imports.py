@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -58,11 +59,24 @@ _LATEST = datetime.max.replace(tzinfo=UTC) - timedelta(days=1)
 _SPLIT_PREFERENCE = ("test", "base", "train")
 
 
-def evaluation_import(*, user, data: bytes, name: str = "", filename: str = "") -> Evaluation:
+def evaluation_import(
+    *,
+    user,
+    data: bytes,
+    name: str = "",
+    filename: str = "",
+    progress: Callable[[int, int], None] | None = None,
+    on_stored: Callable[[Evaluation], None] | None = None,
+) -> Evaluation:
     """Store the ``tau2 run`` results file ``data`` as an imported evaluation of ``user``.
 
     Without a ``name`` it is called after the file (``filename``, as uploaded): the
     page's title adds the models and the domain itself, so the name does not repeat them.
+
+    ``progress(done, total)`` is called as the simulations are re-scored (before anything
+    is written); ``on_stored(evaluation)`` inside the transaction that stores it, once
+    everything is written: whatever it raises undoes the import (a worker's job that is
+    no longer its own stores nothing).
 
     Returns the evaluation (status ``IMPORTED``) with one completed run per simulation:
     its messages as events and τ²'s re-scored reward. Raises ``ValidationError`` with a
@@ -98,16 +112,19 @@ def evaluation_import(*, user, data: bytes, name: str = "", filename: str = "") 
     trials = _trials(results)
 
     # Re-score before anything is written: CPU only, no LLM, no database.
-    scores = [
-        rescore(
-            domain=domain,
-            task=catalog.get_tau2_task(domain, sim.task_id),
-            simulation=sim,
-            max_steps=info.max_steps,
-            max_errors=info.max_errors,
+    scores = []
+    for sim in results.simulations:
+        scores.append(
+            rescore(
+                domain=domain,
+                task=catalog.get_tau2_task(domain, sim.task_id),
+                simulation=sim,
+                max_steps=info.max_steps,
+                max_errors=info.max_errors,
+            )
         )
-        for sim in results.simulations
-    ]
+        if progress is not None:
+            progress(len(scores), len(results.simulations))
     differing_tasks = sorted(
         {t.id for t in results.tasks if t.id in tasks and not same_task(domain, t)}
     )
@@ -199,6 +216,8 @@ def evaluation_import(*, user, data: bytes, name: str = "", filename: str = "") 
                 report["not_rescored"].append({**where, "reason": score.note})
         evaluation.summary = selectors.evaluation_metrics(evaluation)
         evaluation.save(update_fields=["provenance", "summary"])
+        if on_stored is not None:
+            on_stored(evaluation)
     return evaluation
 
 

@@ -105,3 +105,76 @@ class Evaluation(RunSides):
     @property
     def planned_runs(self) -> int:
         return len(self.task_ids) * self.num_trials
+
+
+class EvaluationJob(models.Model):
+    """Heavy work a person asks of the evaluations pages, done on a worker, not in their
+    web request: an import of a ``tau2 run`` results file (``IMPORT``: ``upload`` holds the
+    file until the job ends; ``evaluation`` is what it made), or τ²'s own checks of a
+    submission folder (``CHECK``: ``params`` holds the choice and the details; ``result``
+    the checks' verdicts and output). Done by ``apps.evaluations.jobs``.
+
+    Status: QUEUED → RUNNING (a worker claims it, once: one UPDATE) → DONE or FAILED
+    (``error`` says why, in words). A job whose ``lease_expires_at`` passed lost its
+    worker (RUNNING: a crash, ``kill -9``, a deploy; its lease is renewed while it works)
+    or its message (QUEUED): the reaper (beat, and the job's page when looked at) sends
+    it again, once for a lost worker; a second loss fails it. Only the claim that is
+    current (``attempts``) may end it. DONE and FAILED are final, and the upload is gone.
+    """
+
+    class Kind(models.TextChoices):
+        IMPORT = "import", "import"
+        CHECK = "check", "submission check"
+
+    class Status(models.TextChoices):
+        QUEUED = "queued", "queued"
+        RUNNING = "running", "running"
+        DONE = "done", "done"
+        FAILED = "failed", "failed"
+
+    FINAL = (Status.DONE, Status.FAILED)
+
+    kind = models.CharField(max_length=8, choices=Kind.choices)
+    status = models.CharField(max_length=8, choices=Status.choices, default=Status.QUEUED)
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="evaluation_jobs"
+    )
+    # An import's file (never a Celery argument): kept here, where every worker can read
+    # it, until the job ends.
+    upload = models.BinaryField(blank=True, default=b"", editable=False)
+    size = models.PositiveBigIntegerField(default=0, help_text="The uploaded file's bytes.")
+    filename = models.CharField(max_length=255, blank=True)
+    name = models.CharField(max_length=200, blank=True, help_text="The evaluation's name.")
+    params = models.JSONField(default=dict, blank=True, help_text="A check's choice and details.")
+    evaluation = models.ForeignKey(
+        Evaluation, on_delete=models.SET_NULL, null=True, blank=True, related_name="+"
+    )
+    result = models.JSONField(default=dict, blank=True, help_text="A check's verdicts.")
+    error = models.TextField(blank=True)
+    progress_done = models.PositiveIntegerField(default=0)
+    progress_total = models.PositiveIntegerField(default=0)
+    attempts = models.PositiveSmallIntegerField(default=0)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    lease_expires_at = models.DateTimeField(db_index=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [models.Index(fields=["created_by", "status"], name="evaluationjob_person")]
+        constraints = [
+            models.CheckConstraint(
+                condition=~Q(status="failed") | ~Q(error=""),
+                name="evaluationjob_failure_has_a_reason",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display().capitalize()} {self.pk} ({self.status})"
+
+    def get_absolute_url(self) -> str:
+        return reverse("evaluations:job", kwargs={"pk": self.pk})
+
+    @property
+    def is_final(self) -> bool:
+        return self.status in self.FINAL

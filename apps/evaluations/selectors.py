@@ -12,7 +12,7 @@ from django.db.models import Count, Exists, OuterRef, Q, QuerySet
 from django.http import Http404
 from django.utils import timezone
 
-from apps.evaluations.models import Evaluation
+from apps.evaluations.models import Evaluation, EvaluationJob
 from apps.evaluations.pooling import differences, identity_of
 from apps.evaluations.significance import (
     DEFAULT_TRIAL_VARIANCE,
@@ -656,3 +656,34 @@ def evaluation_list_rows(evaluations) -> list[dict[str, Any]]:
             }
         )
     return out
+
+
+# --- jobs (imports and submission checks on the workers) ------------------------------
+
+
+def evaluation_job_for(*, user, pk: int) -> EvaluationJob:
+    """Job ``pk`` if ``user`` asked for it (404 otherwise: another's job is not there for
+    them); without its uploaded file."""
+    job = (
+        EvaluationJob.objects.defer("upload")
+        .select_related("evaluation")
+        .filter(pk=pk, created_by_id=getattr(user, "pk", None) or 0)
+        .first()
+    )
+    if job is None:
+        raise Http404("No such job of yours")
+    return job
+
+
+def evaluation_jobs_in_flight(*, user) -> list[EvaluationJob]:
+    """``user``'s jobs waiting or running, oldest first, without their files."""
+    if not getattr(user, "is_authenticated", False):
+        return []
+    return list(
+        EvaluationJob.objects.defer("upload")
+        .filter(
+            created_by=user,
+            status__in=(EvaluationJob.Status.QUEUED, EvaluationJob.Status.RUNNING),
+        )
+        .order_by("created_at", "id")
+    )

@@ -24,6 +24,7 @@ from datetime import date
 from django.conf import settings
 from django.core.serializers.json import DjangoJSONEncoder
 from django.db.models import Count
+from django.utils import timezone
 from django.utils.text import slugify
 
 from apps.accounts.access import can_control
@@ -48,6 +49,7 @@ __all__ = [
     "Slot",
     "evaluation_problems",
     "submission_checks",
+    "submission_details",
     "submission_draft",
     "submission_initial",
     "submission_json",
@@ -462,6 +464,25 @@ def submission_draft(plan: Plan) -> Draft:
         tau2_versions=tuple(
             sorted({str((e.provenance or {}).get("tau2_version") or "") for e in plan.chosen})
         ),
+    )
+
+
+def submission_details(values: Mapping, *, user_simulator: str) -> Details:
+    """The form's values (cleaned, its prefill, or a check job's copy of them) as τ²'s
+    submission details; ``evaluation_date`` a date or its ISO text."""
+    when = values.get("evaluation_date") or None
+    return Details(
+        model_name=values.get("model_name") or "",
+        organization=values.get("organization") or "",
+        email=values.get("email") or "",
+        contact_name=values.get("contact_name") or "",
+        github=values.get("github") or "",
+        is_new=bool(values.get("is_new")),
+        evaluation_date=date.fromisoformat(when) if isinstance(when, str) else when,
+        tau2_bench_version=values.get("tau2_bench_version") or "",
+        notes=values.get("notes") or "",
+        user_simulator=user_simulator,
+        submission_date=timezone.localdate(),
     )
 
 

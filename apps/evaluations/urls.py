@@ -1,6 +1,6 @@
 from django.urls import path
 
-from apps.evaluations.views import live, results, submission
+from apps.evaluations.views import jobs, live, results, submission
 
 app_name = "evaluations"
 
@@ -20,4 +20,6 @@ urlpatterns = [
     path("import/", results.evaluation_import, name="import"),
     path("compare/", results.evaluation_compare, name="compare"),
     path("submission/", submission.submission_page, name="submission"),
+    # Imports and submission checks, done on a worker (views/jobs.py)
+    path("jobs/<int:pk>/", jobs.job_detail, name="job"),
 ]

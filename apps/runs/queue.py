@@ -1,9 +1,9 @@
 """The one place that hands work to the Celery workers.
 
-Work is sent by task name (the names the tasks declare in ``apps/runs/tasks.py`` and
-``apps/play/tasks.py``), with ids only — never a token or a whole object — and, by
-default, once the current transaction commits, so a worker never looks for a row that
-is not there yet. Sending by name keeps this module below the tasks it names: a service
+Work is sent by task name (the names the tasks declare in ``apps/runs/tasks.py``,
+``apps/play/tasks.py`` and ``apps/evaluations/tasks.py``), with ids only — never a token
+or a whole object — and, by default, once the current transaction commits, so a worker
+never looks for a row that is not there yet. Sending by name keeps this module below the tasks it names: a service
 that queues work never imports the worker code that does it (no import cycles).
 """
 
@@ -17,8 +17,16 @@ PLAY_CUSTOMER_TURN = "play.customer_turn"
 PLAY_SCORE = "play.score"
 EVALUATIONS_DISPATCH = "evaluations.dispatch"
 AUTOREVIEW = "runs.autoreview"
+EVALUATION_JOB = "evaluations.job"
 
-NAMES = (EXECUTE_RUN, PLAY_CUSTOMER_TURN, PLAY_SCORE, EVALUATIONS_DISPATCH, AUTOREVIEW)
+NAMES = (
+    EXECUTE_RUN,
+    PLAY_CUSTOMER_TURN,
+    PLAY_SCORE,
+    EVALUATIONS_DISPATCH,
+    AUTOREVIEW,
+    EVALUATION_JOB,
+)
 
 
 def enqueue(name: str, *args: int, on_commit: bool = True, robust: bool = False) -> None:

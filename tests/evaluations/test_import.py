@@ -1,6 +1,7 @@
 """Importing a results file written by τ²'s own ``tau2 run``: read with τ²'s model, every
 conversation re-scored by τ²'s evaluator, stored rewards that differ flagged, bad files
-refused with nothing stored.
+refused with nothing stored. Through the page it is a job a worker does
+(``tests/evaluations/test_import_jobs.py`` follows the job itself).
 
 alice (signed in) imports; charlie (anonymous) may not. The good files are written by
 ``tau2 run`` itself, in a subprocess, against the scripted LLM (airline 27 solved, 2 not).
@@ -21,6 +22,7 @@ from apps.evaluations.summary import EvaluationSummary
 from apps.runs.models import Run, RunEvent
 from tau2_env.evaluation import trial_seeds
 from tests.support.evaluations import results_file, tau2_run_file
+from tests.support.jobs import followed
 from tests.support.people import ALICE_TOKEN
 from tests.support.scripts import gold_script
 
@@ -103,15 +105,18 @@ def test_a_tau2_run_file_imports_and_tau2_scores_every_conversation_the_same(ali
 
 
 @pytest.mark.slow
-def test_a_tampered_reward_is_flagged_and_the_run_keeps_tau2s(alice, alice_client, tau2_file):
+def test_a_tampered_reward_is_flagged_and_the_run_keeps_tau2s(
+    alice, alice_client, tau2_file, held_jobs
+):
     data = json.loads(tau2_file)
     tampered = next(s for s in data["simulations"] if s["task_id"] == "2" and s["trial"] == 1)
     tampered["reward_info"]["reward"] = 1.0  # task 2 was not solved
 
-    response = upload(alice_client, json.dumps(data).encode())
+    job, page = followed(alice_client, upload(alice_client, json.dumps(data).encode()), held_jobs)
 
     evaluation = Evaluation.objects.get()
-    assert response.status_code == 302 and response["Location"] == evaluation.get_absolute_url()
+    assert job.status == "done" and job.evaluation == evaluation
+    assert f'href="{evaluation.get_absolute_url()}" data-testid="job-evaluation"' in page
     run = evaluation.runs.get(task__task_id="2", trial=1)
     assert run.reward == 0.0
     assert run.provenance["rescore"] == {
@@ -125,10 +130,12 @@ def test_a_tampered_reward_is_flagged_and_the_run_keeps_tau2s(alice, alice_clien
     others = evaluation.runs.exclude(pk=run.pk)
     assert {r.provenance["rescore"]["status"] for r in others} == {"equal"}
 
-    page = alice_client.get("/evaluations/").content.decode()  # shows the import's messages
+    # The job's page says how it re-scored.
+    assert "Imported 4 simulations; τ² scored 4 of them again." in page
     assert "1 stored reward differs from τ²&#x27;s re-score" in page
     assert "task 2 trial 1: file 1.0, τ² 0.0" in page
-    assert 'data-testid="reward-differs"' in page
+    listed = alice_client.get("/evaluations/").content.decode()
+    assert 'data-testid="reward-differs"' in listed
     csv_rows = alice_client.get(f"/evaluations/{evaluation.pk}.csv").content.decode()
     assert f"{run.pk},2,1," in csv_rows and ",differs," in csv_rows
     detail = alice_client.get(evaluation.get_absolute_url()).content.decode()
@@ -217,14 +224,17 @@ BAD_FILES = {
 
 
 @pytest.mark.parametrize("kind", list(BAD_FILES))
-def test_a_bad_file_gets_a_clear_error_and_stores_nothing(alice_client, kind):
+def test_a_bad_file_gets_a_clear_error_on_its_jobs_page_and_stores_nothing(
+    alice_client, held_jobs, kind
+):
     data, error = BAD_FILES[kind]
 
-    response = upload(alice_client, data)
+    job, body = followed(alice_client, upload(alice_client, data), held_jobs)
 
-    assert response.status_code == 400
-    body = response.content.decode()
-    assert 'data-testid="import-error"' in body and error in body, body[-3000:]
+    assert job.status == "failed" and job.evaluation is None
+    assert 'data-testid="job-error"' in body and error in body, body[-3000:]
+    assert 'data-status="failed"' in body and "hx-get" not in body  # no more polling
+    assert bytes(job.upload) == b""  # the file is not kept once the job ended
     assert nothing_stored()
 
 

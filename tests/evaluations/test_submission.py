@@ -30,6 +30,7 @@ from tau2_env import catalog
 from tau2_env import submission as tau2_submission
 from tests.support.connections import CONNECTION_KEY, openai_compatible_connection
 from tests.support.evaluations import conversation, results_file, stored_evaluation
+from tests.support.jobs import followed, job_of
 from tests.support.people import ALICE_TOKEN, BOB_TOKEN
 
 DOMAINS = ("airline", "retail", "telecom")
@@ -121,7 +122,7 @@ def played(llm, domain: str) -> dict[str, list]:
 
 @pytest.mark.slow
 def test_a_submission_of_all_three_base_splits_passes_tau2s_validate_and_verify_trajs(
-    alice, alice_client, llm_server, tmp_path
+    alice, alice_client, llm_server, tmp_path, held_jobs
 ):
     outcomes = {domain: played(llm_server, domain) for domain in DOMAINS}
     evaluations = {
@@ -152,8 +153,8 @@ def test_a_submission_of_all_three_base_splits_passes_tau2s_validate_and_verify_
     picks = {d: e.pk for d, e in evaluations.items()}
     details = {**DETAILS, **prefilled, "notes": "Evaluated with tau2-studio."}
     checked = alice_client.post(page(**picks), {**details, "action": "check"})
-    html = checked.content.decode()
-    assert checked.status_code == 200
+    job, html = followed(alice_client, checked, held_jobs)  # a worker's job, on its page
+    assert job.status == "done", job.error
     assert 'data-testid="check-validate" data-verdict="passed"' in html, html[-6000:]
     assert 'data-testid="check-verify-trajs" data-verdict="passed"' in html, html[-6000:]
     assert "🎉 All files passed all checks!" in html
@@ -399,16 +400,16 @@ def test_an_evaluation_on_a_connection_leaves_no_key_or_endpoint_in_the_folder(
     assert info["agent_info"]["llm"] == "openai/our-finetune-7b"
 
 
-def test_another_model_name_passes_with_tau2s_warnings_shown(alice, alice_client):
+def test_another_model_name_passes_with_tau2s_warnings_shown(alice, alice_client, held_jobs):
     airline = leaderboard_evaluation(alice, domain="airline")
 
     response = alice_client.post(
         page(airline=airline.pk, retail="", telecom=""),
         {**DETAILS, "model_name": "Agent A", "action": "check"},
     )
-    html = response.content.decode()
+    job, html = followed(alice_client, response, held_jobs)
 
-    assert response.status_code == 200
+    assert job.status == "done" and job.kind == "check"
     assert 'data-testid="check-validate" data-verdict="warnings"' in html
     assert "passed, with warnings" in html
     assert "❌ 1 warnings found" in html
@@ -443,3 +444,56 @@ def test_tau2s_checks_fail_on_trajectories_that_are_not_a_whole_base_split(commi
     assert "❌ Tasks validation: Missing tasks:" in verify.output
     assert "submission/trajectories/airline.json" in verify.output
     assert tempfile.gettempdir() not in verify.output + validate.output
+
+
+def test_check_only_queues_a_job_and_runs_no_tau2_command_in_the_request(
+    alice, alice_client, held_jobs, monkeypatch
+):
+    airline = leaderboard_evaluation(alice, domain="airline")
+    ran = []
+    monkeypatch.setattr(
+        "apps.evaluations.submission.tau2_submission.checks_run",
+        lambda **kwargs: ran.append(kwargs) or [],
+    )
+    built = []
+    monkeypatch.setattr(
+        "apps.evaluations.views.submission.submission.submission_draft",
+        lambda plan: built.append(plan),
+    )
+
+    response = alice_client.post(
+        page(airline=airline.pk, retail="", telecom=""), {**DETAILS, "action": "check"}
+    )
+
+    job = job_of(response)
+    assert ran == [] and built == []  # neither the folder nor τ²'s commands
+    assert held_jobs == [job.pk] and (job.kind, job.status) == ("check", "queued")
+    assert job.params == {
+        "picks": {"airline": str(airline.pk), "retail": "", "telecom": ""},
+        "details": {
+            **{k: v for k, v in DETAILS.items() if k != "is_new"},
+            "is_new": True,
+            "github": "",
+            "evaluation_date": None,
+            "tau2_bench_version": "",
+            "notes": "",
+        },
+    }
+    page_html = alice_client.get(job.get_absolute_url()).content.decode()
+    assert 'data-status="queued"' in page_html
+    # A link back to the page with her choice, as the page orders the domains.
+    assert f"/evaluations/submission/?retail=&amp;airline={airline.pk}&amp;telecom=" in page_html
+
+
+def test_a_check_whose_choice_no_longer_fits_fails_in_words(alice, alice_client, bob, held_jobs):
+    airline = leaderboard_evaluation(alice, domain="airline")
+    response = alice_client.post(
+        page(airline=airline.pk, retail="", telecom=""), {**DETAILS, "action": "check"}
+    )
+    Evaluation.objects.filter(pk=airline.pk).update(created_by=bob)  # meanwhile, bob's
+
+    job, html = followed(alice_client, response, held_jobs)
+
+    assert job.status == "failed"
+    assert f"airline: #{airline.pk} cannot be submitted: it was started by bob" in html
+    assert 'data-testid="submission-checks"' not in html

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from django import forms
-from django.contrib import messages
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.core.paginator import Paginator
 from django.http import Http404, HttpResponse, JsonResponse
@@ -11,7 +10,7 @@ from django.shortcuts import redirect, render
 from django.utils.http import urlencode
 
 from apps.accounts.access import can_start, can_view_runs, signin_required_to_start, signin_url
-from apps.evaluations import exports, imports, selectors
+from apps.evaluations import exports, imports, jobs, selectors
 from apps.evaluations import leaderboard as board
 from apps.evaluations.models import Evaluation
 from apps.evaluations.selectors import EvaluationFilters
@@ -83,14 +82,17 @@ class ImportForm(forms.Form):
 
 @signin_required_to_start
 def evaluation_import(request):
+    """Take the file and queue its import as a job (re-scoring it is the worker's work):
+    the person follows the job's page."""
     form = ImportForm(request.POST or None, request.FILES or None)
+    status = 200
     if request.method == "POST" and form.is_valid():
         upload = form.cleaned_data["file"]
         try:
             # Too large: refused before a byte of it is read into memory.
             if upload.size > imports.max_upload_bytes():
                 raise ValidationError(imports.too_large(upload.size))
-            evaluation = imports.evaluation_import(
+            job = jobs.evaluation_job_import(
                 user=request.user,
                 data=upload.read(),
                 name=form.cleaned_data["name"],
@@ -98,59 +100,23 @@ def evaluation_import(request):
             )
         except ValidationError as exc:
             form.add_error("file", exc.messages)
+        except jobs.JobRefused as exc:
+            form.add_error("file", str(exc))
+            status = 429
         else:
-            _say_how_it_rescored(request, evaluation)
-            return redirect(evaluation)
-    status = 400 if form.errors else 200
+            return redirect(job)
+    if form.errors and status == 200:
+        status = 400
     return render(
         request,
         "evaluations/import.html",
-        {"form": form, "max_bytes": imports.max_upload_bytes()},
+        {
+            "form": form,
+            "max_bytes": imports.max_upload_bytes(),
+            "in_flight": selectors.evaluation_jobs_in_flight(user=request.user),
+        },
         status=status,
     )
-
-
-def _say_how_it_rescored(request, evaluation: Evaluation) -> None:
-    report = (evaluation.provenance or {}).get("import") or {}
-    runs = report.get("simulations", 0)
-    messages.success(
-        request,
-        f"Imported {runs} simulation{'s' if runs != 1 else ''}; τ² scored "
-        f"{report.get('rescored', 0)} of them again.",
-    )
-    differs = report.get("differs") or []
-    if differs:
-        shown = "; ".join(
-            f"task {d['task_id']} trial {d['trial']}: file {d['stored']}, τ² {d['rescored']}"
-            for d in differs[:5]
-        )
-        more = f" and {len(differs) - 5} more" if len(differs) > 5 else ""
-        messages.warning(
-            request,
-            f"{len(differs)} stored reward{'s differ' if len(differs) != 1 else ' differs'} "
-            f"from τ²'s re-score (the runs keep τ²'s): {shown}{more}.",
-        )
-    not_rescored = report.get("not_rescored") or []
-    if not_rescored:
-        messages.warning(
-            request,
-            f"{len(not_rescored)} simulation{'s' if len(not_rescored) != 1 else ''} could not "
-            f"be re-scored and keep the file's reward: {not_rescored[0]['reason']}.",
-        )
-    if report.get("repeats"):
-        messages.warning(
-            request,
-            "Some of these simulations were imported before ("
-            + ", ".join(f"#{pk}: {n}" for pk, n in report["repeats"].items())
-            + "): the leaderboard counts each simulation once, never as new trials.",
-        )
-    if report.get("tasks_differ"):
-        messages.warning(
-            request,
-            "The file's definitions of tasks "
-            + ", ".join(report["tasks_differ"][:5])
-            + " differ from this server's: the leaderboard ranks it apart.",
-        )
 
 
 def _ids(raw: str) -> list[int]:

@@ -7,13 +7,12 @@ from __future__ import annotations
 from django import forms
 from django.conf import settings
 from django.http import HttpResponse
-from django.shortcuts import render
-from django.utils import timezone
+from django.shortcuts import redirect, render
 from django.utils.http import urlencode
 
 from apps.accounts.access import signin_required_to_start
-from apps.evaluations import submission
-from tau2_env.submission import KS, Details, SubmissionInvalid
+from apps.evaluations import jobs, submission
+from tau2_env.submission import KS, SubmissionInvalid
 
 
 class SubmissionForm(forms.Form):
@@ -37,27 +36,10 @@ class SubmissionForm(forms.Form):
     )
 
 
-def _details(values: dict, *, user_simulator: str) -> Details:
-    """The form's values (cleaned, or its prefill) as τ²'s submission details."""
-    return Details(
-        model_name=values.get("model_name") or "",
-        organization=values.get("organization") or "",
-        email=values.get("email") or "",
-        contact_name=values.get("contact_name") or "",
-        github=values.get("github") or "",
-        is_new=bool(values.get("is_new")),
-        evaluation_date=values.get("evaluation_date"),
-        tau2_bench_version=values.get("tau2_bench_version") or "",
-        notes=values.get("notes") or "",
-        user_simulator=user_simulator,
-        submission_date=timezone.localdate(),
-    )
-
-
 def _preview(draft, values: dict) -> tuple[str, list[str]]:
     try:
         return submission.submission_json(
-            draft, _details(values, user_simulator=draft.user_llm)
+            draft, submission.submission_details(values, user_simulator=draft.user_llm)
         ), []
     except SubmissionInvalid as exc:
         return "", exc.problems
@@ -67,6 +49,21 @@ def _preview(draft, values: dict) -> tuple[str, list[str]]:
 def submission_page(request):
     picks = {d: request.GET[d] for d in submission.DOMAINS if d in request.GET}
     plan = submission.submission_plan(user=request.user, picks=picks)
+    action = request.POST.get("action") if request.method == "POST" else None
+    refused = ""
+    if action == "check" and plan.ok:
+        # τ²'s checks build the folder and run its CLI twice: a worker's job, followed
+        # on its own page; this request only queues it.
+        posted = SubmissionForm(request.POST)
+        if posted.is_valid():
+            try:
+                job = jobs.evaluation_job_check(
+                    user=request.user, picks=plan.query(), details=posted.cleaned_data
+                )
+            except jobs.JobRefused as exc:
+                refused = str(exc)
+            else:
+                return redirect(job)
     draft = submission.submission_draft(plan) if plan.ok else None
     initial = submission.submission_initial(draft) if draft else {}
     form = SubmissionForm(request.POST or None, initial=initial)
@@ -84,11 +81,11 @@ def submission_page(request):
                 form.add_error(None, problem)
             if problems:
                 status = 400
-            elif request.POST.get("action") == "download":
+            elif action == "download":
                 return _download(draft, form.cleaned_data)
-            elif request.POST.get("action") == "check":
-                details = _details(form.cleaned_data, user_simulator=draft.user_llm)
-                context["checks"] = submission.submission_checks(draft, details)
+            if refused:
+                form.add_error(None, refused)
+                status = 429
     context.update(
         query=urlencode(plan.query()),
         ks=KS,
@@ -98,7 +95,9 @@ def submission_page(request):
 
 
 def _download(draft, values: dict) -> HttpResponse:
-    name, data = submission.submission_zip(draft, _details(values, user_simulator=draft.user_llm))
+    name, data = submission.submission_zip(
+        draft, submission.submission_details(values, user_simulator=draft.user_llm)
+    )
     response = HttpResponse(data, content_type="application/zip")
     response["Content-Disposition"] = f'attachment; filename="{name}"'
     return response
