@@ -31,7 +31,7 @@ try:  # τ² calls load_dotenv() at import; make it a no-op while it imports.
     _real_load_dotenv = dotenv.load_dotenv
     dotenv.load_dotenv = lambda *args, **kwargs: False
 except ImportError:  # pragma: no cover - python-dotenv is a τ² dependency
-    dotenv = None
+    dotenv = None  # type: ignore[assignment]  # absent: there is nothing to restore
 
 try:
     import tau2  # noqa: E402,F401

@@ -78,7 +78,7 @@ def _align_to_profile(
     pairs (column index, call index), either ``None`` for a gap, in order."""
     n, m = len(profile), len(calls)
     score = [[0] * (m + 1) for _ in range(n + 1)]
-    pair = [[None] * (m + 1) for _ in range(n + 1)]
+    pair: list[list[int | None]] = [[None] * (m + 1) for _ in range(n + 1)]
     for i in range(1, n + 1):
         for j in range(1, m + 1):
             best = max(score[i - 1][j], score[i][j - 1])
@@ -90,7 +90,8 @@ def _align_to_profile(
     steps: list[tuple[int | None, int | None]] = []
     i, j = n, m
     while i or j:
-        if i and j and pair[i][j] is not None and score[i][j] == score[i - 1][j - 1] + pair[i][j]:
+        gained = pair[i][j]
+        if i and j and gained is not None and score[i][j] == score[i - 1][j - 1] + gained:
             steps.append((i - 1, j - 1))
             i, j = i - 1, j - 1
         elif j and (not i or score[i][j] == score[i][j - 1]):
@@ -122,6 +123,7 @@ def align(runs: Sequence[Sequence[Call]], centre: Sequence[Call] | None = None) 
         merged_held: list[list[Call]] = []
         for column, j in _align_to_profile(held, calls):
             if column is None:
+                assert j is not None  # a step is never a gap on both sides
                 merged_columns.append({s: j})
                 merged_held.append([calls[j]])
             else:

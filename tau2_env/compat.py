@@ -64,7 +64,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 # isort: off
 # τ² (and litellm) only through tau2_env._tau2 first: quiet import, local price list.
@@ -184,7 +184,7 @@ def _cache_tool_schemas() -> None:
 
     openai_schema.__doc__ = original.__doc__
     openai_schema.__tau2_original__ = original  # type: ignore[attr-defined]
-    Tool.openai_schema = property(openai_schema)  # type: ignore[method-assign,assignment]
+    Tool.openai_schema = property(openai_schema)
 
 
 # ------------------------------------------- τ²: environments its code builds
@@ -310,7 +310,7 @@ class _KeptLookups:
                 self._failures.remember(key, exc)
                 raise
 
-        kept.__wrapped__ = lookup
+        kept.__wrapped__ = lookup  # type: ignore[attr-defined]  # as functools.wraps sets it
         return kept
 
     def capabilities(self, rules, match):
@@ -327,7 +327,7 @@ class _KeptLookups:
                     self._matches.popitem(last=False)
             return found
 
-        kept.__wrapped__ = match
+        kept.__wrapped__ = match  # type: ignore[attr-defined]  # as functools.wraps sets it
         return kept
 
 
@@ -466,7 +466,9 @@ def _httpx_error(exc: wire.WireError) -> httpx.HTTPError:
     cause = exc.cause
     message = str(exc)
     if isinstance(cause, outbound.OutboundError):
-        return outbound.as_httpx(cause)  # its words, the same failure as by litellm's path
+        mapped = outbound.as_httpx(cause)  # its words, the same failure as by litellm's path
+        assert isinstance(mapped, httpx.HTTPError)  # each OutboundError is an httpcore one
+        return mapped
     if isinstance(cause, TimeoutError):
         return httpx.ReadTimeout(message)
     if isinstance(cause, ConnectionRefusedError | socket.gaierror):
@@ -592,7 +594,7 @@ class DirectPath:
             return self._litellm(call, "litellm")
         if shape is _MISSING or None in known:
             return self._check(call, key, kinds, messages)
-        response = self._send(shape, call, messages)
+        response = self._send(cast(_Shape, shape), call, messages)  # neither None nor missing
         if isinstance(response, _Failed):
             # litellm reads the answer (or the failure) as if it had sent the request:
             # it raises, maps and retries exactly as it does; nothing is sent twice.
@@ -629,7 +631,8 @@ class DirectPath:
             key = json.dumps(around, sort_keys=True, default=repr)
         except (TypeError, ValueError):
             return None
-        return key, kinds, [_as_sent(message) for message in messages]
+        known = cast(list[tuple], kinds)  # no None: checked above
+        return key, known, [_as_sent(message) for message in messages]
 
     # ------------------------------------------------------- the check, by litellm
 
@@ -952,6 +955,7 @@ def with_capacity_details(text: str | bytes, details: Mapping[str, Any]) -> str 
         data = error.get("data") if isinstance(error, dict) else None
         if not (isinstance(data, dict) and {"active_sessions", "max_sessions"} <= data.keys()):
             return None
+    assert isinstance(data, dict)  # either branch above checked it
     data.update(details)
     return json.dumps(frame)
 
@@ -959,7 +963,8 @@ def with_capacity_details(text: str | bytes, details: Mapping[str, Any]) -> str 
 # ----------------------------------------------------- MCP SDK: its sessions
 
 
-def mcp_session_manager_class() -> type[StreamableHTTPSessionManager]:
+# Callable, not type[...]: the class takes on_open and on_discard, which the SDK's does not.
+def mcp_session_manager_class() -> Callable[..., StreamableHTTPSessionManager]:
     """The SDK's ``StreamableHTTPSessionManager``, built with ``on_open(session_id)``
     (called as it admits a session, in the task serving the opening request) and
     ``on_discard(session_id)`` (awaited once it has discarded one: client DELETE, idle
@@ -972,7 +977,7 @@ def mcp_session_manager_class() -> type[StreamableHTTPSessionManager]:
 
 
 @functools.cache
-def _mcp_session_manager_class() -> type[StreamableHTTPSessionManager]:
+def _mcp_session_manager_class() -> Callable[..., StreamableHTTPSessionManager]:
     # Here, like openenv: only the MCP face needs the SDK's server side.
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 
@@ -991,6 +996,7 @@ def _mcp_session_manager_class() -> type[StreamableHTTPSessionManager]:
         def _admit_session(self, requestor: Any) -> Any:
             transport = super()._admit_session(requestor)
             if transport is not None:
+                assert transport.mcp_session_id is not None  # the SDK gives each one an id
                 self._on_open(transport.mcp_session_id)
             return transport
 

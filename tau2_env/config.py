@@ -137,6 +137,7 @@ def provider_settings() -> ProviderSettings:
             f"TAU2_USER_PROVIDER must be one of {', '.join(PROVIDERS)}, got {provider!r}"
         )
     model = _env("TAU2_USER_MODEL") or DEFAULT_MODELS[provider]
+    base_url: str | None
     if provider == "hf":
         base_url = (_env("TAU2_HF_ROUTER_URL") or DEFAULT_HF_ROUTER_URL).rstrip("/")
     elif provider == "openai":

@@ -396,7 +396,7 @@ def _tool_types(domain: str) -> dict[tuple[str, str], str]:
 def _tool_calls(messages: Iterable[Message]) -> list[tuple[int, ToolCall]]:
     """Every tool call τ²'s evaluators count (the agent's and the customer's), with its
     message's index."""
-    calls = []
+    calls: list[tuple[int, ToolCall]] = []
     for index, message in enumerate(messages):
         if isinstance(message, AssistantMessage | UserMessage) and message.is_tool_call():
             calls.extend((index, call) for call in message.tool_calls)
@@ -464,7 +464,7 @@ def action_trace(
             )
             continue
         if tool_type != ToolType.WRITE.value:
-            kind = "extra_read" if tool_type == ToolType.READ.value else "extra_call"
+            kind: StepKind = "extra_read" if tool_type == ToolType.READ.value else "extra_call"
             steps.append(Step(kind=kind, **base))
             continue
         near = [

@@ -611,7 +611,7 @@ class Episode:
                         self._report(on_hop, written, speaker, started)
                         return "stopped"
                     wait = None
-                    if backoff is not None and getattr(exc, "transient", False):
+                    if backoff is not None and isinstance(exc, llm.LLMCallError) and exc.transient:
                         attempt += 1
                         wait = backoff(exc, attempt)
                     if wait is not None and len(self.messages) == written:

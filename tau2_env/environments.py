@@ -106,15 +106,15 @@ class CopyOnAccessDict(dict):
         for key, value in dict(*args, **kwargs).items():
             self[key] = value
 
-    def values(self):  # type: ignore[override]
+    def values(self):
         self._own_all()
         return dict.values(self)
 
-    def items(self):  # type: ignore[override]
+    def items(self):
         self._own_all()
         return dict.items(self)
 
-    def copy(self) -> dict[Any, Any]:  # type: ignore[override]
+    def copy(self) -> dict[Any, Any]:
         self._own_all()
         return dict(dict.items(self))
 

@@ -273,6 +273,7 @@ class AgentFaceGuard:
             refused = Refused(403, f"No WebSocket is served at {path}: it speaks HTTP only.")
         if refused is not None:
             return await _refuse_websocket(receive, send, refused)
+        assert dialect is not None  # refused above otherwise
         limit = settings.max_body_bytes
 
         async def checked_receive():

@@ -147,7 +147,9 @@ def _check_depth(unescaped: bytes, *, max_depth: int) -> None:
     unclosed = 2 * skeleton.count(b"[") - len(skeleton)
     if unclosed > 0:
         skeleton += b"]" * unclosed
-    end = _shallow(max_depth).match(skeleton).end()
+    shallow = _shallow(max_depth).match(skeleton)
+    assert shallow is not None  # ``(...)*+`` matches the empty string at least
+    end = shallow.end()
     # The match stops at a bracket that goes deeper than allowed, or at a closing one
     # that closes nothing (not JSON, which the parser says), or at the end.
     if skeleton[end : end + 1] == b"[":

@@ -478,13 +478,14 @@ def _unreadable(response: Any) -> str | None:
         return "no assistant message"
     for call in getattr(message, "tool_calls", None) or []:
         function = getattr(call, "function", None)
-        if not isinstance(getattr(function, "name", None), str):
+        name = getattr(function, "name", None)
+        if not isinstance(name, str):
             return "a tool call without a name"
-        arguments = getattr(function, "arguments", None)
+        arguments: Any = getattr(function, "arguments", None)  # whatever the answer held
         try:
             json.loads(arguments)
         except (TypeError, ValueError):
-            return f"the arguments of the tool call {function.name[:60]!r} are not JSON"
+            return f"the arguments of the tool call {name[:60]!r} are not JSON"
     return None
 
 
@@ -751,7 +752,7 @@ def _explain_call(exc: BaseException, *, route: Route | None, base_var: str) -> 
                 if hf
                 else f"Check the key of the connection {route.label!r} (rotate it on the "
                 "Connections page)."
-                if named
+                if named and route is not None
                 else "Check the key set for this provider on the server."
             ),
             model=route.model if route is not None else "?",

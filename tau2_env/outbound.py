@@ -466,7 +466,7 @@ class _Backend(httpcore.NetworkBackend):
 
 
 # httpcore's failures as httpx raises them (subclasses first); ours keep their words.
-_MAPPED: tuple[tuple[type[Exception], type[httpx.HTTPError]], ...] = (
+_MAPPED: tuple[tuple[type[Exception], type[httpx.TransportError]], ...] = (
     (httpcore.ConnectTimeout, httpx.ConnectTimeout),
     (httpcore.ReadTimeout, httpx.ReadTimeout),
     (httpcore.WriteTimeout, httpx.WriteTimeout),

@@ -168,7 +168,7 @@ class Rescore:
             return False
         if self.stored is None:
             return True
-        return abs(self.stored - self.reward) > 1e-6
+        return abs(self.stored - self.reward_info["reward"]) > 1e-6
 
     @property
     def status(self) -> str:

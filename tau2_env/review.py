@@ -136,7 +136,7 @@ def _text(value: Any) -> str:
 
 
 def _render(seq: int, message: Mapping[str, Any]) -> str:
-    role = message.get("role")
+    role: Any = message.get("role")  # whatever the transcript held
     who = {"assistant": "agent", "user": "user", "tool": "tool result"}.get(role, str(role))
     lines = [
         f"[message {seq}] {who}:"

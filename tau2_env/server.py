@@ -124,7 +124,7 @@ class _SlotHooks:
                 call.refusal = exc
             raise SessionCapacityError(exc.active, exc.limit, str(exc)) from None
         websocket = call is not None and call.kind == "websocket"
-        if websocket:
+        if websocket and call is not None:
             call.slot = slot
         # A WebSocket's own idle timeout closes it (OpenEnvApp); openenv's reaper must not
         # close a session under a live WebSocket (mid-turn, say).
@@ -320,7 +320,9 @@ class OpenEnvApp:
         """(status, JSON) refusing a JSON-RPC body that names a session not the
         caller's (401 for refused credentials, 404 as for an unknown session), or ``None``."""
         message = _json_object(body)
-        params = message.get("params") if message is not None else None
+        if message is None:
+            return None
+        params = message.get("params")
         if not isinstance(params, dict) or "session_id" not in params:
             return None
         session_id = params["session_id"]
@@ -404,6 +406,7 @@ class OpenEnvApp:
                 except TimeoutError:
                     return await close(1001, f"Idle for {idle} s: session closed.")
                 if message is None:
+                    assert call.slot is not None  # only a slot's end says None
                     return await close(1008, f"Session ended: {call.slot.ended}")
                 if message.get("type") != "websocket.receive" or not message.get("text"):
                     return message
@@ -419,7 +422,9 @@ class OpenEnvApp:
         owner's (openenv's answer to an unknown session), or ``None`` to let it through."""
         frame = _json_object(text)
         data = frame.get("data") if frame is not None and frame.get("type") == "mcp" else None
-        params = data.get("params") if isinstance(data, dict) else None
+        if not isinstance(data, dict):
+            return None
+        params = data.get("params")
         if not isinstance(params, dict) or "session_id" not in params:
             return None
         holder = call.credentials.holder if call.credentials is not None else None
@@ -448,11 +453,12 @@ def _heard(call: _Call, credentials: access.Credentials) -> None:
     if slot is None or credentials.check is None or credentials.holder == slot.owner:
         return
     first = slot.check
+    check = credentials.check
 
     def both() -> None:
         if first is not None:
             first()
-        credentials.check()
+        check()
 
     slot.check = both
 

@@ -114,7 +114,7 @@ class SharedSessionSlots(SessionSlots):
         self.ledger = ledger if isinstance(ledger, SlotLedger) else SlotLedger(ledger)
 
     @classmethod
-    def from_config(cls, ledger: str | None = None) -> SharedSessionSlots:  # type: ignore[override]
+    def from_config(cls, ledger: str | None = None) -> SharedSessionSlots:
         """:meth:`SessionSlots.from_config` on the ledger ``ledger`` (default:
         ``TAU2_SLOTS_LEDGER``)."""
         plain = SessionSlots.from_config()

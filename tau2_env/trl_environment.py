@@ -41,6 +41,7 @@ import inspect
 import os
 import re
 from collections.abc import Iterable, Mapping
+from types import GenericAlias
 from typing import Any, ClassVar, Literal, Union
 
 from openenv.core.env_server.mcp_types import CallToolAction
@@ -302,15 +303,15 @@ def _hint(schema: Any) -> Any:
             return Union[tuple(_hint(option) for option in schema[key])]  # noqa: UP007
     if "$ref" in schema:
         return dict  # a τ² model's fields cannot be written as a type hint
-    kind = schema.get("type")
+    kind: Any = schema.get("type")  # a name, a list of them, or none
     if isinstance(kind, list):
         return Union[tuple(_SCALARS.get(k, Any) for k in kind)]  # noqa: UP007
     if kind == "array":
         items = schema.get("items")
-        return list[_hint(items)] if items else list
+        return GenericAlias(list, (_hint(items),)) if items else list
     if kind == "object":
         extra = schema.get("additionalProperties")
-        return dict[str, _hint(extra)] if isinstance(extra, Mapping) else dict
+        return GenericAlias(dict, (str, _hint(extra))) if isinstance(extra, Mapping) else dict
     return _SCALARS.get(kind, Any)
 
 

@@ -249,6 +249,7 @@ class Pool:
     ) -> tuple[Answer, bool]:
         if conn.sock is None:
             conn.connect()
+            assert conn.sock is not None  # connect() opened it
             conn.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         conn.putrequest("POST", target, skip_host=True, skip_accept_encoding=True)
         for name, value in headers:
