@@ -55,10 +55,13 @@ test-isolated: install-dev
 test-fast: $(VENV)/.installed-dev
 	$(BIN)/pytest -m "not browser and not slow"
 
-lint: install-dev
+# ruff, the import contracts ([tool.importlinter]) and mypy on tau2_env ([tool.mypy]).
+# Python packages only (no Chromium): CI runs it before `make test`, which installs the rest.
+lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
+	$(BIN)/mypy
 
 format: install-dev
 	$(BIN)/ruff check --fix .
