@@ -156,7 +156,9 @@ def test_the_laptop_example_is_a_laptop_file_and_production_lists_every_setting(
     laptop = dotenv_values(ROOT / ".env.example")
     production = dotenv_values(ROOT / ".env.production.example")
 
-    assert laptop == {"DEBUG": "true"}  # everything else is commented out, with its reason
+    # Everything else is commented out, with its reason, but the laptop's own model servers
+    # (vLLM, Ollama on localhost), which the outbound policy refuses unless allowed.
+    assert laptop == {"DEBUG": "true", "TAU2_OUTBOUND_ALLOW": "127.0.0.0/8,::1,localhost"}
     assert production["DEBUG"] == "false"
     for name in ("DJANGO_SECRET_KEY", "ALLOWED_HOSTS", "DATABASE_URL", "REDIS_URL"):
         assert name in production
