@@ -20,6 +20,7 @@ from channels.layers import channel_layers
 
 from tests.support.connections import connections_cleared, staff, staff_client  # noqa: F401
 from tests.support.fixtures import asgi_server, llm_server, scripted_llm_session  # noqa: F401
+from tests.support.jobs import held_jobs  # noqa: F401
 from tests.support.people import alice, alice_client, bob, bob_client  # noqa: F401
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from tests.support.jobs import held_jobs  # noqa: F401
 from tests.support.scripts import refresh_agent_models
 
 

@@ -19,6 +19,7 @@ from apps.evaluations.imports import evaluation_import
 from apps.evaluations.summary import EvaluationSummary
 from apps.runs.models import Run
 from tests.support.evaluations import tau2_run_file
+from tests.support.jobs import followed
 from tests.support.scripts import gold_script
 
 pytestmark = pytest.mark.slow
@@ -114,13 +115,15 @@ def test_export_then_import_keeps_every_total(alice, tau2_file):
     )
 
 
-def test_an_imported_evaluations_title_says_each_thing_once(alice, alice_client, tau2_file):
+def test_an_imported_evaluations_title_says_each_thing_once(
+    alice, alice_client, tau2_file, held_jobs
+):
     response = alice_client.post(
         "/evaluations/import/",
         {"file": SimpleUploadedFile("airline-run.json", tau2_file, "application/json")},
     )
-    assert response.status_code == 302
-    page = alice_client.get(response["Location"]).content.decode()
+    job, _ = followed(alice_client, response, held_jobs)
+    page = alice_client.get(job.evaluation.get_absolute_url()).content.decode()
     title = page.split('data-testid="evaluation-title">', 1)[1].split("</h1>", 1)[0]
     assert title == "Imported from airline-run.json: openai/scripted-agent on airline"
     assert title.count("openai/scripted-agent") == 1

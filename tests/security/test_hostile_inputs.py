@@ -17,6 +17,7 @@ import pytest
 from django.core.signals import got_request_exception
 from django.test import Client
 
+from tests.support.jobs import followed
 from tests.support.people import signed_in
 from tests.support.urlconf import fill, routes
 
@@ -337,7 +338,9 @@ IMPORT_PROBES = {
 
 
 @pytest.mark.parametrize("probe", list(IMPORT_PROBES))
-def test_a_hostile_results_file_gets_400_with_its_reason_and_nothing_is_stored(alice, probe):
+def test_a_hostile_results_file_fails_its_job_with_its_reason_and_nothing_is_stored(
+    alice, held_jobs, probe
+):
     from apps.evaluations.models import Evaluation
     from apps.runs.models import Run, RunEvent
 
@@ -349,9 +352,9 @@ def test_a_hostile_results_file_gets_400_with_its_reason_and_nothing_is_stored(a
 
     response = _upload(client, data.encode() if isinstance(data, str) else data)
 
-    assert response.status_code == 400
-    body = response.content.decode()
-    assert 'data-testid="import-error"' in body and reason in body, body[-2000:]
+    job, body = followed(client, response, held_jobs)  # read by a worker, not the request
+    assert job.status == "failed"
+    assert 'data-testid="job-error"' in body and reason in body, body[-2000:]
     assert not (Evaluation.objects.exists() or Run.objects.exists() or RunEvent.objects.exists())
 
 
