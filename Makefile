@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run install install-dev system-deps test test-isolated test-fast lint format migrations-check worker beat bench clean
+.PHONY: run install install-dev system-deps test test-isolated test-fast lint docs format migrations-check worker beat bench clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -62,6 +62,10 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/ruff format --check .
 	$(BIN)/lint-imports
 	$(BIN)/mypy
+
+# The manual under docs/, built strict: a broken link or anchor, or a page not in nav, fails.
+docs: $(VENV)/.installed-dev
+	$(BIN)/mkdocs build --strict --site-dir var/site
 
 format: install-dev
 	$(BIN)/ruff check --fix .

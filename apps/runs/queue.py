@@ -3,8 +3,9 @@
 Work is sent by task name (the names the tasks declare in ``apps/runs/tasks.py``,
 ``apps/play/tasks.py`` and ``apps/evaluations/tasks.py``), with ids only — never a token
 or a whole object — and, by default, once the current transaction commits, so a worker
-never looks for a row that is not there yet. Sending by name keeps this module below the tasks it names: a service
-that queues work never imports the worker code that does it (no import cycles).
+never looks for a row that is not there yet. Sending by name keeps this module below the
+tasks it names: a service that queues work never imports the worker code that does it (no
+import cycles).
 """
 
 from __future__ import annotations
