@@ -25,7 +25,7 @@ RUN DEBUG=true TAU2_VAR_DIR=/tmp/build python manage.py collectstatic --noinput 
 USER app
 EXPOSE 8000 8001
 # WEB_CONCURRENCY web processes (uvicorn --workers). One by default: several need REDIS_URL
-# and PostgreSQL, which docker-compose.yml provides (it sets 2); see README, Production.
+# and PostgreSQL, which docker-compose.yml provides (it sets 2); see docs/operations.md, Production.
 # uvicorn takes X-Forwarded-For only from FORWARDED_ALLOW_IPS (default 127.0.0.1,::1): set
 # it to the TLS proxy's address, never '*' (any client could name its own address).
 CMD ["sh", "-c", "python manage.py bootstrap && exec uvicorn tau2site.asgi:application --host 0.0.0.0 --port 8000 --workers \"${WEB_CONCURRENCY:-1}\" --proxy-headers"]

@@ -1,4 +1,4 @@
-"""GRPO on τ²-bench with TRL 1.16 — the README's "Train with TRL" script, runnable.
+"""GRPO on τ²-bench with TRL 1.16 — docs/training.md's "Train with TRL" script, runnable.
 
 The model plays τ²'s agent against this server's simulated customer: each generation is
 one OpenEnv session (``tau2_environment``), the reward is τ²'s (``get_reward``), the
