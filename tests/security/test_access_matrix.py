@@ -122,6 +122,9 @@ MATRIX: dict[str, dict[str, tuple[str, str, str]]] = {
     "evaluations/<int:pk>.json": {"GET": ("403", "200", "200"), "POST": ("403", "200", "200")},
     "evaluations/<int:pk>.csv": {"GET": ("403", "200", "200"), "POST": ("403", "200", "200")},
     "evaluations/import/": {"GET": (SIGNIN, "200", "200"), "POST": (SIGNIN, "200", "200")},
+    # An import's or a check's job page: only who asked for it (alice) sees it; anyone
+    # else, staff too, is told there is no such job.
+    "evaluations/jobs/<int:pk>/": {"GET": same("404"), "POST": same("405")},
     "evaluations/compare/": {"GET": ("403", "400", "400"), "POST": ("403", "400", "400")},
     # A leaderboard submission: signed-in people, from evaluations they may submit (an
     # empty POST, with nothing submittable chosen, is refused: 400).
