@@ -119,11 +119,7 @@ def _studio_credentials(request: access.ClientRequest) -> access.Credentials:
             raise access.CredentialsRefused(KEY_REQUIRED)
         return access.default_resolver(request)
     user_id, key_id, token, max_sessions = _off_loop(_key_owner_token, raw)
-    # With the first keyed episode, not at start-up (this resolver is installed by
-    # AgentsConfig.ready): recording imports τ²'s engine and litellm (seconds).
-    from apps.agents.recording import AgentRunRecorder
-
-    recorder = AgentRunRecorder(
+    recorder = _recording().AgentRunRecorder(
         user_id=user_id,
         key_id=key_id,
         agent=agent_name(request),
@@ -194,17 +190,23 @@ def _browser_credentials(request: access.ClientRequest) -> access.Credentials | 
         return None
     user_id, token = owner
     fingerprint = hashlib.sha256(session_key.encode()).hexdigest()[:16]
-    # As for a key's recorder: on first use, not at start-up (it imports τ²'s engine).
-    from apps.agents.recording import UnrecordedBudget
-
     return access.Credentials(
         client=f"person:{user_id}",
         owner=f"browser:{fingerprint}",
         hf_token=token,
         check=functools.partial(_session_check, session_key),
         customer=functools.partial(customer_route, user_id),
-        budget=UnrecordedBudget(),
+        budget=_recording().UnrecordedBudget(),
     )
+
+
+def _recording():
+    """``apps.agents.recording``, imported with the first episode, not at start-up (this
+    module's resolver is installed by AgentsConfig.ready): it imports τ²'s engine and
+    litellm (seconds)."""
+    from apps.agents import recording  # on first use: see the docstring
+
+    return recording
 
 
 def install() -> None:
