@@ -677,6 +677,8 @@ def _explain_call(exc: BaseException, *, route: Route | None, base_var: str) -> 
     named = route is not None and bool(route.label) and route.provider != "hf"
     where = _where(route)
     bounded = next((c for c in causes if isinstance(c, outbound.OutboundError)), None)
+    if isinstance(bounded, outbound.DeadlineExceeded) and not bounded.received:
+        bounded = None  # not a byte came: a plain timeout, said as one below
     if bounded is not None:
         return _explain_outbound(bounded, where=where, named=named, base_var=base_var)
     if any(isinstance(c, litellm.Timeout | TimeoutError) for c in causes):

@@ -107,9 +107,14 @@ class DestinationRefused(OutboundError, httpcore.ConnectError):
 
 
 class DeadlineExceeded(OutboundError, httpcore.ReadTimeout):
-    """The whole answer did not come within the call's deadline."""
+    """The whole answer did not come within the call's deadline; ``received`` is how
+    many bytes of it had come (0: none, a plain timeout)."""
 
     kind = "timeout"
+
+    def __init__(self, message: str, *, received: int = 0) -> None:
+        super().__init__(message)
+        self.received = received
 
 
 class ReplyTooLarge(OutboundError, httpcore.ReadError):
@@ -280,7 +285,9 @@ class _Call:
             raise CallInterrupted("the conversation was stopped while waiting for the model")
         left = self.deadline - time.monotonic()
         if left <= 0:
-            raise DeadlineExceeded(f"no complete answer within {self.seconds:g} s")
+            raise DeadlineExceeded(
+                f"no complete answer within {self.seconds:g} s", received=self.read
+            )
         return left
 
     def count(self, size: int) -> None:

@@ -23,7 +23,8 @@ __all__ = ["Behaviour", "HostileEndpoint"]
 class Behaviour:
     """What the endpoint does with a request.
 
-    ``kind``: ``json`` (a 200 with ``payload``), ``trickle`` (a status line and headers,
+    ``kind``: ``json`` (a 200 with ``payload``), ``silent`` (reads the request, answers
+    nothing), ``trickle`` (a status line and headers,
     then one byte every ``interval`` seconds, for ever), ``huge`` (a 200 claiming
     ``size`` bytes and sending them, chunked when ``chunked``), ``gzip_bomb`` (``size``
     bytes of JSON-ish zeros gzipped), ``redirect`` (a 307 to ``location``).
@@ -122,6 +123,8 @@ class HostileEndpoint:
             body = json.dumps(b.payload).encode()
             self._send(conn, _head(200, {"Content-Type": "application/json",
                                          "Content-Length": str(len(body))}) + body)  # fmt: skip
+        elif b.kind == "silent":
+            self._closed.wait(60)
         elif b.kind == "redirect":
             self._send(conn, _head(307, {"Location": b.location, "Content-Length": "0"}))
         elif b.kind == "trickle":

@@ -174,6 +174,16 @@ def test_a_run_call_to_a_trickling_endpoint_fails_as_a_timeout_in_words(endpoint
     assert endpoint.requests == 1 + llm.RETRIES
 
 
+def test_an_endpoint_that_says_nothing_is_a_plain_timeout(endpoint):
+    endpoint.behaviour = Behaviour("silent")
+
+    with pytest.raises(llm.LLMCallError) as failed:
+        _ask(_route(endpoint, timeout=1.0))
+
+    assert failed.value.kind == "timeout" and failed.value.transient
+    assert "no answer within 1 s" in str(failed.value)
+
+
 @pytest.mark.parametrize("chunked", [False, True])
 def test_an_answer_past_the_cap_is_refused_without_being_read(endpoint, monkeypatch, chunked):
     monkeypatch.setenv("TAU2_LLM_MAX_REPLY_BYTES", str(1024 * 1024))
