@@ -18,6 +18,14 @@ from tests.support.connections import openai_compatible_connection
 from tests.support.scripts import queued_run
 
 
+@pytest.fixture(autouse=True)
+def no_worker_holds_them(committed_db):
+    """The runs these tests claim for made-up workers are let go at the end: the suite's
+    clean-up would otherwise wait for their workers, which never come."""
+    yield
+    Run.objects.filter(worker__in=("w1", "w2", "w3")).update(lease_expires_at=None)
+
+
 @pytest.fixture
 def own_endpoint(alice, llm_server):
     return openai_compatible_connection(llm_server, by=alice, owner=alice, name="Alice's vLLM")
