@@ -23,6 +23,7 @@ from apps.evaluations.models import Evaluation
 from apps.runs.models import Run
 from tau2_env import catalog
 from tests.support.evaluations import results_file, stored_evaluation
+from tests.support.jobs import followed
 
 TEST_SPLIT = list(catalog.get_domain("airline").splits["test"])
 
@@ -112,17 +113,16 @@ def test_the_same_file_imported_twice_is_recognised_and_never_pooled_as_new_tria
     assert page.count('data-testid="duplicate"') == 2
 
 
-def test_the_import_page_says_the_simulations_were_imported_before(alice, alice_client):
+def test_the_import_page_says_the_simulations_were_imported_before(alice, alice_client, held_jobs):
     data = json.dumps(results_file()).encode()
     first = evaluation_import(user=alice, data=data)
 
     response = alice_client.post(
         "/evaluations/import/",
         {"file": SimpleUploadedFile("r.json", data, content_type="application/json")},
-        follow=True,
     )
+    _, page = followed(alice_client, response, held_jobs)  # the import job's page, done
 
-    page = response.content.decode()
     assert f"imported before (#{first.pk}: 1)" in page
     assert "counts each simulation once, never as new trials" in page
 
