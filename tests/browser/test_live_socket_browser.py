@@ -87,8 +87,18 @@ class BrokenSockets:
     def on(self, path: str) -> list[Connection]:
         return [c for c in self.connections if c.path == path]
 
-    def break_held(self) -> None:
-        """Break every connection that is withholding a frame."""
+    def break_held(self, page, timeout_ms: int = 60_000) -> None:
+        """Break every connection that is withholding a frame, once one is.
+
+        The page can know its session is final (from its own POST's answer) before the
+        server's last event has reached this proxy: breaking then would break nothing, and
+        the frame, held later, would never be let go. Playwright's sync API runs this
+        proxy's callbacks only inside its own calls, hence the waits on the page."""
+        waited = 0
+        while not any(c.held is not None and c.broken_at is None for c in self.connections):
+            assert waited < timeout_ms, "no frame was ever held"
+            page.wait_for_timeout(100)
+            waited += 100
         for connection in self.connections:
             if connection.held is not None and connection.broken_at is None:
                 connection.broken_at = connection.held
@@ -248,7 +258,7 @@ def test_the_play_page_resumes_and_waits_for_the_sessions_last_event(
     page.get_by_test_id("end").click()
     expect(page.locator('#play[data-final="true"]')).to_have_count(1, timeout=SLOW)
     expect(page.get_by_test_id("stop-marker")).to_have_count(0)
-    sockets.break_held()
+    sockets.break_held(page)
     expect(page.get_by_test_id("session-ended")).to_be_visible(timeout=SLOW)
     expect(page.get_by_test_id("stop-marker")).to_contain_text(
         "The agent ended the conversation", timeout=SLOW
