@@ -283,8 +283,8 @@ def telecom_evaluation() -> tuple[int, int, str]:
     from apps.evaluations.models import Evaluation
     from apps.runs.models import Run
     from apps.tasks.models import Task
-    from tau2_env import catalog
-    from tau2_env.evaluation import trial_seeds
+    from tau2_env.engine import catalog
+    from tau2_env.engine.evaluation import trial_seeds
 
     person = make_people("page", 1)[0]
     ids = list(catalog.get_domain("telecom").splits["full"])

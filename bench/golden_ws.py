@@ -35,7 +35,8 @@ BEFORE = {"airline": 38.0, "retail": 60.0, "telecom": 60.0}
 
 
 async def replay(base_url: str, llm, domain: str, task_ids: list[str]) -> list[float]:
-    from tau2_env import Tau2Env, catalog
+    from tau2_env import Tau2Env
+    from tau2_env.engine import catalog
     from tests.support.llm_server import text
     from tests.support.trajectories import CUSTOMER_OPENING, CustomerScript, drive_api
 
@@ -61,7 +62,7 @@ def main() -> None:
     parser.add_argument("--telecom", type=int, default=20, help="telecom base tasks to replay")
     args = parser.parse_args()
 
-    from tau2_env import catalog
+    from tau2_env.engine import catalog
     from tests.support.llm_server import ScriptedLLM
 
     llm = ScriptedLLM()

@@ -20,8 +20,8 @@ import argparse
 
 from trl import GRPOConfig, GRPOTrainer
 
-from tau2_env.training_data import prompt_dataset
-from tau2_env.trl_environment import tau2_environment
+from tau2_env.faces.training_data import prompt_dataset
+from tau2_env.faces.trl_environment import tau2_environment
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -475,11 +475,11 @@ def start_openenv(env: dict[str, str], *, app: str = ASGI_APP) -> Process:
 
 
 def start_router(env: dict[str, str], *, processes: int, app: str = ASGI_APP) -> Process:
-    """``python -m tau2_env.router``: ``processes`` OpenEnv processes behind one port
+    """``python -m tau2_env.gate.session_router``: ``processes`` OpenEnv processes behind one port
     (its children are the uvicorns), up when every one answers ``/health``."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tau2_env.router", app, "--processes", str(processes)]
+        [sys.executable, "-m", "tau2_env.gate.session_router", app, "--processes", str(processes)]
         + ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"],
         cwd=ROOT,
         env=env,

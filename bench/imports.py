@@ -51,7 +51,7 @@ from django.test import Client  # noqa: E402
 
 from apps.evaluations.models import Evaluation  # noqa: E402
 from apps.tasks.services import catalogue_load  # noqa: E402
-from tau2_env import catalog  # noqa: E402
+from tau2_env.engine import catalog  # noqa: E402
 
 try:  # the job flow (after issue 30); absent before it
     from apps.evaluations import jobs

@@ -1,4 +1,4 @@
-"""CPU per LLM call: litellm's path against the direct path (``tau2_env.compat.DirectPath``).
+"""CPU per LLM call: litellm's path against the direct path (``tau2_env.llm.compat.DirectPath``).
 
 Run by hand: ``.venv/bin/python bench/llm_call.py [--calls 400] [--rounds 5]
 [--messages 12]``.
@@ -40,13 +40,13 @@ def conversation(turns: int) -> list[dict]:
 
 
 def one_round(*, calls: int, messages: list[dict], direct: bool, warm: bool = False) -> float:
-    from tau2_env import compat, llm
+    from tau2_env.llm import compat, gateway
 
     os.environ["TAU2_LLM_DIRECT"] = "on" if direct else "off"
     before = dict(compat.DIRECT.counts)
     started = time.process_time()
     for _ in range(calls):
-        llm.routed_completion(
+        gateway.routed_completion(
             model=USER_MODEL, messages=[dict(m) for m in messages], tools=None, tool_choice=None
         )
     # litellm finishes each call's logging on threads of its own: that CPU is its calls'
@@ -69,13 +69,15 @@ def main() -> None:
 
     server = LLMProcess("bench.openenv_load:token_delays", delay=0.0)
     try:
-        from tau2_env import compat, llm
+        from tau2_env.llm import compat, gateway
 
         compat.install()
-        route = llm.Route(provider="hf", model=USER_MODEL, base_url=server.base_url, api_key=TOKEN)
+        route = gateway.Route(
+            provider="hf", model=USER_MODEL, base_url=server.base_url, api_key=TOKEN
+        )
         messages = conversation(args.messages)
         results: dict[bool, list[float]] = {False: [], True: []}
-        with llm.conversation(user=route):
+        with gateway.conversation(user=route):
             for direct in (False, True):  # warm both paths, and the direct path's check
                 one_round(calls=20, messages=messages, direct=direct, warm=True)
             for _ in range(args.rounds):

@@ -552,7 +552,7 @@ def main() -> None:
         "--processes",
         type=int,
         default=1,
-        help="OpenEnv processes; more than 1: behind tau2_env.router",
+        help="OpenEnv processes; more than 1: behind tau2_env.gate.session_router",
     )
     parser.add_argument(
         "--keys", action="store_true", help="play with studio API keys: episodes recorded as runs"
@@ -622,7 +622,7 @@ def measure(
     url = server.ws_url("/ws")
     print(
         f"server {app} pid {server.pid} ({processes} process"
-        f"{'es behind tau2_env.router' if processes > 1 else ''}), "
+        f"{'es behind tau2_env.gate.session_router' if processes > 1 else ''}), "
         f"MAX_CONCURRENT_ENVS={max_envs}, "
         f"{'studio keys: episodes recorded' if KEYS else ''}"
         f"{f'one studio key holding {max_envs} sessions: episodes recorded' if ONE_KEY else ''}"

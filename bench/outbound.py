@@ -19,7 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 os.environ.setdefault("TAU2_OUTBOUND_ALLOW", "127.0.0.0/8")
 
-from tau2_env import compat, llm  # noqa: E402
+from tau2_env.llm import compat, gateway  # noqa: E402
 from tests.support.hostile_endpoint import Behaviour, HostileEndpoint  # noqa: E402
 
 
@@ -31,7 +31,7 @@ def _rss_mb() -> float:
 
 
 def _call(endpoint: HostileEndpoint, timeout: float) -> str:
-    route = llm.Route(
+    route = gateway.Route(
         provider="openai_compatible",
         model="m",
         base_url=endpoint.base_url,
@@ -39,12 +39,12 @@ def _call(endpoint: HostileEndpoint, timeout: float) -> str:
         timeout=timeout,
         label="bench",
     )
-    call = llm.litellm_kwargs(route)
+    call = gateway.litellm_kwargs(route)
     call.pop("retry_policy", None)  # as the Test calls
     try:
-        llm.litellm.completion(messages=[{"role": "user", "content": "hi"}], **call)
+        gateway.litellm.completion(messages=[{"role": "user", "content": "hi"}], **call)
     except Exception as exc:  # noqa: BLE001 - what it was is the measurement
-        return llm.explain_error(exc, route=route).kind
+        return gateway.explain_error(exc, route=route).kind
     return "answered"
 
 

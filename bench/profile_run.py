@@ -16,7 +16,7 @@ Django:
 For each it prints the CPU seconds per conversation (``time.process_time`` of this
 process: the LLM server is another process), the split into building the episode,
 hops and scoring, then cProfile's top functions by own time. ``--no-cache`` turns off
-the per-task cache of the expected database side (``tau2_env.scoring``) to show what
+the per-task cache of the expected database side (``tau2_env.engine.scoring``) to show what
 it saves. The first conversation warms caches (database validation, imports) and is
 left out of the numbers.
 """
@@ -42,27 +42,29 @@ TOKEN = "hf_profile_token_0123456789"  # noqa: S105 - the scripted LLM's fake to
 
 
 def _routes(base_url: str):
-    from tau2_env import llm
+    from tau2_env.llm import gateway
 
-    def route(model: str) -> llm.Route:
-        return llm.Route(provider="hf", model=model, base_url=base_url, api_key=TOKEN, timeout=30)
+    def route(model: str) -> gateway.Route:
+        return gateway.Route(
+            provider="hf", model=model, base_url=base_url, api_key=TOKEN, timeout=30
+        )
 
     return route(USER_MODEL), route(AGENT_MODEL)
 
 
 def model_run(base_url: str, timings: dict[str, list[float]]) -> float:
-    from tau2_env import engine
+    from tau2_env.engine import episodes
 
     user, agent = _routes(base_url)
     t0 = time.process_time()
-    episode = engine.Episode(
+    episode = episodes.Episode(
         domain="airline", task_id="27", user_llm=user, agent_llm=agent, seed=626729
     )
     t1 = time.process_time()
     stored: list[dict] = episode.messages_json()
     hops = 0.0
 
-    def on_hop(hop: engine.Hop) -> None:
+    def on_hop(hop: episodes.Hop) -> None:
         stored.extend(hop.messages)
 
     started = time.process_time()
@@ -81,11 +83,11 @@ def model_run(base_url: str, timings: dict[str, list[float]]) -> float:
 
 
 def agent_episode(base_url: str, timings: dict[str, list[float]]) -> float:
-    from tau2_env import engine
+    from tau2_env.engine import episodes
 
     user, _ = _routes(base_url)
     t0 = time.process_time()
-    episode = engine.Episode(domain="airline", task_id="27", user_llm=user)
+    episode = episodes.Episode(domain="airline", task_id="27", user_llm=user)
     t1 = time.process_time()
     episode.start()
     episode.call_tool("get_user_details", {"user_id": "ethan_martin_2396"})
@@ -103,7 +105,7 @@ def agent_episode(base_url: str, timings: dict[str, list[float]]) -> float:
 
 
 def profile(face: str, func, base_url: str, runs: int, top: int, cache: bool) -> None:
-    from tau2_env import scoring
+    from tau2_env.engine import scoring
 
     func(base_url, {"build": [], "hops": [], "score": []})  # warm up, not counted
     timings: dict[str, list[float]] = {"build": [], "hops": [], "score": []}
@@ -157,7 +159,7 @@ def main() -> None:
 
     server = LLMProcess("tests.support.scripts:gold_script", delay=0.0)
     try:
-        import tau2_env.engine  # noqa: F401 - imports (τ², litellm) outside the numbers
+        import tau2_env.engine.episodes  # noqa: F401 - imports (τ², litellm) outside the numbers
 
         faces = {"model": model_run, "agent": agent_episode}
         chosen = faces if args.face == "both" else {args.face: faces[args.face]}

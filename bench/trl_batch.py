@@ -6,7 +6,7 @@ and the scripted customer of airline/27 (``tests.support.scripts:gold_script``) 
 after ``--delay`` seconds.
 
 Each rollout is the golden episode of airline/27 played by
-``tau2_env.trl_environment.tau2_environment(domain="airline")`` (τ²'s expected actions,
+``tau2_env.faces.trl_environment.tau2_environment(domain="airline")`` (τ²'s expected actions,
 then ``respond_to_user``, then ``get_reward``), and must score 1.0. Two orders:
 
 * **GRPOTrainer** (TRL 1.16): every ``reset`` one after another, then each round of tool
@@ -30,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # python bench/trl_batch.py
 from bench import harness  # noqa: E402 - after the path
-from tau2_env.trl_environment import tau2_environment  # noqa: E402
+from tau2_env.faces.trl_environment import tau2_environment  # noqa: E402
 from tests.support.processes import stop  # noqa: E402
 
 TOKEN = "hf_trl_bench_token_0123456789"  # noqa: S105 - the scripted LLM's fake token

@@ -57,7 +57,7 @@ DEFAULT_MAX_ERRORS = 10
 # default), likewise: every run, race and evaluation defaults to it (apps.runs.defaults).
 DEFAULT_MAX_STEPS = 200
 # The largest body or WebSocket frame the agent faces read: far above any reset, step or
-# JSON-RPC call (tool arguments stop at 64 KB, tau2_env.arguments), far below memory.
+# JSON-RPC call (tool arguments stop at 64 KB, tau2_env.gate.arguments), far below memory.
 DEFAULT_AGENT_API_MAX_BODY_BYTES = 1024 * 1024
 # The largest answer a model endpoint may send (TAU2_LLM_MAX_REPLY_BYTES).
 DEFAULT_LLM_MAX_REPLY_BYTES = 8 * 1024 * 1024
@@ -161,7 +161,7 @@ def llm_direct() -> bool:
     """Whether chat calls to OpenAI-style endpoints go out by the direct path
     (``TAU2_LLM_DIRECT``, default on; ``off``/``false``/``0`` sends every call through
     litellm). The direct path sends the bytes litellm would, checked against litellm's
-    own first request of each kind of call (:mod:`tau2_env.compat`), for less CPU."""
+    own first request of each kind of call (:mod:`tau2_env.llm.compat`), for less CPU."""
     raw = (_env("TAU2_LLM_DIRECT") or "on").lower()
     if raw in ("on", "true", "1", "yes"):
         return True
@@ -193,7 +193,7 @@ def llm_max_reply_bytes() -> int:
 def outbound_allow() -> str:
     """The networks (``127.0.0.0/8``, ``::1``) and host names that model endpoints people
     type may reach although they are not global addresses, comma-separated
-    (``TAU2_OUTBOUND_ALLOW``, default none): see :mod:`tau2_env.outbound`."""
+    (``TAU2_OUTBOUND_ALLOW``, default none): see :mod:`tau2_env.llm.outbound`."""
     return _env("TAU2_OUTBOUND_ALLOW") or ""
 
 
@@ -281,7 +281,7 @@ def _env_list(name: str) -> list[str] | None:
 def allowed_hosts() -> list[str]:
     """``ALLOWED_HOSTS`` (as Django reads it: ``example.org``, ``.example.org`` for its
     subdomains too, ``*``), default the loopback names: the hosts the standalone agent
-    faces answer (``tau2_env.guard``)."""
+    faces answer (``tau2_env.gate.guard``)."""
     return _env_list("ALLOWED_HOSTS") or ["localhost", "127.0.0.1", "[::1]"]
 
 

@@ -2,7 +2,7 @@
 
 Light on purpose (only ``importlib.metadata``): the web project checks the versions at
 start-up (``TasksConfig.ready``) without importing τ² or litellm, and fails loudly on an
-untested one; :func:`tau2_env.compat.install`, which applies the overrides, checks them
+untested one; :func:`tau2_env.llm.compat.install`, which applies the overrides, checks them
 again before changing anything.
 """
 
@@ -66,7 +66,7 @@ class UntestedVersion(RuntimeError):
             f"{library} {shown} is installed, but tau2_env relies on its internals "
             f"({', '.join(HOOKS[library])}) and was tested only with {library} "
             f"{' or '.join(tested)}. Install {library}=={tested[-1]}, or check those hooks "
-            f"in tau2_env/compat.py against {library} {shown}, run "
+            f"in tau2_env/llm/compat.py against {library} {shown}, run "
             "tests/tau2_env/test_compat.py and add the version to compat.TESTED."
         )
 

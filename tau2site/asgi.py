@@ -1,14 +1,14 @@
 """One ASGI application for the whole product.
 
-* OpenEnv's API (FastAPI, from ``tau2_env.server``) at OpenEnv's own paths:
+* OpenEnv's API (FastAPI, from ``tau2_env.faces.server``) at OpenEnv's own paths:
   ``/ws`` ``/reset`` ``/step`` ``/state`` ``/schema`` ``/metadata`` ``/health`` ``/mcp``,
   with its ``/openapi.json`` and ``/docs``;
-* the MCP server for agents (``tau2_env.mcp_server``, the official SDK's streamable
+* the MCP server for agents (``tau2_env.faces.mcp_server``, the official SDK's streamable
   HTTP transport) at ``/agent/mcp``, sharing the OpenEnv API's session slots;
 * Channels WebSockets under ``/ws/…`` (live runs, play sessions);
 * Django for every other page.
 
-Both agent faces sit behind :class:`tau2_env.guard.AgentFaceGuard`, which the pages'
+Both agent faces sit behind :class:`tau2_env.gate.guard.AgentFaceGuard`, which the pages'
 Host check and CSRF do not reach: ``ALLOWED_HOSTS`` only, no browser Origin but the
 site's own (or ``CSRF_TRUSTED_ORIGINS``), JSON bodies only and bounded; the MCP SDK's own
 DNS-rebinding protection is on with the same hosts.
@@ -36,10 +36,10 @@ from channels.routing import URLRouter  # noqa: E402
 from django.conf import settings  # noqa: E402
 
 from apps.agents.recording import recordings_drain  # noqa: E402
-from tau2_env import guard  # noqa: E402
-from tau2_env.mcp_server import McpApp  # noqa: E402
-from tau2_env.server import create_openenv_app  # noqa: E402
-from tau2_env.shared_slots import session_slots_from_config  # noqa: E402
+from tau2_env.faces.mcp_server import McpApp  # noqa: E402
+from tau2_env.faces.server import create_openenv_app  # noqa: E402
+from tau2_env.gate import guard  # noqa: E402
+from tau2_env.gate.shared_slots import session_slots_from_config  # noqa: E402
 from tau2site import embedded_worker  # noqa: E402
 from tau2site.middleware import (  # noqa: E402
     ApiSecurityHeaders,
@@ -67,7 +67,7 @@ class Application:
     """Routes each ASGI connection to OpenEnv, Channels or Django."""
 
     def __init__(self) -> None:
-        # One pool for both agent faces; behind tau2_env.router, caps shared with its
+        # One pool for both agent faces; behind tau2_env.gate.session_router, caps shared with its
         # other processes (TAU2_SLOTS_LEDGER).
         slots = session_slots_from_config()
         swagger = f"{settings.STATIC_URL}drf_spectacular_sidecar/swagger-ui-dist"

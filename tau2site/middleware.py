@@ -49,7 +49,7 @@ from django.db import InterfaceError, OperationalError
 from django.http import HttpResponse, HttpResponseBadRequest, JsonResponse
 
 from apps.agents.playground import browser_session
-from tau2_env.guard import GuardSettings
+from tau2_env.gate.guard import GuardSettings
 
 logger = logging.getLogger(__name__)
 
@@ -276,7 +276,7 @@ def _allowed_hosts() -> list[str]:
 
 def agent_face_settings() -> GuardSettings:
     """The site's hosts, trusted origins and TLS proxy header for the agent faces' guard
-    (``tau2_env.guard``) and the site's own sockets, from Django's settings."""
+    (``tau2_env.gate.guard``) and the site's own sockets, from Django's settings."""
     proxy = getattr(settings, "SECURE_PROXY_SSL_HEADER", None)
     if proxy:  # ("HTTP_X_FORWARDED_PROTO", "https"), as HttpRequest.is_secure() reads it
         name, expected = proxy
@@ -294,7 +294,7 @@ def websocket_origin_allowed(scope) -> bool:
     for a form: it has an ``Origin``, and that is the scheme, host and port the socket was
     opened to (``http``/``https`` for ``ws``/``wss``, behind a TLS proxy as
     ``SECURE_PROXY_SSL_HEADER`` says), on an allowed host, or one of
-    ``CSRF_TRUSTED_ORIGINS`` (:meth:`tau2_env.guard.GuardSettings.refusal`)."""
+    ``CSRF_TRUSTED_ORIGINS`` (:meth:`tau2_env.gate.guard.GuardSettings.refusal`)."""
     return _header(scope, b"origin") is not None and agent_face_settings().refusal(scope) is None
 
 

@@ -406,7 +406,7 @@ TAU2_ALLOWED_ORGS = envlist("TAU2_ALLOWED_ORGS")
 # A sign-in without Hugging Face for laptops; refused (404) unless DEBUG is on too.
 TAU2_DEV_LOGIN = envbool("TAU2_DEV_LOGIN", False)
 
-# --- The agent faces (OpenEnv's API, /agent/mcp): tau2_env.guard ---------------------------
+# --- The agent faces (OpenEnv's API, /agent/mcp): tau2_env.gate.guard ---------------------------
 # They answer ALLOWED_HOSTS only, refuse browser Origins other than the site's own and
 # CSRF_TRUSTED_ORIGINS, read JSON bodies only, at most this large (and frames too).
 # The faces serve only clients with a studio API key (tau2s_…): anonymous clients are

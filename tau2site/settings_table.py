@@ -601,7 +601,8 @@ SECTIONS: tuple[Section, ...] = (
             S(
                 "TAU2_ROUTER_TRUSTED_PROXIES",
                 "(none)",
-                "IPs and CIDRs of the TLS proxy in front of `python -m tau2_env.router`, whose "
+                "IPs and CIDRs of the TLS proxy in front of "
+                "`python -m tau2_env.gate.session_router`, whose "
                 "`X-Forwarded-For` it believes (`--trusted-proxies`); never `*`.",
                 "",
                 "the TLS proxy's IPs or CIDRs",
@@ -754,7 +755,7 @@ SECTIONS: tuple[Section, ...] = (
             S(
                 "TAU2_OPENENV_PROCESSES",
                 "`2` in compose",
-                "OpenEnv processes `python -m tau2_env.router` runs behind one port "
+                "OpenEnv processes `python -m tau2_env.gate.session_router` runs behind one port "
                 "([Several OpenEnv processes](operations.md#several-openenv-processes)).",
                 "2",
                 scope=COMPOSE,
@@ -808,7 +809,8 @@ SECTIONS: tuple[Section, ...] = (
             S(
                 "TAU2_SLOTS_LEDGER",
                 "set by the router",
-                "The SQLite ledger of open sessions that `tau2_env.router` gives its processes; "
+                "The SQLite ledger of open sessions that `tau2_env.gate.session_router` gives "
+                "its processes; "
                 "never set by hand.",
                 None,
                 scope=INTERNAL,

@@ -1,5 +1,5 @@
 """Studio API keys on the agent faces: the credentials resolver this project plugs into
-``tau2_env.access`` (:func:`install`, called by ``AgentsConfig.ready``).
+``tau2_env.gate.access`` (:func:`install`, called by ``AgentsConfig.ready``).
 
 A client that presents a key (``Authorization: Bearer tau2s_…`` on either face, or the
 key as OpenEnv's ``reset(hf_token=…)``) plays on its owner's Hugging Face token from
@@ -38,7 +38,7 @@ from django.db import InterfaceError, OperationalError, close_old_connections
 from apps.accounts.vault import SignInRequired, hf_credential_check, hf_token_for
 from apps.agents.playground import browser_session_key, session_check, session_owner_token
 from apps.agents.services import API_KEY_PREFIX, ApiKeyRefused, api_key_check, api_key_resolve
-from tau2_env import access
+from tau2_env.gate import access
 
 __all__ = ["KEY_REQUIRED", "agent_name", "install", "presented_key", "studio_credentials"]
 
@@ -72,7 +72,7 @@ def agent_name(request: access.ClientRequest) -> str:
 
 def _key_owner_token(raw: str) -> tuple[int, str, str, int | None]:
     """(owner's id, key id, owner's Hugging Face token, the key's own session cap) of
-    the key ``raw``; raises :class:`~tau2_env.access.CredentialsRefused`. Runs off the
+    the key ``raw``; raises :class:`~tau2_env.gate.access.CredentialsRefused`. Runs off the
     event loop."""
     close_old_connections()
     try:
@@ -95,9 +95,9 @@ def _off_loop(func: Callable[..., _T], *args) -> _T:
 
 def studio_credentials(request: access.ClientRequest) -> access.Credentials:
     """The credentials of ``request`` (see the module docstring); raises
-    :class:`~tau2_env.access.CredentialsRefused` for an unknown or revoked key, a key
+    :class:`~tau2_env.gate.access.CredentialsRefused` for an unknown or revoked key, a key
     whose owner must sign in again, or no key where one is required, and
-    :class:`~tau2_env.access.CredentialsUnavailable` while the database cannot be reached
+    :class:`~tau2_env.gate.access.CredentialsUnavailable` while the database cannot be reached
     (its reads are a key's row and the vault's: any connection error is an outage)."""
     try:
         return _studio_credentials(request)
@@ -158,7 +158,7 @@ def customer_route(user_id: int, value: str):
 
 def _key_check(key_id: str) -> None:
     """Whether the key (and its owner's Hugging Face sign-in) still stands; raises
-    :class:`~tau2_env.access.CredentialsRefused`. Runs in a worker thread."""
+    :class:`~tau2_env.gate.access.CredentialsRefused`. Runs in a worker thread."""
     close_old_connections()
     try:
         hf_credential_check(user_id=api_key_check(key_id=key_id))

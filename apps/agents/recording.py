@@ -1,7 +1,7 @@
 """An outside agent's episodes in the team's history: runs of kind "agent via API".
 
 A client that plays with a studio API key (``apps.agents.credentials``) gets an
-:class:`AgentRunRecorder` as its episode hooks (``tau2_env.access.EpisodeHooks``). Each
+:class:`AgentRunRecorder` as its episode hooks (``tau2_env.gate.access.EpisodeHooks``). Each
 episode it starts becomes a run, created by the key's owner: its messages are stored
 and published hop by hop through the runs' one publisher (``events_publish``), so
 ``/runs/<id>/`` shows it live; at ``done`` τ²'s verdict is stored by the runs' own
@@ -58,8 +58,10 @@ from apps.runs.lifecycle import run_finish
 from apps.runs.models import Run
 from apps.runs.services import customer_prices, run_provenance
 from apps.tasks.models import Task
-from tau2_env import access, config, llm
-from tau2_env.engine import DEFAULT_MAX_STEPS, Episode, TerminationReason
+from tau2_env import config
+from tau2_env.engine.episodes import DEFAULT_MAX_STEPS, Episode, TerminationReason
+from tau2_env.gate import access
+from tau2_env.llm import gateway
 
 __all__ = [
     "AgentRunRecorder",
@@ -128,7 +130,7 @@ class Ending:
     reward_info: dict[str, Any] | None
     error: str
     failure: str
-    judge_usage: llm.Usage = dataclasses.field(default_factory=llm.Usage)
+    judge_usage: gateway.Usage = dataclasses.field(default_factory=gateway.Usage)
 
 
 def _ending(episode: Episode, *, over_budget: str | None = None) -> Ending:
@@ -378,7 +380,7 @@ class AgentRunRecorder:
         """``Credentials.admit`` of a key playing under a training session's name: the
         training hooks' warning line for the episode of ``task_id`` drawn from
         ``domain``/``split``, or
-        ``None``; raises :class:`~tau2_env.access.CredentialsRefused` when they refuse
+        ``None``; raises :class:`~tau2_env.gate.access.CredentialsRefused` when they refuse
         it. Runs on the episode's thread (the guard reads the database)."""
         self._admitted = None
         hooks = training_hooks()
@@ -405,7 +407,7 @@ class AgentRunRecorder:
     def episode_admit(self, episode: Episode, *, face: str) -> None:
         """Admit ``episode`` to its customer's connection's budget and limit of runs in
         flight, when it has either (its run stored now); raises
-        :class:`~tau2_env.access.EpisodeRefused` with the reason. On the episode's thread."""
+        :class:`~tau2_env.gate.access.EpisodeRefused` with the reason. On the episode's thread."""
         connection = _guarded_connection(episode)
         if connection is None:
             return

@@ -19,7 +19,7 @@ from django.conf import settings
 
 from apps.connections.models import BUDGET, Connection
 from apps.connections.selectors import people_choices
-from tau2_env import outbound
+from tau2_env.llm import outbound
 
 __all__ = ["ConnectionForm", "TestForm", "kind_choices", "parse_headers", "parse_models"]
 

@@ -23,7 +23,7 @@ from apps.connections.routes import ResolvedRoute, connection_value, route_resol
 from apps.connections.routes import usable_connections as connections_of
 from apps.inference.pricing import price_label
 from apps.inference.selectors import model_choices
-from tau2_env.llm_args import REASONING_EFFORTS, LLMArgsError, llm_args_clean
+from tau2_env.llm.llm_args import REASONING_EFFORTS, LLMArgsError, llm_args_clean
 
 __all__ = [
     "RouteField",

@@ -1,7 +1,7 @@
 """The Test button: one tiny tool-calling request to a model of a connection, and what
 happened, in words.
 
-The request goes where a run's would (``routes.route_for``, ``tau2_env.llm.litellm_kwargs``:
+The request goes where a run's would (``routes.route_for``, ``tau2_env.llm.gateway.litellm_kwargs``:
 the same key, endpoint, headers and litellm route), asks the model to call a one-tool
 ``tools=[…]`` with ``tool_choice="auto"`` as τ²'s agent does, at temperature 0 with a few
 tokens, within ``TAU2_CONNECTION_TEST_TIMEOUT`` seconds and without a single retry: a
@@ -27,7 +27,7 @@ from apps.connections.models import Connection
 from apps.connections.routes import ConnectionUnavailable, route_for
 from apps.connections.selectors import endpoint_host
 from apps.connections.services import connection_test_record
-from tau2_env import llm
+from tau2_env.llm import gateway
 
 __all__ = ["KINDS", "TEST_TOOL", "TestOutcome", "connection_test"]
 
@@ -42,7 +42,7 @@ KINDS = (
     "rate_limited",  # 429
     "no_credits",  # 402
     "unreachable",  # connection refused, no such host
-    "not_allowed",  # a private, loopback or metadata address (tau2_env.outbound)
+    "not_allowed",  # a private, loopback or metadata address (tau2_env.llm.outbound)
     "timeout",  # no complete answer within TAU2_CONNECTION_TEST_TIMEOUT
     "too_large",  # an answer past TAU2_LLM_MAX_REPLY_BYTES
     "not_json",  # a reply that is not JSON
@@ -110,7 +110,7 @@ def _probe(*, connection: Connection, model: str, user) -> TestOutcome:
         return TestOutcome(
             ok=kind == "works",
             kind=kind,
-            message=llm.redact(message, *secrets),
+            message=gateway.redact(message, *secrets),
             model=model,
             at=timezone.now().isoformat(),
             **extra,
@@ -122,11 +122,11 @@ def _probe(*, connection: Connection, model: str, user) -> TestOutcome:
         return said("unavailable", str(exc))
     timeout = float(settings.TAU2_CONNECTION_TEST_TIMEOUT)
     route = dataclasses.replace(route, timeout=timeout)
-    call = llm.litellm_kwargs(route)
+    call = gateway.litellm_kwargs(route)
     call.pop("retry_policy", None)  # not one retry: the Test says what happens now
     started = time.monotonic()
     try:
-        response = llm.litellm.completion(
+        response = gateway.litellm.completion(
             messages=[dict(m) for m in TEST_MESSAGES],
             tools=[TEST_TOOL],
             tool_choice="auto",
@@ -196,17 +196,19 @@ _TEST_KIND = {
 }
 
 
-def _failure(exc: BaseException, *, route: llm.Route, connection: Connection) -> tuple[str, str]:
-    """The Test's kind and message for a failed call: ``tau2_env.llm.explain_error``'s
+def _failure(
+    exc: BaseException, *, route: gateway.Route, connection: Connection
+) -> tuple[str, str]:
+    """The Test's kind and message for a failed call: ``tau2_env.llm.gateway.explain_error``'s
     (what runs say too), but for what the Test says better — it retried nothing, and
     it knows when the connection has no key at all."""
-    kind, message = llm.explain_error(exc, route=route)
+    kind, message = gateway.explain_error(exc, route=route)
     kind = _TEST_KIND.get(kind, kind)
     status = getattr(exc, "status_code", None)
     where = endpoint_host(connection) or "the endpoint"
     # The provider's own words only from its JSON error's message, never the rest of
     # what the endpoint sent.
-    detail = llm.provider_words(exc, route=route)
+    detail = gateway.provider_words(exc, route=route)
     if status == 401:
         fix = (
             "this connection has no key: add one (Edit)."

@@ -9,7 +9,7 @@ in every picker, form and API:
   that connection's key, if the person may use it.
 
 :func:`route_resolve` checks a picked value for a person (forms, APIs); :func:`route_for`
-builds the ``tau2_env.llm.Route`` a worker calls along — the only place a connection's
+builds the ``tau2_env.llm.gateway.Route`` a worker calls along — the only place a connection's
 key is opened.
 """
 
@@ -28,7 +28,8 @@ from apps.accounts.vault import hf_token_for
 from apps.connections.models import Connection, ConnectionModel
 from apps.inference.pricing import PricePair, price_label
 from apps.inference.selectors import resolve_agent_model
-from tau2_env import config, llm
+from tau2_env import config
+from tau2_env.llm import gateway
 
 __all__ = [
     "ConnectionUnavailable",
@@ -154,7 +155,7 @@ def side_provenance(*, connection: Connection | None, model: str) -> dict:
             "kind": connection.kind,
             "base_url": connection_base_url(connection),
         },
-        "litellm_model": llm.Route(
+        "litellm_model": gateway.Route(
             provider=connection.kind, model=model, base_url=None, api_key=NO_KEY
         ).litellm_model,
     }
@@ -202,7 +203,7 @@ def connection_base_url(connection: Connection) -> str:
     return settings.TAU2_PROVIDER_URLS.get(connection.kind, "").rstrip("/")
 
 
-def route_for(*, connection: Connection | None, model: str, user) -> llm.Route:
+def route_for(*, connection: Connection | None, model: str, user) -> gateway.Route:
     """The route along which ``user``'s run calls ``model``: the router on their own
     Hugging Face token, or ``connection`` on its key. The one place a key is opened.
 
@@ -210,7 +211,7 @@ def route_for(*, connection: Connection | None, model: str, user) -> llm.Route:
     :class:`ConnectionUnavailable` (deleted, no longer allowed, key unreadable).
     """
     if connection is None:
-        return llm.hf_route(model=model, token=hf_token_for(user=user))
+        return gateway.hf_route(model=model, token=hf_token_for(user=user))
     connection = Connection.objects.get(pk=connection.pk)  # as it is now, not as it was
     if connection.is_deleted:
         raise ConnectionUnavailable(
@@ -231,7 +232,7 @@ def route_for(*, connection: Connection | None, model: str, user) -> llm.Route:
             f"The key of the connection {connection.name!r} can no longer be read by this "
             "server: staff must enter it again (rotate it)."
         ) from None
-    return llm.Route(
+    return gateway.Route(
         provider=connection.kind,
         model=model,
         base_url=connection_base_url(connection) or None,

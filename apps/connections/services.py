@@ -30,8 +30,8 @@ from apps.accounts import crypto
 from apps.connections.models import Connection, ConnectionModel
 from apps.connections.routes import ConnectionUnavailable, connection_base_url, route_for
 from apps.connections.selectors import can_manage
-from tau2_env import outbound
-from tau2_env.llm import LITELLM_PREFIXES, litellm, redact
+from tau2_env.llm import outbound
+from tau2_env.llm.gateway import LITELLM_PREFIXES, litellm, redact
 
 __all__ = [
     "ModelsReadError",

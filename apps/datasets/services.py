@@ -32,7 +32,7 @@ from apps.datasets.selectors import (
     SelectionError,
     selection_counts,
 )
-from tau2_env.hf_identity import hub_url
+from tau2_env.gate.hf_identity import hub_url
 
 PUSH_TASK = "datasets.push"
 

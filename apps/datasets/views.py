@@ -24,7 +24,7 @@ from apps.datasets.selectors import (
 )
 from apps.datasets.services import PushRefused, dataset_push_request
 from apps.runs.models import ReviewLabel, Run
-from tau2_env import catalog
+from tau2_env.engine import catalog
 
 # The preview shortens long texts (the policy, tool results) to this many characters.
 PREVIEW_TEXT = 300

@@ -4,7 +4,7 @@ a 95% interval, and the Default vs No-User vs Oracle-plan comparison.
 Over the runs τ²'s metrics count (``selectors.rewards_by_task``: completed runs and the
 model's own failures, as reward 0). Each group's pass^1 is τ²'s (``compute_metrics``)
 over its tasks; its interval is a percentile bootstrap over those tasks
-(``tau2_env.evaluation.bootstrap_pass_hat_k``, 1,000 resamples, seed 0, tasks in the
+(``tau2_env.engine.evaluation.bootstrap_pass_hat_k``, 1,000 resamples, seed 0, tasks in the
 evaluation's order: the same page shows the same interval). ``n`` is the group's tasks
 with at least one counted run.
 
@@ -37,7 +37,7 @@ from apps.evaluations import selectors
 from apps.evaluations.models import Evaluation
 from apps.runs.models import Run
 from apps.tasks.models import Task
-from tau2_env.evaluation import bootstrap_pass_hat_k, compute_metrics
+from tau2_env.engine.evaluation import bootstrap_pass_hat_k, compute_metrics
 
 __all__ = [
     "ACTION_BUCKETS",

@@ -21,8 +21,8 @@ from apps.evaluations import selectors
 from apps.evaluations.models import Evaluation
 from apps.runs.exports import llm_args_export, tau2_info, tau2_llm, tau2_simulation, tau2_tasks
 from apps.runs.models import Run, RunEvent
-from tau2_env.engine import IMPLEMENTATIONS
-from tau2_env.llm_args import DEFAULT_AGENT_ARGS, DEFAULT_USER_ARGS
+from tau2_env.engine.episodes import IMPLEMENTATIONS
+from tau2_env.llm.llm_args import DEFAULT_AGENT_ARGS, DEFAULT_USER_ARGS
 
 EXPORT_VERSION = 1
 

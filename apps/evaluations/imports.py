@@ -36,10 +36,10 @@ from apps.runs.events import event_kind
 from apps.runs.models import MAX_TRIALS, Run, RunEvent
 from apps.tasks.models import Domain, Task
 from apps.tasks.selectors import catalogue_latest
-from tau2_env import catalog, jsonbounds
-from tau2_env.evaluation import DEFAULT_SEED, trial_seeds
-from tau2_env.llm import ROUTE_KEYS
-from tau2_env.results import (
+from tau2_env import jsonbounds
+from tau2_env.engine import catalog
+from tau2_env.engine.evaluation import DEFAULT_SEED, trial_seeds
+from tau2_env.engine.results import (
     MAX_DEPTH,
     MAX_INT_DIGITS,
     Rescore,
@@ -48,6 +48,7 @@ from tau2_env.results import (
     rescore,
     same_task,
 )
+from tau2_env.llm.gateway import ROUTE_KEYS
 
 _CENT = Decimal("0.000001")
 # The largest cost Run.cost_usd and RunEvent.cost_usd hold (12 digits, 6 decimals).

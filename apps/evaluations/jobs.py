@@ -34,7 +34,7 @@ from django.utils import timezone
 from apps.evaluations import imports, submission
 from apps.evaluations.models import Evaluation, EvaluationJob
 from apps.runs import queue
-from tau2_env.submission import CHECK_TIMEOUT_SECONDS, SubmissionInvalid
+from tau2_env.engine.submission import CHECK_TIMEOUT_SECONDS, SubmissionInvalid
 
 logger = logging.getLogger(__name__)
 

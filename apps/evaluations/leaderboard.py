@@ -44,8 +44,8 @@ from apps.evaluations.presenters import Comparability, comparability, leaderboar
 from apps.evaluations.significance import Difference, difference_sentence, paired_difference
 from apps.runs.models import Run
 from apps.runs.presenters import ROUTER
-from tau2_env.evaluation import bootstrap_pass_hat_k, compute_metrics
-from tau2_env.results import LEADERBOARD
+from tau2_env.engine.evaluation import bootstrap_pass_hat_k, compute_metrics
+from tau2_env.engine.results import LEADERBOARD
 
 KS = tuple(range(1, LEADERBOARD.trials + 1))  # taubench.com's pass^1 … pass^4
 BOOTSTRAP_SAMPLES = 1000

@@ -17,7 +17,7 @@ from typing import Any
 
 from apps.evaluations.models import Evaluation
 from apps.runs.presenters import ROUTER, ordered_args
-from tau2_env.llm_args import (
+from tau2_env.llm.llm_args import (
     DEFAULT_AGENT_ARGS,
     DEFAULT_USER_ARGS,
     LLMArgsError,

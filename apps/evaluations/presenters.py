@@ -25,8 +25,8 @@ from apps.evaluations.models import Evaluation
 from apps.evaluations.summary import EvaluationSummary
 from apps.runs.models import Run
 from apps.tasks.models import Split
-from tau2_env.llm_args import DEFAULT_USER_ARGS
-from tau2_env.results import LEADERBOARD
+from tau2_env.engine.results import LEADERBOARD
+from tau2_env.llm.llm_args import DEFAULT_USER_ARGS
 
 # A cell of the matrix: [run id, status letter, reward or null] (null: no run).
 STATUS_LETTERS = {

@@ -24,7 +24,7 @@ from apps.evaluations.significance import (
 )
 from apps.evaluations.summary import EvaluationSummary, SummaryUnreadable, TaskReward
 from apps.runs.models import ReviewLabel, Run
-from tau2_env.evaluation import compute_metrics, is_successful
+from tau2_env.engine.evaluation import compute_metrics, is_successful
 
 # Which final runs τ²'s metrics count. τ² scores every simulation it ran, a model's own
 # failures at 0 (an agent or customer error, the step limit: ``tau2`` records them with

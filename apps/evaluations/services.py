@@ -48,10 +48,11 @@ from apps.runs.services import (
 )
 from apps.tasks.models import Task
 from apps.tasks.selectors import catalogue_latest
-from tau2_env import catalog, config, engine
+from tau2_env import config
 from tau2_env.config import DEFAULT_MAX_STEPS
-from tau2_env.evaluation import DEFAULT_SEED, trial_seeds
-from tau2_env.llm_args import DEFAULT_AGENT_ARGS, DEFAULT_USER_ARGS
+from tau2_env.engine import catalog, episodes
+from tau2_env.engine.evaluation import DEFAULT_SEED, trial_seeds
+from tau2_env.llm.llm_args import DEFAULT_AGENT_ARGS, DEFAULT_USER_ARGS
 
 logger = logging.getLogger(__name__)
 
@@ -112,7 +113,7 @@ def evaluation_create(
         raise ValidationError({"domain": f"Unknown domain {domain!r}."})
     if mode not in Run.Mode.values:
         raise ValidationError({"mode": f"Unknown mode {mode!r}."})
-    refusal = engine.mode_domain_refusal(domain=domain, mode=mode)
+    refusal = episodes.mode_domain_refusal(domain=domain, mode=mode)
     if refusal:
         raise ValidationError({"mode": refusal})
     splits = catalog.get_domain(domain).splits
@@ -136,7 +137,7 @@ def evaluation_create(
         left_out = [
             t
             for t in ids
-            if not engine.mode_runs_task(mode=mode, task=catalog.get_tau2_task(domain, t))
+            if not episodes.mode_runs_task(mode=mode, task=catalog.get_tau2_task(domain, t))
         ]
         ids = [t for t in ids if t not in left_out]
         if not ids:

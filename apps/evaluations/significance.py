@@ -8,7 +8,7 @@
   expected 95% half-width of pass^1 with ``n`` tasks × ``k`` trials, from the
   trial-to-trial (within-task) variance of success the team observed on a domain.
 
-pass^k per task is τ²'s ``comb(c, k) / comb(n, k)`` (``tau2_env.evaluation.pass_hat_k``).
+pass^k per task is τ²'s ``comb(c, k) / comb(n, k)`` (``tau2_env.engine.evaluation.pass_hat_k``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from tau2_env.evaluation import is_successful, pass_hat_k
+from tau2_env.engine.evaluation import is_successful, pass_hat_k
 
 __all__ = [
     "DEFAULT_TRIAL_VARIANCE",
@@ -108,7 +108,7 @@ def paired_difference(
 
 def percentile_interval(ordered: Sequence[float], confidence: float) -> tuple[float, float]:
     """The ``(1 ± confidence) / 2`` percentiles of the sorted ``ordered`` (nearest rank,
-    as ``tau2_env.evaluation.bootstrap_pass_hat_k`` takes them)."""
+    as ``tau2_env.engine.evaluation.bootstrap_pass_hat_k`` takes them)."""
     last = len(ordered) - 1
     return (
         ordered[int((1 - confidence) / 2 * last)],

@@ -7,7 +7,7 @@ is missing or why a choice is refused. :func:`submission_draft` builds the traje
 each evaluation's τ² results file exactly as ``?format=tau2`` downloads it
 (:func:`apps.evaluations.exports.evaluation_export_tau2`, which τ²'s ``Results.load``
 reads), scored by τ²'s own ``compute_metrics``. ``submission.json``, the .zip and τ²'s own
-``tau2 submit validate`` / ``verify-trajs`` come from :mod:`tau2_env.submission`.
+``tau2 submit validate`` / ``verify-trajs`` come from :mod:`tau2_env.engine.submission`.
 
 Nothing here writes a key, a token or an endpoint: the results files are the export's,
 which names models as τ² does and carries only τ² llm_args checked when chosen.
@@ -31,16 +31,16 @@ from apps.accounts.access import can_control
 from apps.evaluations import exports
 from apps.evaluations.models import Evaluation
 from apps.runs.models import Run
-from tau2_env import catalog
-from tau2_env import submission as tau2_submission
-from tau2_env.llm_args import (
+from tau2_env.engine import catalog
+from tau2_env.engine import submission as tau2_submission
+from tau2_env.engine.submission import Check, Details, DomainScores
+from tau2_env.llm.llm_args import (
     DEFAULT_AGENT_ARGS,
     DEFAULT_USER_ARGS,
     LLMArgsError,
     llm_args_label,
     llm_args_of,
 )
-from tau2_env.submission import Check, Details, DomainScores
 
 __all__ = [
     "DOMAINS",
@@ -507,7 +507,7 @@ def submission_initial(draft: Draft) -> dict:
 
 def submission_json(draft: Draft, details: Details) -> str:
     """``submission.json`` of ``draft`` with ``details`` (τ²'s schema; raises
-    :class:`tau2_env.submission.SubmissionInvalid`)."""
+    :class:`tau2_env.engine.submission.SubmissionInvalid`)."""
     return tau2_submission.submission_json(details=details, scores=draft.scores)
 
 

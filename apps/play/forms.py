@@ -7,7 +7,7 @@ from apps.runs import defaults
 from apps.runs.models import Run
 from apps.tasks import selectors as task_selectors
 from apps.tasks.models import Split, Task
-from tau2_env.arguments import parse_arguments
+from tau2_env.gate.arguments import parse_arguments
 
 
 class PlayStartForm(forms.Form):

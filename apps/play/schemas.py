@@ -14,7 +14,7 @@ from typing import Any
 
 from jsonschema import Draft202012Validator
 
-from tau2_env.arguments import arguments_problem
+from tau2_env.gate.arguments import arguments_problem
 
 _MAX_DEPTH = 12  # a recursive $ref stops here (τ²'s domains have none)
 

@@ -31,8 +31,10 @@ from apps.runs.lifecycle import execution_id, run_finish
 from apps.runs.models import Run, RunEvent
 from apps.runs.services import customer_prices, run_provenance
 from apps.tasks.models import Task
-from tau2_env import config, engine, llm
-from tau2_env.llm_args import DEFAULT_USER_ARGS
+from tau2_env import config
+from tau2_env.engine import episodes
+from tau2_env.llm import gateway
+from tau2_env.llm.llm_args import DEFAULT_USER_ARGS
 
 HUMAN_AGENT = "human"
 # What a session's end stores besides the run's own fields (``run_finish``).
@@ -88,7 +90,7 @@ def play_provenance(
 def play_task_pick(*, domain: str, split: str, seed: int | None) -> Task:
     """A task of ``split`` as the OpenEnv face picks it (same seed, same task)."""
     try:
-        task_id = engine.pick_task_id(domain=domain, split=split, seed=seed)
+        task_id = episodes.pick_task_id(domain=domain, split=split, seed=seed)
     except KeyError as exc:
         raise ValidationError({"split": str(exc.args[0])}) from None
     task = Task.objects.filter(domain_id=domain, task_id=task_id).first()
@@ -271,7 +273,7 @@ def play_release(*, run_id: int, holder: str, to: Phase, error: str = "", **fiel
     return bool(released)
 
 
-def play_complete(*, run: Run, holder: str, episode: engine.Episode) -> bool:
+def play_complete(*, run: Run, holder: str, episode: episodes.Episode) -> bool:
     """The scored end of the session (τ²'s verdict stored), if ``holder`` still holds it."""
     return run_finish(
         run=run,
@@ -289,11 +291,11 @@ def play_say(*, run: Run, text: str) -> RunEvent:
     text = (text or "").strip()
     if not text:
         raise ValidationError({"text": "Write something to the customer."})
-    if engine.AGENT_STOP in text:
+    if episodes.AGENT_STOP in text:
         raise ValidationError({"text": "To end the conversation, use “End conversation”."})
     holder = _holder()
     count = _take(run=run, to=Phase.CUSTOMER, allowed=(Phase.YOUR_TURN,), holder=holder)
-    message = engine.AssistantMessage(role="assistant", content=text)
+    message = episodes.AssistantMessage(role="assistant", content=text)
     message.turn_idx = count
     try:
         (event,) = events_publish(
@@ -367,13 +369,13 @@ def play_retry(*, run: Run) -> None:
     _queue_customer(run.pk, at=count)
 
 
-def play_route(run: Run) -> llm.Route:
+def play_route(run: Run) -> gateway.Route:
     """The customer's route of a play session: the router on the player's own token, or
     the connection it runs on. Raises ``SignInRequired`` or ``ConnectionUnavailable``."""
     return route_for(connection=run.user_connection, model=run.user_model, user=run.created_by)
 
 
-def play_episode(*, run: Run, route: llm.Route, score_on_end: bool = True) -> engine.Episode:
+def play_episode(*, run: Run, route: gateway.Route, score_on_end: bool = True) -> episodes.Episode:
     """τ²'s episode of the session, rebuilt from its stored events.
 
     With ``score_on_end`` off, an action that ends the conversation (τ²'s limits) leaves
@@ -381,7 +383,7 @@ def play_episode(*, run: Run, route: llm.Route, score_on_end: bool = True) -> en
     the judge, which belongs on a worker.
     """
     messages = list(run.events.order_by("seq").values_list("message", flat=True))
-    return engine.Episode(
+    return episodes.Episode(
         domain=run.domain,
         task_id=run.task.task_id,
         user_llm=route,

@@ -25,12 +25,13 @@ from apps.runs.budgets import play_turn_refusal
 from apps.runs.events import LostRun, UnstorableMessage, events_publish
 from apps.runs.lifecycle import run_finish
 from apps.runs.models import Run
-from tau2_env import engine, llm
+from tau2_env.engine import episodes
+from tau2_env.llm import gateway
 
 logger = logging.getLogger(__name__)
 
 
-def _route_or_release(run: Run, holder: str, back_to: Phase) -> llm.Route | None:
+def _route_or_release(run: Run, holder: str, back_to: Phase) -> gateway.Route | None:
     try:
         return services.play_route(run)
     except (SignInRequired, ConnectionUnavailable) as exc:
@@ -59,7 +60,7 @@ def customer_turn(*, run_id: int, at: int, worker: str) -> str:
         episode = services.play_episode(run=run, route=route)
         before = run.n_messages
         episode.customer_turn()
-        if episode.termination_reason == engine.TerminationReason.USER_ERROR:
+        if episode.termination_reason == episodes.TerminationReason.USER_ERROR:
             services.play_release(
                 run_id=run.pk, holder=worker, to=Phase.NEEDS_CUSTOMER, error=episode.error or ""
             )
@@ -81,7 +82,7 @@ def customer_turn(*, run_id: int, at: int, worker: str) -> str:
         return "failed"
     except Exception as exc:  # a bug, not a provider error: let the player ask again
         logger.exception("The customer's turn of play session %s failed", run.pk)
-        reason = llm.explain_error(exc, secrets=route.secrets()).message
+        reason = gateway.explain_error(exc, secrets=route.secrets()).message
         services.play_release(run_id=run.pk, holder=worker, to=Phase.NEEDS_CUSTOMER, error=reason)
         return "failed"
 
@@ -112,12 +113,12 @@ def score(*, run_id: int, at: int, worker: str) -> str:
         return "skipped"
     except Exception as exc:
         logger.exception("Scoring play session %s failed", run.pk)
-        reason = llm.explain_error(exc, secrets=route.secrets()).message
+        reason = gateway.explain_error(exc, secrets=route.secrets()).message
         services.play_release(run_id=run.pk, holder=worker, to=Phase.NEEDS_SCORING, error=reason)
         return "failed"
 
 
-def _settle(*, run: Run, worker: str, episode: engine.Episode, open_: str) -> str:
+def _settle(*, run: Run, worker: str, episode: episodes.Episode, open_: str) -> str:
     """Complete the run if the episode ended with a verdict; else move it on."""
     if not episode.done:
         services.play_release(run_id=run.pk, holder=worker, to=Phase.YOUR_TURN)

@@ -10,7 +10,7 @@ from apps.runs import services as run_services
 from apps.tasks.models import Task
 from tau2_env import config
 from tau2_env.config import DEFAULT_MAX_STEPS
-from tau2_env.evaluation import DEFAULT_SEED
+from tau2_env.engine.evaluation import DEFAULT_SEED
 
 
 def lanes_validate(agent_models: list[str]) -> list[str]:

@@ -7,7 +7,7 @@ failures, or all its runs) store an :class:`AutoReview` and queue ``runs.autorev
 with its id only; :func:`autoreview_execute` is the worker's side. The reviewer runs on
 the requesting person's credentials and rules (``route_for``), its tokens and cost are
 metered on the AutoReview at the reviewer's prices fixed when asked (unpriced: ``None``,
-never $0). The prompt and the reading of the answer are ``tau2_env.review``'s: an answer
+never $0). The prompt and the reading of the answer are ``tau2_env.engine.review``'s: an answer
 that cannot be used fails the review in words and stores no finding.
 """
 
@@ -29,8 +29,9 @@ from apps.inference.pricing import cost_usd
 from apps.runs import queue
 from apps.runs.models import AutoReview, ReviewLabel, Run, RunEvent
 from apps.runs.selectors import SOLVED
-from tau2_env import catalog, llm
-from tau2_env import review as tau2_review
+from tau2_env.engine import catalog
+from tau2_env.engine import review as tau2_review
+from tau2_env.llm import gateway
 
 logger = logging.getLogger(__name__)
 
@@ -133,11 +134,11 @@ def autoreview_execute(*, review_id: int) -> str:
         )
     except tau2_review.ReviewReplyError as exc:
         return _fail(review, f"The reviewer's answer could not be used: {exc}", usage=exc.usage)
-    except llm.LLMCallError as exc:
+    except gateway.LLMCallError as exc:
         return _fail(review, f"The reviewer's call failed: {exc}")
     except Exception as exc:  # a bug: still a readable end, never a stuck "reviewing"
         logger.exception("Auto-review %s failed", review.pk)
-        return _fail(review, llm.explain_error(exc, secrets=route.secrets()).message)
+        return _fail(review, gateway.explain_error(exc, secrets=route.secrets()).message)
     by_seq = dict(RunEvent.objects.filter(run=run).values_list("seq", "pk"))
     with transaction.atomic():
         for finding in outcome.review.findings:
@@ -181,13 +182,13 @@ def _request_messages(*, run: Run, events: list) -> list[dict[str, str]]:
     )
 
 
-def _fail(review: AutoReview, error: str, *, usage: llm.Usage | None = None) -> str:
-    _finish(review, status=AutoReview.Status.FAILED, usage=usage or llm.Usage(), error=error)
+def _fail(review: AutoReview, error: str, *, usage: gateway.Usage | None = None) -> str:
+    _finish(review, status=AutoReview.Status.FAILED, usage=usage or gateway.Usage(), error=error)
     return AutoReview.Status.FAILED
 
 
 def _finish(
-    review: AutoReview, *, status: str, usage: llm.Usage, error: str = "", summary: str = ""
+    review: AutoReview, *, status: str, usage: gateway.Usage, error: str = "", summary: str = ""
 ) -> bool:
     """End the review, if this claim is still the current one; False when it was reaped."""
     return (

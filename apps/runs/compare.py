@@ -1,6 +1,6 @@
 """The compare page's content: 2–4 runs side by side.
 
-Runs of one task are aligned (tau2_env.alignment): one row per expected action and per
+Runs of one task are aligned (tau2_env.engine.alignment): one row per expected action and per
 tool call, so a call a run makes and another does not stands beside a gap instead of
 shifting every later turn; the talk before a call sits in that call's row. Each call is
 anchored to the expected action its diagnosis says it matches or tries, the arguments a
@@ -16,7 +16,7 @@ from typing import Any
 
 from apps.runs import diagnosis, exports, presenters
 from apps.runs.models import Run
-from tau2_env import alignment, catalog
+from tau2_env.engine import alignment, catalog
 
 MAX_PATHS = 5  # changed database paths listed per run at the top of its column
 RESULT_KINDS = ("tool_result", "customer_tool_result")

@@ -26,7 +26,7 @@ from django.conf import settings
 
 from tau2_env import config
 from tau2_env.config import DEFAULT_MAX_ERRORS, DEFAULT_MAX_STEPS
-from tau2_env.evaluation import DEFAULT_SEED
+from tau2_env.engine.evaluation import DEFAULT_SEED
 
 __all__ = ["MAX_ERRORS", "MAX_STEPS", "NUM_TRIALS", "SEED", "customer_model", "max_steps"]
 

@@ -1,4 +1,4 @@
-"""A scored run's diagnosis (tau2_env.diagnosis) for its page, its export and compare.
+"""A scored run's diagnosis (tau2_env.engine.diagnosis) for its page, its export and compare.
 
 Computed when shown, not stored: it replays the run's tool calls as τ²'s scorer does
 (tens of milliseconds; the expected side is cached per task by the engine), and the
@@ -14,7 +14,7 @@ from typing import Any
 from django.core.cache import cache
 
 from apps.runs.models import Run
-from tau2_env import catalog, diagnosis
+from tau2_env.engine import catalog, diagnosis
 
 CACHE_SECONDS = 24 * 3600
 

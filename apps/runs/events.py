@@ -20,8 +20,8 @@ from apps.inference.pricing import PricePair, cost_usd
 from apps.inference.selectors import resolve_agent_model
 from apps.runs.models import Run, RunEvent
 from apps.runs.publishing import group_send
-from tau2_env import llm
-from tau2_env.arguments import holds_nul
+from tau2_env.gate.arguments import holds_nul
+from tau2_env.llm import gateway
 
 logger = logging.getLogger(__name__)
 
@@ -110,9 +110,9 @@ def judge_prices(run: Run) -> PricePair | None:
     return customer_prices(run)[0]
 
 
-def judge_fields(*, run_id: int, usage: llm.Usage) -> dict[str, Any]:
+def judge_fields(*, run_id: int, usage: gateway.Usage) -> dict[str, Any]:
     """The run's judge columns for ``usage`` (the judge's calls in scoring, metered by
-    ``tau2_env.llm.metered``): tokens, and their cost at :func:`judge_prices` (``None``
+    ``tau2_env.llm.gateway.metered``): tokens, and their cost at :func:`judge_prices` (``None``
     when unpriced). Empty when the judge made no call, so nothing is written."""
     if not usage.calls:
         return {}

@@ -9,9 +9,9 @@ from urllib.parse import urlsplit, urlunsplit
 from apps.connections.routes import side_provenance
 from apps.runs import diagnosis, presenters
 from apps.runs.models import Run
-from tau2_env import catalog
-from tau2_env.llm_args import DEFAULT_AGENT_ARGS, DEFAULT_USER_ARGS
-from tau2_env.results import agent_info, user_info
+from tau2_env.engine import catalog
+from tau2_env.engine.results import agent_info, user_info
+from tau2_env.llm.llm_args import DEFAULT_AGENT_ARGS, DEFAULT_USER_ARGS
 
 EXPORT_VERSION = 1
 
@@ -40,7 +40,7 @@ def tau2_llm(*, connection, model: str) -> str:
 def llm_args_export(value: Mapping[str, Any] | None, *, default: Mapping[str, Any]) -> dict:
     """A side's stored τ² llm_args as a results file holds them: τ²'s ``default`` for a
     row from before they could be chosen (None). Stored arguments were checked when
-    chosen (``tau2_env.llm_args``): no key, endpoint or header can be among them."""
+    chosen (``tau2_env.llm.llm_args``): no key, endpoint or header can be among them."""
     return dict(default) if value is None else dict(value)
 
 

@@ -35,7 +35,7 @@ from apps.runs import hooks, queue
 from apps.runs.lineage import FORKABLE, fork_compare_from, fork_context  # noqa: F401 (read here too)
 from apps.runs.models import Run, RunEvent
 from apps.runs.services import model_run_build, model_run_validate, prices_for_storage
-from tau2_env.evaluation import trial_seeds
+from tau2_env.engine.evaluation import trial_seeds
 
 
 def fork_point(*, run: Run, at_seq) -> RunEvent:

@@ -203,7 +203,7 @@ class Heartbeat:
     """Renews the run's lease while the worker holds it; notices when it is lost, and
     when someone asks the run to stop: :attr:`stopped` is set then, within about
     :data:`STOP_POLL_SECONDS`, so a model call in flight can end at once
-    (``tau2_env.outbound.interruptible``) instead of after its timeout."""
+    (``tau2_env.llm.outbound.interruptible``) instead of after its timeout."""
 
     STOP_POLL_SECONDS = 2.0
 

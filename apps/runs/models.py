@@ -220,7 +220,7 @@ class Run(RunSides):
         blank=True,
         help_text="The customer's calls; empty when unpriced.",
     )
-    # τ²'s NL-assertion judge's calls (tau2_env.llm's meter, role "judge"), priced at the
+    # τ²'s NL-assertion judge's calls (tau2_env.llm.gateway's meter, role "judge"), priced at the
     # judge's route: ``judge_model`` on its connection, else the customer's prices.
     judge_prompt_tokens = models.PositiveBigIntegerField(default=0)
     judge_completion_tokens = models.PositiveBigIntegerField(default=0)

@@ -15,10 +15,10 @@ from apps.inference.pricing import money_label
 from apps.runs import lineage
 from apps.runs.models import Run, RunEvent
 from tau2_env import jsonbounds
-from tau2_env.llm_args import DEFAULT_AGENT_ARGS, DEFAULT_USER_ARGS, llm_args_label
+from tau2_env.llm.llm_args import DEFAULT_AGENT_ARGS, DEFAULT_USER_ARGS, llm_args_label
 
 # τ²'s markers that end a conversation (``tau2.user.base`` STOP, TRANSFER, OUT_OF_SCOPE;
-# an agent's stop, ``tau2_env.engine.AGENT_STOP``, is STOP too), and how the page says
+# an agent's stop, ``tau2_env.engine.episodes.AGENT_STOP``, is STOP too), and how the page says
 # what happened. They are control words, not text: as Markdown ``###STOP###`` would
 # become a heading.
 STOP_MARKERS = {

@@ -44,7 +44,8 @@ from apps.runs.lifecycle import (
     run_status,
 )
 from apps.runs.models import Run
-from tau2_env import engine, llm, outbound
+from tau2_env.engine import episodes
+from tau2_env.llm import gateway, outbound
 
 logger = logging.getLogger(__name__)
 
@@ -115,7 +116,7 @@ def run_execute(*, run_id: int, worker: str) -> str:
             run=run,
             status=Run.Status.FAILED,
             worker=worker,
-            error=llm.explain_error(
+            error=gateway.explain_error(
                 exc, secrets=tuple(secret for r in routes if r for secret in r.secrets())
             ).message,
             failure=Run.Failure.INFRASTRUCTURE,
@@ -123,7 +124,7 @@ def run_execute(*, run_id: int, worker: str) -> str:
         return Run.Status.FAILED
 
 
-def run_routes(run: Run) -> tuple[llm.Route, llm.Route, llm.Route | None]:
+def run_routes(run: Run) -> tuple[gateway.Route, gateway.Route, gateway.Route | None]:
     """The (agent, customer, judge) routes of a model run, on its starter's credentials:
     their own Hugging Face token for the router, or the connection a side names; the
     judge ``None`` when it is the customer's. Raises ``SignInRequired`` or
@@ -142,7 +143,7 @@ def _drive(
     *,
     run: Run,
     worker: str,
-    routes: tuple[llm.Route, llm.Route, llm.Route | None],
+    routes: tuple[gateway.Route, gateway.Route, gateway.Route | None],
     heartbeat: Heartbeat,
 ) -> str:
     """τ²'s ``LLMAgent`` against the customer through the engine's one driver; this side
@@ -150,7 +151,7 @@ def _drive(
     stored = list(run.events.order_by("seq").values_list("message", flat=True))
     # Rebuilds a stored conversation (τ²'s orchestrator replays it and works out whose
     # turn it is) or opens a new one with τ²'s greeting.
-    episode = engine.Episode(
+    episode = episodes.Episode(
         domain=run.domain,
         task_id=run.task.task_id,
         user_llm=routes[1],
@@ -175,7 +176,7 @@ def _drive(
             worker=worker,
         )
 
-    def on_hop(hop: engine.Hop) -> None:
+    def on_hop(hop: episodes.Hop) -> None:
         events_publish(
             run=run,
             messages=hop.messages,

@@ -15,9 +15,10 @@ from apps.runs.events import status_publish
 from apps.runs.models import DEFAULT_MAX_ERRORS, DEFAULT_MAX_STEPS, Run
 from apps.tasks.models import Task
 from apps.tasks.selectors import catalogue_latest
-from tau2_env import catalog, config
-from tau2_env.evaluation import DEFAULT_SEED, trial_seeds
-from tau2_env.llm_args import DEFAULT_AGENT_ARGS, DEFAULT_USER_ARGS
+from tau2_env import config
+from tau2_env.engine import catalog
+from tau2_env.engine.evaluation import DEFAULT_SEED, trial_seeds
+from tau2_env.llm.llm_args import DEFAULT_AGENT_ARGS, DEFAULT_USER_ARGS
 
 
 def run_provenance(

@@ -11,7 +11,7 @@ class TasksConfig(AppConfig):
     def ready(self) -> None:
         # The lowest app, always installed: web, Celery workers and manage.py all refuse
         # to start on an untested τ², litellm, openenv or MCP SDK. The overrides themselves
-        # (tau2_env.compat.install) are applied by the engine's entry points before τ² runs
+        # (tau2_env.llm.compat.install) are applied by the engine's entry points before τ² runs
         # (an Episode, the OpenEnv and MCP faces, a scope building τ²'s environments), so
         # a manage.py command that never runs τ² does not import it.
         versions.require_all()

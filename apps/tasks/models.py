@@ -1,6 +1,6 @@
 """τ²-bench's catalogue, copied into the database by ``manage.py load_tasks``.
 
-The rows are a read model of what the installed τ² provides (``tau2_env.catalog``);
+The rows are a read model of what the installed τ² provides (``tau2_env.engine.catalog``);
 nothing in the product edits them by hand.
 """
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from django.db import connection, transaction
 
 from apps.tasks.models import CatalogueLoad, Domain, Split, Task, Tool
-from tau2_env import catalog
+from tau2_env.engine import catalog
 
 logger = logging.getLogger(__name__)
 

@@ -22,7 +22,7 @@ from websockets.asyncio.client import connect
 from apps.agents.credentials import KEY_REQUIRED, install
 from apps.agents.models import ApiKey
 from apps.agents.services import ApiKeyRefused, api_key_create, api_key_resolve, api_key_revoke
-from tau2_env import access
+from tau2_env.gate import access
 from tests.support.agents import agent_runs_of
 from tests.support.llm_server import text
 from tests.support.mcp_client import INITIALIZE, MCP_HEADERS

@@ -195,7 +195,7 @@ async def test_stop_on_the_run_page_ends_the_recording_at_the_next_hop(
 
 
 def test_episodes_without_a_key_stay_unrecorded(alice, llm_server):
-    from tau2_env import access
+    from tau2_env.gate import access
 
     credentials = access.resolve_credentials(access.ClientRequest(hf_token="hf_own_token"))
 

@@ -31,7 +31,7 @@ from apps.runs.models import Run
 from apps.runs.runner import run_execute
 from apps.runs.services import model_run_build
 from apps.tasks.models import Task
-from tau2_env.evaluation import trial_seeds
+from tau2_env.engine.evaluation import trial_seeds
 from tests.support import connections as with_connections
 from tests.support.connections import openai_compatible_connection
 from tests.support.llm_server import Reply

@@ -24,7 +24,7 @@ from apps.connections.services import connection_create
 from apps.runs.models import Run
 from apps.runs.services import run_create
 from apps.tasks.models import Task
-from tau2_env import llm
+from tau2_env.llm import gateway
 from tests.support import anthropic_server
 from tests.support.anthropic_server import AnthropicLLM
 from tests.support.connections import CONNECTION_KEY, CONNECTION_MODEL
@@ -258,7 +258,7 @@ def test_a_429_storm_is_retried_a_bounded_number_of_times_then_fails_retryably(
         failure=Run.Failure.TRANSIENT,  # "retry the failed runs" may try it again later
     )
     # litellm's retries of each call, times the worker's tries of the hop; then it stops.
-    assert len(llm_server.chat_requests()) == (llm.RETRIES + 1) * (WORKER_HOP_RETRIES + 1)
+    assert len(llm_server.chat_requests()) == (gateway.RETRIES + 1) * (WORKER_HOP_RETRIES + 1)
     assert run.events.filter(kind="customer").count() == 0  # no customer turn was made up
 
 
@@ -326,7 +326,7 @@ def test_an_anthropic_reply_that_is_not_json_is_named_as_such(
 )
 def test_each_refusal_of_a_connection_is_named_in_its_words(llm_server, status, words, kind):
     llm_server.responder = lambda request: error(status, words)
-    route = llm.Route(
+    route = gateway.Route(
         provider="openai_compatible",
         model=CONNECTION_MODEL,
         base_url=llm_server.base_url,
@@ -335,8 +335,8 @@ def test_each_refusal_of_a_connection_is_named_in_its_words(llm_server, status, 
     )
     tools = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]
 
-    with llm.conversation(user=route), pytest.raises(llm.LLMCallError) as caught:
-        llm.routed_completion(messages=[{"role": "user", "content": "Hi"}], tools=tools)
+    with gateway.conversation(user=route), pytest.raises(gateway.LLMCallError) as caught:
+        gateway.routed_completion(messages=[{"role": "user", "content": "Hi"}], tools=tools)
 
     failure = caught.value
     assert failure.kind == kind, str(failure)
@@ -354,7 +354,7 @@ def test_a_reply_of_another_shape_is_a_bad_reply_not_a_lost_connection(anthropic
     anthropic_llm.responder = lambda request: anthropic_server.raw(
         '{"hello": "world"}', content_type="application/json"
     )
-    route = llm.Route(
+    route = gateway.Route(
         provider="anthropic",
         model="claude-sonnet-4-5",
         base_url=anthropic_llm.base_url,
@@ -362,8 +362,8 @@ def test_a_reply_of_another_shape_is_a_bad_reply_not_a_lost_connection(anthropic
         label="Team Claude",
     )
 
-    with llm.conversation(user=route), pytest.raises(llm.LLMCallError) as caught:
-        llm.routed_completion(messages=[{"role": "user", "content": "Hi"}])
+    with gateway.conversation(user=route), pytest.raises(gateway.LLMCallError) as caught:
+        gateway.routed_completion(messages=[{"role": "user", "content": "Hi"}])
 
     assert caught.value.kind == "bad_reply" and caught.value.transient is False
     assert "answered with a reply of another shape instead of an Anthropic" in str(caught.value)
@@ -373,9 +373,9 @@ def test_a_reply_of_another_shape_is_a_bad_reply_not_a_lost_connection(anthropic
 
 def test_the_router_keeps_its_own_words():
     """A route that is not a connection's still says what the server's settings are."""
-    explained = llm.explain_error(
+    explained = gateway.explain_error(
         ConnectionRefusedError("refused"),
-        route=llm.hf_route(model="org/model", token="hf_token_0123456789"),
+        route=gateway.hf_route(model="org/model", token="hf_token_0123456789"),
     )
 
     assert explained.kind == "unreachable"

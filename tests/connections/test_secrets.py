@@ -44,7 +44,7 @@ from apps.runs.models import Run
 from apps.runs.runner import run_execute
 from apps.runs.services import model_run_build, run_create
 from apps.tasks.models import Task
-from tau2_env.evaluation import trial_seeds
+from tau2_env.engine.evaluation import trial_seeds
 from tests.support.scripts import GOLD_TASK, finished, gold_script, wait_for
 
 pytestmark = pytest.mark.slow

@@ -24,7 +24,7 @@ from apps.runs import review
 from apps.runs.models import Run
 from apps.runs.runner import run_execute
 from apps.training.models import TrainingEpisode, TrainingSession
-from tau2_env import catalog
+from tau2_env.engine import catalog
 from tests.support.connections import CONNECTION_KEY, openai_compatible_connection
 from tests.support.evaluations import stored_evaluation
 from tests.support.people import ALICE_TOKEN, BOB_TOKEN, signed_in

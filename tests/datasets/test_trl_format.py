@@ -15,7 +15,7 @@ import datasets
 import pytest
 from transformers.utils.chat_template_utils import render_jinja_template
 
-from tau2_env import catalog
+from tau2_env.engine import catalog
 from tests.support.scored_runs import LOOKUP, certificate, stored_run
 
 TEMPLATE = (

@@ -19,8 +19,8 @@ import pytest
 
 from apps.evaluations import breakdowns
 from apps.evaluations.models import Evaluation
-from tau2_env import catalog
-from tau2_env.evaluation import bootstrap_pass_hat_k, compute_metrics
+from tau2_env.engine import catalog
+from tau2_env.engine.evaluation import bootstrap_pass_hat_k, compute_metrics
 from tests.support.evaluations import Conversation, conversation, stored_evaluation
 
 GROUP_ROW = re.compile(

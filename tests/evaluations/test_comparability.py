@@ -20,7 +20,7 @@ from apps.connections.services import connection_create
 from apps.evaluations.leaderboard import leaderboard
 from apps.evaluations.models import Evaluation
 from apps.evaluations.presenters import comparability
-from tau2_env import catalog
+from tau2_env.engine import catalog
 from tests.support.connections import connections_cleared  # noqa: F401 - a fixture
 from tests.support.evaluations import stored_evaluation
 

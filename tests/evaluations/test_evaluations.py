@@ -10,7 +10,7 @@ from apps.evaluations import selectors, services
 from apps.evaluations.models import Evaluation
 from apps.evaluations.summary import EvaluationSummary
 from apps.runs.models import Run
-from tau2_env.evaluation import compute_metrics, trial_seeds
+from tau2_env.engine.evaluation import compute_metrics, trial_seeds
 from tests.support.people import ALICE_TOKEN
 from tests.support.scripts import AGENT_MODEL, gold_script
 

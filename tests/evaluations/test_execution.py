@@ -25,7 +25,7 @@ from apps.evaluations.models import Evaluation
 from apps.runs.models import Run
 from apps.runs.services import run_create
 from apps.tasks.models import Task
-from tau2_env.evaluation import trial_seeds
+from tau2_env.engine.evaluation import trial_seeds
 from tests.support import processes
 from tests.support.llm_server import error
 from tests.support.scripts import AGENT_MODEL, finished, gold_script, is_agent_request, wait_for

@@ -20,7 +20,7 @@ from apps.evaluations.imports import evaluation_import
 from apps.evaluations.models import Evaluation
 from apps.evaluations.summary import EvaluationSummary
 from apps.runs.models import Run, RunEvent
-from tau2_env.evaluation import trial_seeds
+from tau2_env.engine.evaluation import trial_seeds
 from tests.support.evaluations import results_file, tau2_run_file
 from tests.support.jobs import followed
 from tests.support.people import ALICE_TOKEN
@@ -167,8 +167,8 @@ def test_a_task_whose_reward_needs_the_nl_judge_is_not_rescored_and_no_llm_is_ca
 ):
     from tau2.data_model.tasks import RewardType
 
-    from tau2_env import catalog
-    from tau2_env.results import read_results, rescore
+    from tau2_env.engine import catalog
+    from tau2_env.engine.results import read_results, rescore
 
     task = catalog.get_tau2_task("airline", "27")
     criteria = task.evaluation_criteria.model_copy(
@@ -271,7 +271,7 @@ def test_a_small_file_of_an_agent_error_imports_with_its_zero_reward(alice):
 
 
 def test_an_import_of_a_whole_split_is_ranked_on_the_leaderboard(alice, alice_client):
-    from tau2_env import catalog
+    from tau2_env.engine import catalog
 
     split = list(catalog.get_domain("airline").splits["test"])
     data = results_file(simulations=len(split))

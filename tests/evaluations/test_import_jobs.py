@@ -37,7 +37,7 @@ def upload(client: Client, data: bytes, *, filename: str = "results.json", **fie
 def telecom_file(simulations: int) -> bytes:
     """``simulations`` short telecom conversations τ² re-scores by replaying each one in
     a fresh environment (the kind of file the issue's 2,285-simulation import was)."""
-    from tau2_env import catalog
+    from tau2_env.engine import catalog
 
     tasks = list(catalog.get_domain("telecom").splits["full"])[:simulations]
     data = results_file(domain="telecom", simulations=simulations)

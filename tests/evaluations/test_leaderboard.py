@@ -13,8 +13,8 @@ import pytest
 from django.test import Client, override_settings
 
 from apps.evaluations.leaderboard import leaderboard
-from tau2_env import catalog
-from tau2_env.evaluation import compute_metrics
+from tau2_env.engine import catalog
+from tau2_env.engine.evaluation import compute_metrics
 from tests.support.evaluations import stored_evaluation
 
 TEST_SPLIT = list(catalog.get_domain("airline").splits["test"])

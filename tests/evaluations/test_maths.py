@@ -7,13 +7,13 @@ import random
 import pytest
 
 # isort: off
-from tau2_env._tau2 import registry  # noqa: F401
+from tau2_env.llm._tau2 import registry  # noqa: F401
 from tau2.data_model.simulation import Results, RewardInfo, SimulationRun
 from tau2.metrics.agent_metrics import compute_metrics as tau2_compute_metrics
 
 # isort: on
-from tau2_env import catalog
-from tau2_env.evaluation import compute_metrics, is_successful, pass_hat_k, trial_seeds
+from tau2_env.engine import catalog
+from tau2_env.engine.evaluation import compute_metrics, is_successful, pass_hat_k, trial_seeds
 
 
 def tau2_seeds(seed: int, num_trials: int) -> list[int]:

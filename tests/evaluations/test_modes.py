@@ -32,7 +32,7 @@ from apps.evaluations.exports import evaluation_export, evaluation_export_tau2
 from apps.evaluations.models import Evaluation
 from apps.evaluations.services import evaluation_create
 from apps.runs.models import Run
-from tau2_env import results as tau2_results
+from tau2_env.engine import results as tau2_results
 from tests.support.evaluations import wait_for_evaluation
 from tests.support.llm_server import RecordedRequest, tool_call
 from tests.support.scripts import GOLD_TASK, gold_script
@@ -342,7 +342,7 @@ def test_the_form_refuses_no_user_on_airline_with_the_reason(alice, alice_client
 def test_oracle_plan_leaves_out_the_tasks_tau2s_gt_agent_refuses(alice, llm_server):
     from tau2.agent.llm_agent import LLMGTAgent
 
-    from tau2_env import catalog
+    from tau2_env.engine import catalog
 
     refused = [
         t
@@ -411,8 +411,8 @@ def test_a_no_user_conversation_whose_first_call_fails_transiently_opens_afresh(
     """τ²'s solo agent speaks first inside τ²'s initialize(): a rate limit there is a hop
     tried again like any, on a conversation built afresh (the task's initial state applied
     once), and τ² scores the solved task 1."""
-    from tau2_env import engine
-    from tau2_env import llm as routes
+    from tau2_env.engine import episodes
+    from tau2_env.llm import gateway as routes
     from tests.support.llm_server import error
 
     answered = []
@@ -441,7 +441,7 @@ def test_a_no_user_conversation_whose_first_call_fails_transiently_opens_afresh(
         base_url=llm_server.base_url,
         api_key=CONNECTION_KEY,
     )
-    episode = engine.Episode(
+    episode = episodes.Episode(
         domain="telecom",
         task_id=TELECOM_TASK,
         user_llm=route,
@@ -465,5 +465,5 @@ def test_a_no_user_conversation_whose_first_call_fails_transiently_opens_afresh(
     assert answered == ["refused"] * refusals + ["answered"] * 3
     assert [h.speaker for h in hops] == ["agent", "agent", "agent"]
     assert [m.turn_idx for m in episode.messages] == list(range(len(episode.messages)))
-    assert episode.termination_reason == engine.TerminationReason.AGENT_STOP
+    assert episode.termination_reason == episodes.TerminationReason.AGENT_STOP
     assert episode.reward == 1.0

@@ -21,7 +21,7 @@ from apps.evaluations.imports import evaluation_import
 from apps.evaluations.leaderboard import leaderboard, published
 from apps.evaluations.models import Evaluation
 from apps.runs.models import Run
-from tau2_env import catalog
+from tau2_env.engine import catalog
 from tests.support.evaluations import results_file, stored_evaluation
 from tests.support.jobs import followed
 

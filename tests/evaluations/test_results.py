@@ -18,7 +18,7 @@ from django.test import Client, override_settings
 from apps.evaluations import selectors
 from apps.evaluations.summary import EvaluationSummary
 from apps.runs.models import Run
-from tau2_env.evaluation import trial_seeds
+from tau2_env.engine.evaluation import trial_seeds
 from tests.support.evaluations import conversation, stored_evaluation, wait_for_evaluation
 from tests.support.people import ALICE_TOKEN, BOB_TOKEN
 
@@ -94,8 +94,8 @@ def test_tau2s_evaluator_scores_the_downloaded_conversations_as_they_were_scored
 ):
     from tau2.data_model.simulation import Results
 
-    from tau2_env import catalog
-    from tau2_env.results import rescore
+    from tau2_env.engine import catalog
+    from tau2_env.engine.results import rescore
 
     response = alice_client.get(f"/evaluations/{evaluation.pk}.json?format=tau2")
     results = Results.model_validate_json(response.content)

@@ -236,7 +236,7 @@ def test_compare_says_whether_the_difference_is_real_for_each_k_both_have(alice,
 
 def test_adjacent_leaderboard_rows_say_whether_one_is_really_ahead(alice, alice_client):
     from apps.evaluations.leaderboard import leaderboard
-    from tau2_env import catalog
+    from tau2_env.engine import catalog
     from tests.support.evaluations import stored_evaluation
 
     split = list(catalog.get_domain("airline").splits["test"])

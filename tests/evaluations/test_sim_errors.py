@@ -13,8 +13,8 @@ import pytest
 from apps.evaluations import presenters, selectors
 from apps.evaluations.leaderboard import leaderboard
 from apps.runs.models import AutoReview, ReviewLabel, Run
-from tau2_env import catalog
-from tau2_env.evaluation import compute_metrics
+from tau2_env.engine import catalog
+from tau2_env.engine.evaluation import compute_metrics
 from tests.support.evaluations import stored_evaluation
 
 TEST_SPLIT = list(catalog.get_domain("airline").splits["test"])

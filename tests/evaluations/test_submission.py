@@ -26,8 +26,8 @@ from django.urls import reverse
 
 from apps.evaluations.models import Evaluation
 from apps.runs.models import Run
-from tau2_env import catalog
-from tau2_env import submission as tau2_submission
+from tau2_env.engine import catalog
+from tau2_env.engine import submission as tau2_submission
 from tests.support.connections import CONNECTION_KEY, openai_compatible_connection
 from tests.support.evaluations import conversation, results_file, stored_evaluation
 from tests.support.jobs import followed, job_of

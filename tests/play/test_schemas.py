@@ -3,16 +3,16 @@
 import json
 
 from apps.play.schemas import argument_errors, form_schema
-from tau2_env import engine
+from tau2_env.engine import episodes
 
 
 def _schema(name: str, domain: str = "airline") -> dict:
-    return next(t for t in engine.tool_specs(domain) if t["name"] == name)["input_schema"]
+    return next(t for t in episodes.tool_specs(domain) if t["name"] == name)["input_schema"]
 
 
 def test_the_form_schema_has_no_references_left_in_any_domain():
     for domain in ("airline", "retail", "telecom"):
-        for tool in engine.tool_specs(domain):
+        for tool in episodes.tool_specs(domain):
             resolved = json.dumps(form_schema(tool["input_schema"]))
             assert "$ref" not in resolved and "anyOf" not in resolved, (domain, tool["name"])
 

@@ -23,7 +23,7 @@ from apps.runs import autoreview
 from apps.runs.models import AutoReview, ReviewLabel, Run, RunEvent
 from apps.runs.review import review_queue
 from apps.runs.selectors import labelled
-from tau2_env import review as tau2_review
+from tau2_env.engine import review as tau2_review
 from tests.support.connections import CONNECTION_KEY, STAFF_TOKEN, openai_compatible_connection
 from tests.support.evaluations import stored_evaluation
 from tests.support.llm_server import Reply

@@ -14,7 +14,7 @@ from django.test import Client
 
 from apps.runs.models import Run
 from apps.runs.services import run_create
-from tau2_env.evaluation import trial_seeds
+from tau2_env.engine.evaluation import trial_seeds
 from tests.runs.conftest import (
     AGENT_MODEL,
     GOLD_TASK,
@@ -93,13 +93,13 @@ def tau2_agent_request(run: Run, prefix: list[dict]) -> list[tuple]:
     from tau2.agent.llm_agent import LLMAgent
     from tau2.utils.llm_utils import to_litellm_messages
 
-    from tau2_env import engine, environments
+    from tau2_env.engine import environments, episodes
 
     environment = environments.fresh_environment(run.domain)
     agent = LLMAgent(
         tools=environment.get_tools(), domain_policy=environment.get_policy(), llm=AGENT_MODEL
     )
-    state = agent.get_init_state(message_history=engine.messages_from_json(prefix))
+    state = agent.get_init_state(message_history=episodes.messages_from_json(prefix))
     return [_wire(m) for m in to_litellm_messages(state.system_messages + state.messages)]
 
 

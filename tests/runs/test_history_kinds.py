@@ -15,7 +15,7 @@ from apps.runs.models import Run
 from apps.runs.selectors import RunFilters, run_list
 from apps.runs.templatetags.wrapping import breakable
 from apps.tasks.models import Task
-from tau2_env import catalog
+from tau2_env.engine import catalog
 from tests.support.evaluations import stored_evaluation
 
 

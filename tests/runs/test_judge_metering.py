@@ -18,8 +18,8 @@ from apps.runs.models import Run
 from apps.runs.runner import run_execute
 from apps.runs.services import model_run_build
 from apps.tasks.models import Task
-from tau2_env import llm
-from tau2_env.evaluation import trial_seeds
+from tau2_env.engine.evaluation import trial_seeds
+from tau2_env.llm import gateway
 from tests.support.connections import openai_compatible_connection
 from tests.support.llm_server import Reply, text
 from tests.support.scripts import is_agent_request
@@ -154,17 +154,19 @@ def test_an_unpriced_judge_is_metered_but_never_said_free(
 
 
 def test_a_meter_counts_calls_by_role_and_sends_nothing_else(llm_server):
-    route = llm.hf_route(model="org/m", token="hf_meter_0123456789")
+    route = gateway.hf_route(model="org/m", token="hf_meter_0123456789")
     llm_server.responder = lambda request: Reply(content="ok", usage=(7, 3))
-    with llm.conversation(user=route), llm.metered() as outer:
-        with llm.metered() as inner:
-            llm.routed_completion(messages=[{"role": "user", "content": "hi"}])
-        llm.routed_completion(
-            messages=[{"role": "user", "content": "hi"}], **{llm.ROLE_KEY: llm.ROLE_USER}
+    with gateway.conversation(user=route), gateway.metered() as outer:
+        with gateway.metered() as inner:
+            gateway.routed_completion(messages=[{"role": "user", "content": "hi"}])
+        gateway.routed_completion(
+            messages=[{"role": "user", "content": "hi"}], **{gateway.ROLE_KEY: gateway.ROLE_USER}
         )
-    assert inner.of(llm.ROLE_JUDGE) == llm.Usage(prompt_tokens=7, completion_tokens=3, calls=1)
-    assert outer.of(llm.ROLE_JUDGE).calls == 1 and outer.of(llm.ROLE_USER).tokens == 10
-    assert outer.of(llm.ROLE_AGENT) == llm.Usage()
+    assert inner.of(gateway.ROLE_JUDGE) == gateway.Usage(
+        prompt_tokens=7, completion_tokens=3, calls=1
+    )
+    assert outer.of(gateway.ROLE_JUDGE).calls == 1 and outer.of(gateway.ROLE_USER).tokens == 10
+    assert outer.of(gateway.ROLE_AGENT) == gateway.Usage()
     first, second = llm_server.chat_requests()
     assert first.body == second.body  # the role is ours: never on the wire, nor the meter
 

@@ -87,7 +87,8 @@ def test_django_starts_without_loading_tau2_or_litellm():
     seconds to import)."""
     code = (
         "import django, sys; django.setup(); "
-        "print(sorted(m for m in ('tau2', 'litellm', 'tau2_env.engine') if m in sys.modules))"
+        "print(sorted(m for m in ('tau2', 'litellm', 'tau2_env.engine.episodes') "
+        "if m in sys.modules))"
     )
     result = subprocess.run(
         [sys.executable, "-c", code],

@@ -16,7 +16,7 @@ from apps.runs import consumers
 from apps.runs.events import events_publish
 from apps.runs.lifecycle import run_finish
 from apps.runs.models import Run
-from tau2_env.evaluation import trial_seeds
+from tau2_env.engine.evaluation import trial_seeds
 from tests.runs.test_consumers import (
     TIMEOUT,
     announce_status,

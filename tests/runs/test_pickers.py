@@ -17,7 +17,7 @@ from apps.connections.picker import RouteField
 from apps.runs import defaults
 from apps.runs.forms import ForkForm, RunForm
 from apps.runs.models import Run
-from tau2_env.evaluation import DEFAULT_SEED
+from tau2_env.engine.evaluation import DEFAULT_SEED
 
 FORMS = ("/runs/new/", "/races/new/", "/evaluations/new/", "/play/", "/play/new/")
 ONE_TASK_FORMS = ("/runs/new/", "/races/new/", "/play/new/")

@@ -1,6 +1,6 @@
 """Provider errors named for what happened, with what to do, and never a secret.
 
-Every call goes through ``tau2_env.llm`` and real litellm: to the scripted server
+Every call goes through ``tau2_env.llm.gateway`` and real litellm: to the scripted server
 answering a status code, to a closed local port (refused), or to a server that answers
 too late. A model run that meets a refused router ends failed with the reason on its
 page, never stuck running.
@@ -14,7 +14,7 @@ import pytest
 
 from apps.runs.models import Run
 from apps.runs.runner import run_execute
-from tau2_env import llm
+from tau2_env.llm import gateway
 from tests.runs.conftest import ALICE_TOKEN
 from tests.support.llm_server import delayed, error, text
 from tests.support.scripts import queued_run
@@ -29,9 +29,9 @@ def _closed_port() -> int:
         return sock.getsockname()[1]
 
 
-def _call(route: llm.Route) -> llm.LLMCallError:
-    with llm.conversation(user=route), pytest.raises(llm.LLMCallError) as caught:
-        llm.routed_completion(messages=[{"role": "user", "content": "Hello"}])
+def _call(route: gateway.Route) -> gateway.LLMCallError:
+    with gateway.conversation(user=route), pytest.raises(gateway.LLMCallError) as caught:
+        gateway.routed_completion(messages=[{"role": "user", "content": "Hello"}])
     return caught.value
 
 
@@ -49,7 +49,7 @@ def _call(route: llm.Route) -> llm.LLMCallError:
 def test_a_status_code_is_named_with_what_to_do(llm_server, status, kind, words, transient):
     llm_server.responder = lambda request: error(status, f"upstream refuses {TOKEN}")
 
-    failure = _call(llm.hf_route(model="org/model", token=TOKEN))
+    failure = _call(gateway.hf_route(model="org/model", token=TOKEN))
 
     assert failure.kind == kind
     assert failure.transient is transient
@@ -63,7 +63,7 @@ def test_401_and_402_are_asked_once(llm_server):
     for status in (401, 402):
         llm_server.reset()
         llm_server.responder = lambda request, status=status: error(status)
-        _call(llm.hf_route(model="org/model", token=TOKEN))
+        _call(gateway.hf_route(model="org/model", token=TOKEN))
         assert len(llm_server.chat_requests()) == 1
 
 
@@ -71,7 +71,7 @@ def test_a_refused_connection_names_the_router_and_its_setting(monkeypatch):
     port = _closed_port()
     monkeypatch.setenv("TAU2_HF_ROUTER_URL", f"http://127.0.0.1:{port}/v1?api_key={TOKEN}")
 
-    failure = _call(llm.hf_route(model="org/model", token=TOKEN))
+    failure = _call(gateway.hf_route(model="org/model", token=TOKEN))
 
     assert failure.kind == "unreachable"
     assert failure.transient is True  # a router restarting comes back: worth a retry
@@ -84,7 +84,7 @@ def test_a_refused_connection_names_the_router_and_its_setting(monkeypatch):
 def test_an_unknown_host_is_named_as_such(monkeypatch):
     monkeypatch.setenv("TAU2_HF_ROUTER_URL", "http://no-such-router.invalid/v1")
 
-    failure = _call(llm.hf_route(model="org/model", token=TOKEN))
+    failure = _call(gateway.hf_route(model="org/model", token=TOKEN))
 
     assert failure.kind == "unreachable"
     assert "could not be found (no such host)" in str(failure)
@@ -92,7 +92,7 @@ def test_an_unknown_host_is_named_as_such(monkeypatch):
 
 def test_a_call_without_an_answer_times_out_with_the_wait_named(llm_server):
     llm_server.responder = lambda request: delayed(text("too late"), 5)
-    route = llm.Route(
+    route = gateway.Route(
         provider="hf", model="org/model", base_url=llm_server.base_url, api_key=TOKEN, timeout=1
     )
 
@@ -104,7 +104,7 @@ def test_a_call_without_an_answer_times_out_with_the_wait_named(llm_server):
 
 
 def test_a_bug_is_an_internal_error_without_secrets():
-    explained = llm.explain_error(
+    explained = gateway.explain_error(
         KeyError(f"{TOKEN} at https://example.org/v1?key=abc"), secrets=("abc",)
     )
 
@@ -114,9 +114,11 @@ def test_a_bug_is_an_internal_error_without_secrets():
 
 
 def test_an_explained_call_failure_keeps_its_kind():
-    failure = llm.LLMCallError("hf:m failed: out of credits", status_code=402, kind="no_credits")
+    failure = gateway.LLMCallError(
+        "hf:m failed: out of credits", status_code=402, kind="no_credits"
+    )
 
-    assert llm.explain_error(failure) == ("no_credits", "hf:m failed: out of credits")
+    assert gateway.explain_error(failure) == ("no_credits", "hf:m failed: out of credits")
 
 
 def test_a_run_whose_router_refuses_fails_with_the_reason_on_its_page(

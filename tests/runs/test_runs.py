@@ -7,7 +7,7 @@ from decimal import Decimal
 import pytest
 
 from apps.runs.models import Run, RunEvent
-from tau2_env.evaluation import trial_seeds
+from tau2_env.engine.evaluation import trial_seeds
 from tests.runs.conftest import (
     AGENT_MODEL,
     ALICE_TOKEN,

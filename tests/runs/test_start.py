@@ -16,7 +16,7 @@ from django.test import Client, override_settings
 from apps.runs import services
 from apps.runs.models import Run
 from apps.tasks.models import Task
-from tau2_env.evaluation import trial_seeds
+from tau2_env.engine.evaluation import trial_seeds
 from tests.support.scripts import AGENT_MODEL, finished, gold_script, wait_for
 
 CUSTOMER_MODEL = "deepseek-ai/DeepSeek-V4.1-Flash"

@@ -28,7 +28,7 @@ from schemathesis.checks import not_a_server_error
 from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
-from tau2_env.guard import host_allowed, origin_allowed
+from tau2_env.gate.guard import host_allowed, origin_allowed
 from tests.support.llm_server import text
 from tests.support.mcp_client import INITIALIZE, MCP_HEADERS, mcp_session
 

@@ -36,12 +36,12 @@ class Conversation:
 def conversation(llm: ScriptedLLM, *, domain: str, task_id: str, solve: bool) -> Conversation:
     """Play ``task_id`` through the engine with the scripted customer: the task's expected
     actions (``solve``) or a greeting and a goodbye; τ² scores it."""
-    from tau2_env import catalog, engine
-    from tau2_env import llm as routes
+    from tau2_env.engine import catalog, episodes
+    from tau2_env.llm import gateway as routes
     from tests.support.trajectories import CustomerScript, drive_engine
 
     task = catalog.get_tau2_task(domain, task_id)
-    episode = engine.Episode(
+    episode = episodes.Episode(
         domain=domain,
         task=task,
         user_llm=routes.hf_route(model="scripted/customer", token=ALICE_TOKEN),
@@ -85,8 +85,8 @@ def stored_evaluation(
     from apps.runs.models import Run, RunEvent
     from apps.tasks.models import Task
     from apps.tasks.selectors import catalogue_latest
-    from tau2_env import catalog
-    from tau2_env.evaluation import trial_seeds
+    from tau2_env.engine import catalog
+    from tau2_env.engine.evaluation import trial_seeds
 
     task_ids = list(outcomes)
     k = num_trials or max(len(v) for v in outcomes.values())

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from tau2_env import hf_identity
+from tau2_env.gate import hf_identity
 from tests.support.llm_server import ScriptedLLM
 from tests.support.processes import free_port
 

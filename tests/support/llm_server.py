@@ -1,6 +1,6 @@
 """A local, scripted, OpenAI-compatible LLM server for tests.
 
-Every LLM call of the product goes through ``tau2_env.llm`` and litellm; tests point them
+Every LLM call of the product goes through ``tau2_env.llm.gateway`` and litellm; tests point them
 here (``TAU2_HF_ROUTER_URL=http://127.0.0.1:<port>/v1``) so that litellm, HTTP and the
 headers are real and only the model is scripted.
 

@@ -5,7 +5,7 @@ process but PostgreSQL and Redis (the test database, ``REDIS_URL``, ``CHANNELS_P
 
 * :func:`start_web` serves ``tau2site.asgi:application`` with uvicorn on a free port
   (:func:`free_port`, also the suite's one way to pick a port);
-* :func:`start_router` runs ``python -m tau2_env.router`` over an ASGI app;
+* :func:`start_router` runs ``python -m tau2_env.gate.session_router`` over an ASGI app;
 * :func:`start_worker` runs ``celery -A tau2site worker`` on one queue;
 * :func:`start_beat` runs ``celery -A tau2site beat`` (the reaper and the dispatcher);
 * :func:`wait_until_up` waits for them all to answer (``/health``, Celery ``ping``), so
@@ -107,11 +107,11 @@ def start_web(env: dict[str, str]) -> Process:
 def start_router(
     env: dict[str, str], *, app: str, processes: int = 2, args: tuple[str, ...] = ()
 ) -> Process:
-    """Start ``python -m tau2_env.router app`` (``processes`` uvicorns behind it) on a free
-    local port, as a deployment starts it; ``args`` go on its command line."""
+    """Start ``python -m tau2_env.gate.session_router app`` (``processes`` uvicorns behind
+    it) on a free local port, as a deployment starts it; ``args`` go on its command line."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tau2_env.router", app, "--processes", str(processes)]
+        [sys.executable, "-m", "tau2_env.gate.session_router", app, "--processes", str(processes)]
         + ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning", *args],
         cwd=ROOT,
         env=env,

@@ -1,8 +1,8 @@
 """A scripted OpenEnv process for the router's tests, without τ²:
-``python -m tau2_env.router tests.support.router_backend:app --processes 2``.
+``python -m tau2_env.gate.session_router tests.support.router_backend:app --processes 2``.
 
 * ``/agent/mcp`` keeps MCP sessions in this process's memory, as
-  :mod:`tau2_env.mcp_server` does: a ``POST`` without ``Mcp-Session-Id`` opens one for
+  :mod:`tau2_env.faces.mcp_server` does: a ``POST`` without ``Mcp-Session-Id`` opens one for
   its bearer token (its id in the answer's ``Mcp-Session-Id``); a request naming one is
   answered for its opener (``DELETE`` closes it) and refused with 404 ``Session not
   found`` for anyone else, or where this process does not hold it.

@@ -11,8 +11,8 @@ from typing import Any
 
 from apps.runs.models import Run, RunEvent
 from apps.tasks.models import Task
-from tau2_env import llm
-from tau2_env.engine import Episode, messages_to_json
+from tau2_env.engine.episodes import Episode, messages_to_json
+from tau2_env.llm import gateway
 from tests.support.llm_server import ScriptedLLM, text
 
 USER = "ethan_martin_2396"
@@ -29,7 +29,7 @@ def stored_run(
 ) -> Run:
     """``user``'s completed, scored run of airline/27 whose agent made ``calls``."""
     llm_server.add(text(f"My flight was delayed; I'm {USER}."))
-    route = llm.Route(
+    route = gateway.Route(
         provider="hf", model="scripted/customer", base_url=llm_server.base_url, api_key="hf_x7"
     )
     episode = Episode(domain="airline", task_id="27", user_llm=route)

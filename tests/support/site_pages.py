@@ -102,7 +102,7 @@ def site_with_content(*, alice, llm) -> Site:
     from apps.races.models import Race, RaceLane
     from apps.runs.models import Run, RunEvent
     from apps.tasks.models import Task
-    from tau2_env import catalog
+    from tau2_env.engine import catalog
     from tests.support.connections import openai_compatible_connection
     from tests.support.evaluations import stored_evaluation
     from tests.support.scripts import refresh_agent_models

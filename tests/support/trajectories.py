@@ -11,7 +11,7 @@ from collections import deque
 from typing import Any
 
 # isort: off
-from tau2_env._tau2 import registry  # noqa: F401  (τ² through its quiet import, first)
+from tau2_env.llm._tau2 import registry  # noqa: F401  (τ² through its quiet import, first)
 from tau2.data_model.simulation import SimulationRun, TerminationReason
 from tau2.data_model.tasks import Task
 from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
@@ -19,7 +19,7 @@ from tau2.utils.utils import get_now
 
 # isort: on
 
-from tau2_env.engine import messages_from_json
+from tau2_env.engine.episodes import messages_from_json
 from tests.support.llm_server import Reply, ScriptedLLM, text, tool_call
 
 CUSTOMER_OPENING = "Hi, I need some help please."

@@ -3,7 +3,7 @@ from django.core.management import call_command
 
 from apps.tasks.models import CatalogueLoad, Domain, Split, Task, Tool
 from apps.tasks.services import catalogue_load
-from tau2_env import catalog
+from tau2_env.engine import catalog
 
 pytestmark = pytest.mark.django_db
 

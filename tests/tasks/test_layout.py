@@ -107,7 +107,7 @@ def test_a_stop_marker_is_a_mark_and_never_a_heading(kind, role, content, said, 
 
 
 def test_the_markers_are_tau2s_own():
-    from tau2_env.engine import AGENT_STOP  # noqa: I001 - τ² through the engine's quiet import
+    from tau2_env.engine.episodes import AGENT_STOP  # noqa: I001 - τ² through the engine's quiet import
     from tau2.user.base import OUT_OF_SCOPE, STOP, TRANSFER
 
     assert set(presenters.STOP_MARKERS) == {STOP, TRANSFER, OUT_OF_SCOPE, AGENT_STOP}

@@ -14,7 +14,8 @@ import httpx
 import pytest
 from websockets.asyncio.client import connect
 
-from tau2_env import access, engine
+from tau2_env.engine import episodes
+from tau2_env.gate import access
 from tests.support.llm_server import text
 from tests.support.mcp_client import mcp_session
 from tests.support.scripts import gold_script
@@ -114,7 +115,7 @@ async def test_a_recorded_episodes_tool_calls_run_off_the_event_loop_an_unrecord
     # A recorder's hooks may do I/O (the web project stores each hop): its episode's
     # tool calls stay in the episode pool; an unrecorded episode's are answered on the
     # event loop (the uvicorn thread), where its respond_to_user still never runs.
-    where = record_threads(monkeypatch, engine.Episode, "call_tool", "say")
+    where = record_threads(monkeypatch, episodes.Episode, "call_tool", "say")
     llm_server.add(text("Hi, I need help."), text("Hi, I need help too."), text("My id is x."))
     tool = {"type": "call_tool", "tool_name": "get_user_details"}
     tool["arguments"] = {"user_id": GOLD_USER}

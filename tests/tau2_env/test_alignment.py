@@ -1,9 +1,9 @@
-"""The alignment of runs' tool calls (tau2_env.alignment): an inserted call, a missing call,
+"""The alignment of runs' tool calls (tau2_env.engine.alignment): an inserted call, a missing call,
 different arguments, three and four runs, an empty run, and no shared task (no centre)."""
 
 from __future__ import annotations
 
-from tau2_env.alignment import Call, Row, align, differing_args
+from tau2_env.engine.alignment import Call, Row, align, differing_args
 
 USER = {"user_id": "ethan_martin_2396"}
 EXPECTED = [

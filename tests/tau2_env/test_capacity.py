@@ -21,7 +21,7 @@ from websockets.exceptions import ConnectionClosed
 
 from apps.agents.credentials import install
 from apps.agents.services import api_key_create
-from tau2_env.capacity import CapacityReached, SessionSlots
+from tau2_env.gate.capacity import CapacityReached, SessionSlots
 from tau2site.asgi import application
 from tests.support import processes
 from tests.support.mcp_client import INITIALIZE, MCP_HEADERS, mcp_initialize, mcp_session

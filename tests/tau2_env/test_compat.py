@@ -1,4 +1,4 @@
-"""The overrides of libraries' internals (``tau2_env.compat``): what each one is for, that
+"""The overrides of libraries' internals (``tau2_env.llm.compat``): what each one is for, that
 ``install()`` applies each once, and that an untested version of a library is refused."""
 
 from __future__ import annotations
@@ -14,17 +14,20 @@ import pytest
 from starlette.testclient import TestClient
 
 # isort: off
-from tau2_env._tau2 import registry
+from tau2_env.llm._tau2 import registry
 import litellm
 import tau2.utils.llm_utils as tau2_llm_utils
 from tau2.data_model.message import UserMessage
 from tau2.environment.tool import Tool
 
 # isort: on
-from tau2_env import access, compat, environments, llm, versions
-from tau2_env.capacity import SessionSlots
-from tau2_env.mcp_server import McpApp
-from tau2_env.server import create_openenv_app
+from tau2_env import versions
+from tau2_env.engine import environments
+from tau2_env.faces.mcp_server import McpApp
+from tau2_env.faces.server import create_openenv_app
+from tau2_env.gate import access
+from tau2_env.gate.capacity import SessionSlots
+from tau2_env.llm import compat, gateway
 from tests.support.llm_server import text
 from tests.support.mcp_client import INITIALIZE, MCP_HEADERS
 
@@ -53,11 +56,14 @@ def test_tau2s_llm_calls_take_the_conversations_route_and_none_without_one(llm_s
     hello = [UserMessage(role="user", content="Hi")]
     llm_server.add(text("Hello from the route"))
 
-    with pytest.raises(llm.MissingCredentialsError):
+    with pytest.raises(gateway.MissingCredentialsError):
         tau2_llm_utils.generate(model="org/customer", messages=hello, tools=tools)
-    with llm.conversation(user=llm.hf_route(model="org/customer", token=TOKEN)):
+    with gateway.conversation(user=gateway.hf_route(model="org/customer", token=TOKEN)):
         reply = tau2_llm_utils.generate(
-            model="org/customer", messages=hello, tools=tools, **{llm.ROLE_KEY: llm.ROLE_USER}
+            model="org/customer",
+            messages=hello,
+            tools=tools,
+            **{gateway.ROLE_KEY: gateway.ROLE_USER},
         )
 
     assert reply.content == "Hello from the route"
@@ -126,7 +132,7 @@ def test_a_builder_installs_the_overrides_tau2s_registry_needs_to_ask_it(monkeyp
     monkeypatch.setattr(tau2_llm_utils, "completion", unrouted)
     asked = []
     with compat.tau2_environments_from(lambda domain, *a, **k: asked.append(domain)):
-        assert compat._installed and tau2_llm_utils.completion is llm.routed_completion
+        assert compat._installed and tau2_llm_utils.completion is gateway.routed_completion
         registry.get_env_constructor("airline")()
     assert asked == ["airline"]
 
@@ -147,7 +153,7 @@ def test_install_turns_litellms_cache_off_and_applies_each_hook_once(monkeypatch
         litellm.disable_cache()
 
     assert cache is None and "cache" not in callbacks
-    assert tau2_llm_utils.completion is llm.routed_completion
+    assert tau2_llm_utils.completion is gateway.routed_completion
     assert Tool.openai_schema.fget is schema  # not wrapped twice
     assert all(registry.get_env_constructor(d) is c for d, c in constructors.items())
     assert all(hasattr(c, "__tau2_original__") for c in constructors.values())

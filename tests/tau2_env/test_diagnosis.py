@@ -1,4 +1,4 @@
-"""The database diff and the expected-action trace (tau2_env.diagnosis).
+"""The database diff and the expected-action trace (tau2_env.engine.diagnosis).
 
 Golden replays (every task's expected actions, played through the engine as the
 faithfulness suite plays them) have an empty diff and every call matching; a replay with
@@ -12,8 +12,9 @@ import time
 
 import pytest
 
-from tau2_env import catalog, diagnosis, llm, scoring
-from tau2_env.engine import Episode
+from tau2_env.engine import catalog, diagnosis, scoring
+from tau2_env.engine.episodes import Episode
+from tau2_env.llm import gateway
 from tests.support.llm_server import text, tool_call
 from tests.support.trajectories import (
     CUSTOMER_DID_IT,
@@ -27,8 +28,8 @@ DOMAINS = ("airline", "retail", "telecom")
 TOKEN = "hf_diagnosis_token_7"
 
 
-def _route(llm_server) -> llm.Route:
-    return llm.Route(
+def _route(llm_server) -> gateway.Route:
+    return gateway.Route(
         provider="hf", model="scripted/customer", base_url=llm_server.base_url, api_key=TOKEN
     )
 

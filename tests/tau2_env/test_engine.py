@@ -6,15 +6,16 @@ import json
 
 import pytest
 
-from tau2_env import catalog, llm
-from tau2_env.engine import Episode, EpisodeOver
+from tau2_env.engine import catalog
+from tau2_env.engine.episodes import Episode, EpisodeOver
+from tau2_env.llm import gateway
 from tests.support.llm_server import error, text
 
 TOKEN = "hf_engine_token_123456"
 
 
-def _route(llm_server, token: str = TOKEN) -> llm.Route:
-    return llm.Route(
+def _route(llm_server, token: str = TOKEN) -> gateway.Route:
+    return gateway.Route(
         provider="hf", model="org/customer", base_url=llm_server.base_url, api_key=token
     )
 
@@ -78,8 +79,8 @@ def test_a_402_is_not_retried_and_ends_the_episode_with_a_reason(llm_server):
 
 def test_an_llm_call_outside_a_conversation_is_refused(llm_server, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_server_should_not_be_used")
-    with pytest.raises(llm.MissingCredentialsError):
-        llm.routed_completion(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}])
+    with pytest.raises(gateway.MissingCredentialsError):
+        gateway.routed_completion(model="gpt-4o-mini", messages=[{"role": "user", "content": "hi"}])
     assert llm_server.chat_requests() == []
 
 
@@ -88,7 +89,7 @@ def test_the_configured_provider_and_its_server_key_are_used_without_a_token(
 ):
     monkeypatch.setenv("TAU2_USER_PROVIDER", "openai")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-server-openai-key-1234")
-    route = llm.resolve_route()
+    route = gateway.resolve_route()
     llm_server.add(text("Hello from the customer."))
     episode = Episode(domain="retail", task_id="0", user_llm=route)
 
@@ -103,15 +104,15 @@ def test_the_configured_provider_and_its_server_key_are_used_without_a_token(
 def test_a_given_token_wins_over_every_server_key(llm_server, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", "hf_server_token_999999")
     monkeypatch.setenv("TAU2_USER_MODEL", "org/other-model")
-    route = llm.resolve_route(hf_token="hf_given_token_888888")
+    route = gateway.resolve_route(hf_token="hf_given_token_888888")
     assert route.api_key == "hf_given_token_888888"
     assert route.model == "org/other-model"
     assert route.base_url == llm_server.base_url
 
 
 def test_no_credentials_explain_what_to_do(llm_server):
-    with pytest.raises(llm.MissingCredentialsError) as failure:
-        llm.resolve_route()
+    with pytest.raises(gateway.MissingCredentialsError) as failure:
+        gateway.resolve_route()
     message = str(failure.value)
     assert "hf_token" in message and "HF_TOKEN" in message and "TAU2_USER_PROVIDER" in message
 

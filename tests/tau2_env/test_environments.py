@@ -7,11 +7,12 @@ import pickle
 import threading
 
 import pytest
-from tau2.data_model.message import ToolCall  # conftest imported τ² via tau2_env._tau2
+from tau2.data_model.message import ToolCall  # conftest imported τ² via tau2_env.llm._tau2
 
-from tau2_env import compat, environments
-from tau2_env._tau2 import registry
-from tau2_env.environments import CopyOnAccessDict, fresh_environment
+from tau2_env.engine import environments
+from tau2_env.engine.environments import CopyOnAccessDict, fresh_environment
+from tau2_env.llm import compat
+from tau2_env.llm._tau2 import registry
 
 
 def _tau2_environment(domain: str):

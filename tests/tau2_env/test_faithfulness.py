@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import pytest
 
-from tau2_env import Tau2Env, catalog, llm
-from tau2_env.engine import Episode
+from tau2_env import Tau2Env
+from tau2_env.engine import catalog
+from tau2_env.engine.episodes import Episode
+from tau2_env.llm import gateway
 from tests.support.llm_server import text
 from tests.support.trajectories import (
     CUSTOMER_OPENING,
@@ -46,7 +48,7 @@ def test_the_base_split_has_278_tasks():
 def test_the_engine_scores_the_expected_actions_as_tau2_does(llm_server, domain, task_id):
     task = catalog.get_tau2_task(domain, task_id)
     customer = CustomerScript(llm_server)
-    route = llm.Route(
+    route = gateway.Route(
         provider="hf", model="scripted/customer", base_url=llm_server.base_url, api_key=TOKEN
     )
     episode = Episode(domain=domain, task=task, user_llm=route)

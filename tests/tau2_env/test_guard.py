@@ -1,4 +1,4 @@
-"""The agent faces' guard (tau2_env.guard) on its own, without Django or a server: what it
+"""The agent faces' guard (tau2_env.gate.guard) on its own, without Django or a server: what it
 refuses, in which face's words, and that what it lets through reaches the face unchanged.
 
 The face behind it is a recording ASGI app: it answers 200 with the body it read, and
@@ -11,8 +11,8 @@ import json
 
 import pytest
 
-from tau2_env import guard
-from tau2_env.guard import AgentFaceGuard, GuardSettings, host_allowed, origin_allowed
+from tau2_env.gate import guard
+from tau2_env.gate.guard import AgentFaceGuard, GuardSettings, host_allowed, origin_allowed
 
 SETTINGS = GuardSettings(
     allowed_hosts=("tau2.example.org", ".hf.space", "127.0.0.1"),

@@ -11,7 +11,7 @@ import httpx
 from websockets.asyncio.client import connect
 
 from tau2_env import Tau2Env
-from tau2_env.server import text_action
+from tau2_env.faces.server import text_action
 from tests.support.fixtures import LiveServer
 from tests.support.scripts import gold_script
 

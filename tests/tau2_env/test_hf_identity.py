@@ -1,4 +1,4 @@
-"""Asking the Hub whose a token is (``tau2_env.hf_identity``) when connections drop.
+"""Asking the Hub whose a token is (``tau2_env.gate.hf_identity``) when connections drop.
 
 The Hub here is a socket that drops the connections it is told to drop (reads the
 request, closes without a word: what a kept connection the Hub closed meanwhile, or a
@@ -13,7 +13,7 @@ import threading
 
 import pytest
 
-from tau2_env import hf_identity
+from tau2_env.gate import hf_identity
 
 TOKEN = "hf_dropped_hub_token_0123456789"  # noqa: S105 - a made-up token
 

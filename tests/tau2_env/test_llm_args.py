@@ -1,10 +1,10 @@
-"""τ²'s LLM arguments as a person or a client may set them (tau2_env.llm_args)."""
+"""τ²'s LLM arguments as a person or a client may set them (tau2_env.llm.llm_args)."""
 
 import pytest
 from tau2.config import DEFAULT_LLM_ARGS_AGENT, DEFAULT_LLM_ARGS_USER
 
-from tau2_env import llm
-from tau2_env.llm_args import (
+from tau2_env.llm import gateway
+from tau2_env.llm.llm_args import (
     DEFAULT_AGENT_ARGS,
     DEFAULT_USER_ARGS,
     LLMArgsError,
@@ -75,7 +75,7 @@ def test_what_cannot_be_set_is_refused_with_the_field_and_a_reason(given, field,
 
 
 def test_every_route_key_is_reserved():
-    for key in (*llm.ROUTE_KEYS, llm.ROLE_KEY):
+    for key in (*gateway.ROUTE_KEYS, gateway.ROLE_KEY):
         with pytest.raises(LLMArgsError):
             llm_args_clean(extras={key: "x"})
 

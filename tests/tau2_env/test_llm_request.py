@@ -1,8 +1,8 @@
 """What goes out to the LLM is what plain litellm sends for the same call.
 
-``tau2_env.compat.install()`` keeps litellm's price-list lookups (failures too) and more
+``tau2_env.llm.compat.install()`` keeps litellm's price-list lookups (failures too) and more
 of its clients, and sends calls to OpenAI-style endpoints by its direct path
-(:class:`tau2_env.compat.DirectPath`), all to spend less CPU per call. None may change a
+(:class:`tau2_env.llm.compat.DirectPath`), all to spend less CPU per call. None may change a
 byte of what goes out. Conversations are played through the engine (τ²'s user simulator
 and τ²'s own agent, through ``routed_completion``) against the local scripted server;
 every call's keyword arguments, as τ² and the route made them, are noted; the same calls
@@ -28,8 +28,9 @@ from litellm import utils as litellm_utils
 from litellm.litellm_core_utils import fallback_generalizations
 from tau2.utils import llm_utils as tau2_llm_utils
 
-from tau2_env import catalog, compat, llm, wire
-from tau2_env.engine import Episode
+from tau2_env.engine import catalog
+from tau2_env.engine.episodes import Episode
+from tau2_env.llm import compat, gateway, wire
 from tests.support.llm_server import answer as raw_answer
 from tests.support.llm_server import error, text, tool_call
 from tests.support.scripts import gold_script
@@ -97,7 +98,7 @@ def noted_calls(monkeypatch, direct):
         calls.append(copy.deepcopy(call))
         return send(call)
 
-    monkeypatch.setattr(llm, "_send", noting)
+    monkeypatch.setattr(gateway, "_send", noting)
     return calls
 
 
@@ -106,7 +107,7 @@ def direct(monkeypatch):
     """A fresh direct path (nothing checked yet), and its counts."""
     compat.install()
     path = compat.DirectPath()
-    monkeypatch.setattr(llm, "_send", path.complete)
+    monkeypatch.setattr(gateway, "_send", path.complete)
     return path
 
 
@@ -126,8 +127,8 @@ def _assert_plain_litellm_sends_the_same(llm_server, calls: list[dict]) -> list:
     return ours
 
 
-def _route(llm_server, token: str, model: str = "scripted/customer") -> llm.Route:
-    return llm.Route(provider="hf", model=model, base_url=llm_server.base_url, api_key=token)
+def _route(llm_server, token: str, model: str = "scripted/customer") -> gateway.Route:
+    return gateway.Route(provider="hf", model=model, base_url=llm_server.base_url, api_key=token)
 
 
 def _play(llm_server, token: str, *, llm_args: dict | None = None) -> None:
@@ -290,7 +291,7 @@ def test_an_answer_reads_as_litellm_reads_it(llm_server, direct, answer):
 
     def call() -> dict:
         return {"messages": copy.deepcopy(messages), "tools": None, "tool_choice": None,
-                **llm.litellm_kwargs(route)}  # fmt: skip
+                **gateway.litellm_kwargs(route)}  # fmt: skip
 
     plain = litellm.completion(**call())
     direct.complete(call())  # the check: by litellm
@@ -318,7 +319,7 @@ def test_a_failed_direct_call_fails_as_litellm_fails_it_without_sending_twice(ll
     messages = [{"role": "user", "content": "Hi"}]
 
     def call() -> dict:
-        return {"messages": copy.deepcopy(messages), **llm.litellm_kwargs(route)}
+        return {"messages": copy.deepcopy(messages), **gateway.litellm_kwargs(route)}
 
     llm_server.responder = lambda request: "Hello."
     direct.complete(call())  # the check
@@ -342,22 +343,25 @@ def test_a_failed_direct_call_fails_as_litellm_fails_it_without_sending_twice(ll
     # Through the route, the error reads as it always has.
     llm_server.responder = lambda request: error(402, "no credits")
     llm_server.requests.clear()
-    with llm.conversation(user=route), pytest.raises(llm.LLMCallError, match="HTTP 402") as wrapped:
-        tau2_llm_utils.completion(**{"messages": messages, llm.ROLE_KEY: "user"})
+    with (
+        gateway.conversation(user=route),
+        pytest.raises(gateway.LLMCallError, match="HTTP 402") as wrapped,
+    ):
+        tau2_llm_utils.completion(**{"messages": messages, gateway.ROLE_KEY: "user"})
     assert wrapped.value.kind == "no_credits"
     assert len(llm_server.chat_requests()) == 1
 
 
 def test_a_server_that_went_away_fails_as_litellm_fails_it(llm_server, direct, monkeypatch):
-    def call(route: llm.Route) -> dict:
-        return {"messages": [{"role": "user", "content": "Hi"}], **llm.litellm_kwargs(route)}
+    def call(route: gateway.Route) -> dict:
+        return {"messages": [{"role": "user", "content": "Hi"}], **gateway.litellm_kwargs(route)}
 
     with socket.socket() as probe:  # a port nobody listens on
         probe.bind(("127.0.0.1", 0))
         gone = f"http://127.0.0.1:{probe.getsockname()[1]}/v1"
     with pytest.raises(Exception) as plain:
         litellm.completion(
-            **call(llm.Route(provider="hf", model="m", base_url=gone, api_key=TOKENS[0]))
+            **call(gateway.Route(provider="hf", model="m", base_url=gone, api_key=TOKENS[0]))
         )
 
     route = _route(llm_server, TOKENS[0], model="m")
@@ -384,7 +388,7 @@ def test_a_message_litellm_sends_otherwise_never_goes_direct(llm_server, direct,
     route = _route(llm_server, TOKENS[0])
     for _ in range(3):
         direct.complete(
-            {"messages": [{"role": "user", "content": "Hi"}], **llm.litellm_kwargs(route)}
+            {"messages": [{"role": "user", "content": "Hi"}], **gateway.litellm_kwargs(route)}
         )
     assert direct.counts["direct"] == 0
     assert direct.counts["checked"] == 1 and direct.counts["litellm"] == 2
@@ -403,7 +407,7 @@ def test_calls_go_by_litellm_when_the_direct_path_is_off_or_a_proxy_is_set(
     route = _route(llm_server, TOKENS[0])
     for _ in range(2):
         direct.complete(
-            {"messages": [{"role": "user", "content": "Hi"}], **llm.litellm_kwargs(route)}
+            {"messages": [{"role": "user", "content": "Hi"}], **gateway.litellm_kwargs(route)}
         )
     assert direct.counts == {"direct": 0, "checked": 0, "litellm": 2, "replayed": 0}
 
@@ -411,7 +415,7 @@ def test_calls_go_by_litellm_when_the_direct_path_is_off_or_a_proxy_is_set(
 def test_a_model_litellm_does_not_know_is_looked_up_again_only_as_it_answered():
     compat.install()
     kept = litellm_utils.get_model_info_helper
-    assert hasattr(kept, "__wrapped__")  # installed by tau2_env.compat
+    assert hasattr(kept, "__wrapped__")  # installed by tau2_env.llm.compat
     model = "openai/scripted/not-in-the-price-list"
     with pytest.raises(Exception) as first:
         kept(model=model, custom_llm_provider="openai")

@@ -14,7 +14,7 @@ import logging
 import httpx
 import pytest
 
-from tau2_env import engine
+from tau2_env.engine import episodes
 from tests.support.llm_server import text
 from tests.support.mcp_client import mcp_session
 from tests.support.scripts import gold_script
@@ -100,7 +100,7 @@ async def test_a_wrong_tool_argument_is_an_error_result_and_the_episode_goes_on(
 async def test_a_domain_tool_is_answered_on_the_event_loop_and_a_customer_turn_in_the_pool(
     asgi_server, llm_server, monkeypatch
 ):
-    where = record_threads(monkeypatch, engine.Episode, "call_tool", "say")
+    where = record_threads(monkeypatch, episodes.Episode, "call_tool", "say")
     llm_server.add(text("Hi, I need to change a flight."), text("Thanks."))
     async with mcp_session(f"{asgi_server.url}/agent/mcp", token=VISITOR_TOKEN) as session:
         await session.call_tool("start", {"domain": "airline", "task_id": "2"})
@@ -192,7 +192,7 @@ async def test_a_session_the_client_closes_normally_logs_no_error(asgi_server, l
 def test_the_sdks_other_errors_are_still_logged():
     import anyio
 
-    from tau2_env.mcp_server import SDK_LOGGER, NormalCloseFilter
+    from tau2_env.faces.mcp_server import SDK_LOGGER, NormalCloseFilter
 
     def record(message: str, error: BaseException) -> logging.LogRecord:
         return logging.LogRecord(

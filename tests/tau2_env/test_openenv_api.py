@@ -11,7 +11,8 @@ import json
 import pytest
 from openenv.core.env_server.mcp_types import CallToolAction, ListToolsAction
 
-from tau2_env import Tau2Env, engine
+from tau2_env import Tau2Env
+from tau2_env.engine import episodes
 from tests.support.llm_server import error, text
 from tests.support.threads import record_threads
 
@@ -201,7 +202,7 @@ async def test_the_tool_call_that_can_end_the_episode_is_made_and_scored_off_the
     # one that may reach τ²'s error limit runs in the episode pool, where it is scored.
     from tau2_env.config import DEFAULT_MAX_ERRORS
 
-    where = record_threads(monkeypatch, engine.Episode, "call_tool", "score")
+    where = record_threads(monkeypatch, episodes.Episode, "call_tool", "score")
     llm_server.add(text("Hi, I need help."))
     async with Tau2Env(base_url=asgi_server.url) as env:
         await env.reset(task_id="2")
@@ -295,6 +296,6 @@ async def test_list_tools_action_answers_with_schemas(asgi_server, llm_server):
 
 
 def _first_task(domain: str) -> str:
-    from tau2_env import catalog
+    from tau2_env.engine import catalog
 
     return catalog.get_domain(domain).splits["test"][0]

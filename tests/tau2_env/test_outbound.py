@@ -13,8 +13,8 @@ import time
 
 import pytest
 
-from tau2_env import compat, llm, outbound, wire
-from tau2_env.llm_args import ROLE_KEY
+from tau2_env.llm import compat, gateway, outbound, wire
+from tau2_env.llm.llm_args import ROLE_KEY
 from tests.support.hostile_endpoint import Behaviour, HostileEndpoint
 
 COMPLETION = {
@@ -41,9 +41,11 @@ def no_allow_list(monkeypatch):
     monkeypatch.delenv("TAU2_OUTBOUND_ALLOW", raising=False)
 
 
-def _route(endpoint: HostileEndpoint, *, provider="openai_compatible", timeout=30.0) -> llm.Route:
+def _route(
+    endpoint: HostileEndpoint, *, provider="openai_compatible", timeout=30.0
+) -> gateway.Route:
     base = endpoint.base_url if provider != "anthropic" else f"http://127.0.0.1:{endpoint.port}"
-    return llm.Route(
+    return gateway.Route(
         provider=provider,
         model="m",
         base_url=base,
@@ -53,9 +55,9 @@ def _route(endpoint: HostileEndpoint, *, provider="openai_compatible", timeout=3
     )
 
 
-def _ask(route: llm.Route):
-    with llm.conversation(user=route):
-        return llm.routed_completion(
+def _ask(route: gateway.Route):
+    with gateway.conversation(user=route):
+        return gateway.routed_completion(
             messages=[{"role": "user", "content": "hello"}], **{ROLE_KEY: "user"}
         )
 
@@ -63,13 +65,13 @@ def _ask(route: llm.Route):
 # ------------------------------------------------------------------ destinations
 
 
-@pytest.mark.parametrize("provider", sorted(set(llm.LITELLM_PREFIXES) - {"hf"}))
+@pytest.mark.parametrize("provider", sorted(set(gateway.LITELLM_PREFIXES) - {"hf"}))
 def test_a_call_to_a_loopback_endpoint_is_refused_in_words_and_never_sent(
     endpoint, no_allow_list, provider
 ):
     endpoint.behaviour = Behaviour("json", payload=COMPLETION)
 
-    with pytest.raises(llm.LLMCallError) as refused:
+    with pytest.raises(gateway.LLMCallError) as refused:
         _ask(_route(endpoint, provider=provider))
 
     assert refused.value.kind == "not_allowed"
@@ -96,7 +98,7 @@ def test_the_operators_own_endpoint_is_always_allowed_but_not_its_neighbours(
     endpoint.behaviour = Behaviour("json", payload=COMPLETION)
     assert _ask(_route(endpoint)).choices[0].message.content == "hi"
 
-    with HostileEndpoint() as neighbour, pytest.raises(llm.LLMCallError) as refused:
+    with HostileEndpoint() as neighbour, pytest.raises(gateway.LLMCallError) as refused:
         _ask(_route(neighbour))
     assert refused.value.kind == "not_allowed"
 
@@ -135,7 +137,7 @@ def test_redirects_are_not_followed(endpoint):
         redirecting.behaviour = Behaviour(
             "redirect", location=f"{endpoint.base_url}/chat/completions"
         )
-        with pytest.raises(llm.LLMCallError):
+        with pytest.raises(gateway.LLMCallError):
             _ask(_route(redirecting))
         assert redirecting.requests == 1
     assert endpoint.requests == 0
@@ -165,19 +167,19 @@ def test_an_endpoint_that_trickles_is_cut_at_the_calls_deadline(endpoint):
 def test_a_run_call_to_a_trickling_endpoint_fails_as_a_timeout_in_words(endpoint):
     endpoint.behaviour = Behaviour("trickle", interval=0.2)
 
-    with pytest.raises(llm.LLMCallError) as failed:
+    with pytest.raises(gateway.LLMCallError) as failed:
         _ask(_route(endpoint, timeout=1.0))
 
     assert failed.value.kind == "timeout"
     assert "did not finish its answer in time" in str(failed.value)
     # litellm tries a timed-out call twice more; each attempt had the one deadline.
-    assert endpoint.requests == 1 + llm.RETRIES
+    assert endpoint.requests == 1 + gateway.RETRIES
 
 
 def test_an_endpoint_that_says_nothing_is_a_plain_timeout(endpoint):
     endpoint.behaviour = Behaviour("silent")
 
-    with pytest.raises(llm.LLMCallError) as failed:
+    with pytest.raises(gateway.LLMCallError) as failed:
         _ask(_route(endpoint, timeout=1.0))
 
     assert failed.value.kind == "timeout" and failed.value.transient
@@ -189,7 +191,7 @@ def test_an_answer_past_the_cap_is_refused_without_being_read(endpoint, monkeypa
     monkeypatch.setenv("TAU2_LLM_MAX_REPLY_BYTES", str(1024 * 1024))
     endpoint.behaviour = Behaviour("huge", size=300 * 1024 * 1024, chunked=chunked)
 
-    with pytest.raises(llm.LLMCallError) as failed:
+    with pytest.raises(gateway.LLMCallError) as failed:
         _ask(_route(endpoint))
 
     assert failed.value.kind == "too_large"
@@ -203,7 +205,7 @@ def test_a_compressed_answer_is_capped_as_it_is_decompressed(endpoint, monkeypat
     monkeypatch.setenv("TAU2_LLM_MAX_REPLY_BYTES", str(1024 * 1024))
     endpoint.behaviour = Behaviour("gzip_bomb", size=200 * 1024 * 1024)
 
-    with pytest.raises(llm.LLMCallError) as failed:
+    with pytest.raises(gateway.LLMCallError) as failed:
         _ask(_route(endpoint))
 
     assert failed.value.kind == "too_large"
@@ -216,7 +218,7 @@ def test_a_stop_ends_a_call_in_flight_within_seconds(endpoint):
     threading.Timer(0.5, stop.set).start()
 
     started = time.monotonic()
-    with outbound.interruptible(stop), pytest.raises(llm.LLMCallError) as failed:
+    with outbound.interruptible(stop), pytest.raises(gateway.LLMCallError) as failed:
         _ask(_route(endpoint, timeout=60.0))
 
     assert failed.value.kind == "interrupted"
@@ -281,7 +283,7 @@ def test_the_direct_path_answers_as_before_within_the_bounds(endpoint):
 def test_a_reply_that_cannot_be_read_is_the_endpoints_fault_in_words(endpoint, payload):
     endpoint.behaviour = Behaviour("json", payload=payload)
 
-    with pytest.raises(llm.LLMCallError) as failed:
+    with pytest.raises(gateway.LLMCallError) as failed:
         _ask(_route(endpoint))
 
     message = str(failed.value)

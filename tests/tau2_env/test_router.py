@@ -1,7 +1,7 @@
-"""Two OpenEnv processes behind ``python -m tau2_env.router``.
+"""Two OpenEnv processes behind ``python -m tau2_env.gate.session_router``.
 
 The router is started as a deployment starts it (a process of its own, serving the
-standalone ``tau2_env.server:app`` on two uvicorn processes). Sessions spread over both
+standalone ``tau2_env.faces.server:app`` on two uvicorn processes). Sessions spread over both
 processes; every later request naming a session — a JSON-RPC ``tools/call`` on a fresh
 connection, a ``/ws?session_id=…`` attach, an ``/agent/mcp`` call — reaches the process
 holding it (without that, about half would answer ``Unknown session_id``), even after
@@ -47,7 +47,7 @@ def router(scripted_llm_session: ScriptedLLM) -> Iterator[Process]:
         TAU2_LLM_TIMEOUT="30",
         PYTHONPATH=str(ROOT),
     )
-    server = start_router(env, app="tau2_env.server:app")
+    server = start_router(env, app="tau2_env.faces.server:app")
     try:
         wait_until_up(server, timeout=180)
         yield server

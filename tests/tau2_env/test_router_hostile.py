@@ -1,5 +1,5 @@
-"""What a client cannot make ``python -m tau2_env.router`` do: forget another's session,
-or choose the address the processes see.
+"""What a client cannot make ``python -m tau2_env.gate.session_router`` do: forget another's
+session, or choose the address the processes see.
 
 Two scripted OpenEnv processes (:mod:`tests.support.router_backend`, which keep MCP
 sessions as the real ones do and echo what reached them) behind the router, started as
@@ -21,7 +21,7 @@ import httpx
 import pytest
 from websockets.asyncio.client import connect
 
-from tau2_env.router import TrustedProxies, _Head
+from tau2_env.gate.session_router import TrustedProxies, _Head
 from tests.support.processes import Process, start_router, stop, wait_until_up
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -131,7 +131,15 @@ def test_it_refuses_to_start_trusting_every_client_and_says_why():
     }
     for setting, reason in refusals.items():
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tau2_env.router", APP, "--processes", "1", setting],
+            [
+                sys.executable,
+                "-m",
+                "tau2_env.gate.session_router",
+                APP,
+                "--processes",
+                "1",
+                setting,
+            ],
             cwd=ROOT,
             env=_env(),
             stderr=subprocess.PIPE,

@@ -6,21 +6,22 @@ from __future__ import annotations
 import pytest
 
 # isort: off
-from tau2_env._tau2 import registry  # noqa: F401
+from tau2_env.llm._tau2 import registry  # noqa: F401
 from tau2.data_model.message import ToolCall
 from tau2.utils.utils import get_dict_hash
 
 # isort: on
-from tau2_env import catalog, compat, environments, llm, scoring
-from tau2_env.engine import Episode
+from tau2_env.engine import catalog, environments, scoring
+from tau2_env.engine.episodes import Episode
+from tau2_env.llm import compat, gateway
 from tests.support.llm_server import text
 from tests.support.trajectories import tau2_reward_info
 
 TOKEN = "hf_scoring_token_123456"
 
 
-def _route(llm_server) -> llm.Route:
-    return llm.Route(
+def _route(llm_server) -> gateway.Route:
+    return gateway.Route(
         provider="hf", model="org/customer", base_url=llm_server.base_url, api_key=TOKEN
     )
 

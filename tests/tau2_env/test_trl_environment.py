@@ -1,4 +1,4 @@
-"""The TRL environment (``tau2_env.trl_environment``): the class TRL 1.16's
+"""The TRL environment (``tau2_env.faces.trl_environment``): the class TRL 1.16's
 ``GRPOTrainer(environment_factory=...)`` makes per generation, read the way TRL reads it
 (tools: the class's public functions; their schemas: transformers' ``get_json_schema``),
 played against the live server on a studio key, with the customer a scripted LLM."""
@@ -24,10 +24,12 @@ from transformers.utils.chat_template_utils import render_jinja_template
 
 from apps.agents.credentials import install, studio_credentials
 from apps.agents.services import api_key_create, api_key_revoke
-from tau2_env import access, agent_session, catalog, trl_environment
-from tau2_env._tau2 import registry
-from tau2_env.training_data import prompt_dataset
-from tau2_env.trl_environment import Tau2Environment, tau2_environment, tau2_environments
+from tau2_env.engine import catalog
+from tau2_env.faces import agent_session, trl_environment
+from tau2_env.faces.training_data import prompt_dataset
+from tau2_env.faces.trl_environment import Tau2Environment, tau2_environment, tau2_environments
+from tau2_env.gate import access
+from tau2_env.llm._tau2 import registry
 from tau2site.asgi import application
 from tests.support.agents import agent_runs_of
 from tests.support.people import ALICE_TOKEN

@@ -1,4 +1,4 @@
-"""The direct path's HTTP client (``tau2_env.wire``): exact headers, kept connections,
+"""The direct path's HTTP client (``tau2_env.llm.wire``): exact headers, kept connections,
 connections the server dropped, encoded and chunked answers, failures as WireError."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler
 
 import pytest
 
-from tau2_env import wire
+from tau2_env.llm import wire
 from tests.support.scripted_http import LocalServer
 
 

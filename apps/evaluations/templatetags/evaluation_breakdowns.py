@@ -6,7 +6,7 @@ from django import template
 
 from apps.evaluations import breakdowns as computed
 from apps.runs.models import Run
-from tau2_env.engine import IMPLEMENTATIONS
+from tau2_env.engine.episodes import IMPLEMENTATIONS
 
 register = template.Library()
 

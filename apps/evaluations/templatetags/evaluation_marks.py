@@ -5,8 +5,8 @@ from django import template
 from django.conf import settings
 
 from apps.evaluations import presenters
-from tau2_env.llm_args import llm_args_label
-from tau2_env.results import LEADERBOARD
+from tau2_env.engine.results import LEADERBOARD
+from tau2_env.llm.llm_args import llm_args_label
 
 register = template.Library()
 

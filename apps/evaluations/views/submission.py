@@ -12,7 +12,7 @@ from django.utils.http import urlencode
 
 from apps.accounts.access import signin_required_to_start
 from apps.evaluations import jobs, submission
-from tau2_env.submission import KS, SubmissionInvalid
+from tau2_env.engine.submission import KS, SubmissionInvalid
 
 
 class SubmissionForm(forms.Form):

@@ -3,7 +3,7 @@ from django.core.management.base import BaseCommand, CommandError
 from apps.tasks.models import Domain
 from apps.tasks.selectors import catalogue_latest
 from apps.tasks.services import catalogue_load
-from tau2_env.catalog import domain_names, tau2_version
+from tau2_env.engine.catalog import domain_names, tau2_version
 
 
 class Command(BaseCommand):

@@ -9,7 +9,7 @@ Every module of this package that needs `tau2` imports it through here, so that:
   process behind our back.
 
 It changes nothing of τ² itself: the overrides of τ²'s internals are in
-`tau2_env.compat`, applied by its `install()`.
+`tau2_env.llm.compat`, applied by its `install()`.
 """
 
 from __future__ import annotations

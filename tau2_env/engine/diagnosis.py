@@ -8,7 +8,7 @@ Two views beside τ²'s verdict, never part of it (the scorer computes what it a
   (``reservations.NO6JO3.flights[1].date``). Both sides are the environments τ²'s own
   ``EnvironmentEvaluator`` builds when it scores (:func:`final_environments`): the run's
   side replays its tool calls, the expected side comes from the scorer's once-per-task
-  cache (:meth:`tau2_env.scoring.ExpectedEnvironment.shared_environment`). Telecom's
+  cache (:meth:`tau2_env.engine.scoring.ExpectedEnvironment.shared_environment`). Telecom's
   customer has a phone database too; τ² compares both, so both are diffed.
 * :func:`action_trace` — each tool call of the conversation marked as matching an
   expected action (by τ²'s own ``Action.compare_with_tool_call``), an extra read, an
@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 # isort: off
-from tau2_env._tau2 import registry
+from tau2_env.llm._tau2 import registry
 from tau2.data_model.message import AssistantMessage, Message, ToolCall, UserMessage
 from tau2.data_model.tasks import Action, RewardType, Task
 from tau2.environment.environment import Environment
@@ -40,8 +40,8 @@ from tau2.environment.toolkit import ToolType
 from tau2.evaluator.evaluator_env import EnvironmentEvaluator
 
 # isort: on
-from tau2_env import catalog, environments, scoring
-from tau2_env.engine import messages_from_json
+from tau2_env.engine import catalog, environments, scoring
+from tau2_env.engine.episodes import messages_from_json
 
 __all__ = [
     "Change",

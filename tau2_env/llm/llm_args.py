@@ -35,9 +35,9 @@ DEFAULT_AGENT_ARGS: dict[str, Any] = {"temperature": 0.0}
 DEFAULT_USER_ARGS: dict[str, Any] = {"temperature": 0.0}
 
 # The extra keyword our callers put in τ²'s ``llm_args`` to say whose call it is
-# (``tau2_env.llm`` removes it before litellm sees the call).
+# (``tau2_env.llm.gateway`` removes it before litellm sees the call).
 ROLE_KEY = "tau2_llm_role"
-# Keys a caller must not choose: they are the route's (``tau2_env.llm.Route``).
+# Keys a caller must not choose: they are the route's (``tau2_env.llm.gateway.Route``).
 ROUTE_KEYS = (
     "model",
     "api_key",

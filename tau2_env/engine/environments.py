@@ -34,7 +34,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from tau2_env import compat
+from tau2_env.llm import compat
 
 __all__ = [
     "CopyOnAccessDict",
@@ -304,7 +304,7 @@ def fresh_environments_for_tau2(domain: str) -> Iterator[None]:
     environment through its registry with no arguments but ``solo_mode=False`` — its
     evaluator builds two per score — gets :func:`fresh_environment` instead of
     re-validating the database. Other threads, and every other call, get τ²'s own
-    constructor unchanged (through :func:`tau2_env.compat.tau2_environments_from`).
+    constructor unchanged (through :func:`tau2_env.llm.compat.tau2_environments_from`).
     """
 
     def build(asked: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

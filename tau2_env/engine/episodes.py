@@ -26,7 +26,7 @@ Nothing is kept between calls that the messages do not hold: ``Episode(messages=
 rebuilds any conversation from its stored messages (τ²'s orchestrator replays the tool
 calls and checks their results), so any process can continue it. An episode holds no
 thread; its methods are synchronous and make blocking LLM calls, so async callers run
-them in an executor (see ``tau2_env.openenv_env``). Not thread-safe: one caller at a time.
+them in an executor (see ``tau2_env.faces.openenv_env``). Not thread-safe: one caller at a time.
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ from dataclasses import dataclass
 from typing import Any
 
 # isort: off
-# τ² only through tau2_env._tau2 first (quiet import, local litellm price list).
-from tau2_env._tau2 import registry  # noqa: F401
+# τ² only through tau2_env.llm._tau2 first (quiet import, local litellm price list).
+from tau2_env.llm._tau2 import registry  # noqa: F401
 from tau2.agent.base import BaseAgent
 from tau2.agent.llm_agent import LLMAgent, LLMGTAgent, LLMSoloAgent
 from tau2.config import DEFAULT_MAX_ERRORS, DEFAULT_MAX_STEPS
@@ -63,8 +63,10 @@ from tau2.user.user_simulator import DummyUser, UserSimulator
 from tau2.utils.utils import get_now
 
 # isort: on
-from tau2_env import catalog, compat, config, environments, llm, scoring
-from tau2_env.llm_args import DEFAULT_AGENT_ARGS, DEFAULT_USER_ARGS
+from tau2_env import config
+from tau2_env.engine import catalog, environments, scoring
+from tau2_env.llm import compat, gateway
+from tau2_env.llm.llm_args import DEFAULT_AGENT_ARGS, DEFAULT_USER_ARGS
 
 __all__ = [
     "AGENT_STOP",
@@ -204,13 +206,13 @@ def customer_for(
     *,
     environment: Any,
     task: Task,
-    user_llm: llm.Route,
+    user_llm: gateway.Route,
     user_llm_args: dict[str, Any] | None = None,
 ) -> UserSimulator:
     """τ²'s simulated customer for ``task`` in ``environment`` (with its phone tools, if any).
 
     Its LLM calls carry the customer's role marker, so they go along ``user_llm``'s route
-    inside :func:`tau2_env.llm.conversation`; no key is ever put in its arguments.
+    inside :func:`tau2_env.llm.gateway.conversation`; no key is ever put in its arguments.
     ``user_llm_args`` are ``tau2 run --user-llm-args`` (``None``: τ²'s default).
     """
     try:
@@ -221,7 +223,7 @@ def customer_for(
         tools=user_tools or None,
         instructions=str(task.user_scenario),
         llm=user_llm.model,
-        llm_args={**_args(user_llm_args, DEFAULT_USER_ARGS), llm.ROLE_KEY: llm.ROLE_USER},
+        llm_args={**_args(user_llm_args, DEFAULT_USER_ARGS), gateway.ROLE_KEY: gateway.ROLE_USER},
     )
 
 
@@ -256,13 +258,13 @@ def count_errors(messages: Iterable[Message]) -> int:
     return sum(1 for m in messages if isinstance(m, ToolMessage) and m.error)
 
 
-def failure_reason(exc: BaseException, route: llm.Route | None = None) -> str:
+def failure_reason(exc: BaseException, route: gateway.Route | None = None) -> str:
     """A readable, secret-free reason for ``exc``."""
-    if isinstance(exc, llm.LLMCallError | llm.MissingCredentialsError):
+    if isinstance(exc, gateway.LLMCallError | gateway.MissingCredentialsError):
         text = str(exc)
     else:
         text = f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
-    return llm.redact(text, route.api_key if route is not None else None)
+    return gateway.redact(text, route.api_key if route is not None else None)
 
 
 class ExternalAgent(BaseAgent[None]):
@@ -319,7 +321,7 @@ class Episode:
         self,
         *,
         domain: str,
-        user_llm: llm.Route,
+        user_llm: gateway.Route,
         task: Task | None = None,
         task_id: str | None = None,
         messages: Iterable[dict[str, Any] | Message] | None = None,
@@ -327,10 +329,10 @@ class Episode:
         max_steps: int = DEFAULT_MAX_STEPS,
         max_errors: int = DEFAULT_MAX_ERRORS,
         nl_judge: str | None = None,
-        agent_llm: llm.Route | None = None,
+        agent_llm: gateway.Route | None = None,
         agent_llm_args: dict[str, Any] | None = None,
         user_llm_args: dict[str, Any] | None = None,
-        judge_llm: llm.Route | None = None,
+        judge_llm: gateway.Route | None = None,
         seed: int | None = None,
         score_on_end: bool = True,
         mode: str = DEFAULT,
@@ -352,7 +354,7 @@ class Episode:
         self.reward_info: RewardInfo | None = None
         self.evaluation_seconds: float | None = None
         # The NL judge's tokens in the last scoring (llm.metered, role judge).
-        self.judge_usage = llm.Usage()
+        self.judge_usage = gateway.Usage()
         self.error: str | None = None
         self.failure: BaseException | None = None  # the LLM call that ended a run()
         self._ended: TerminationReason | None = None  # an end the orchestrator did not make
@@ -413,7 +415,10 @@ class Episode:
                 tools=_user_tools(self.environment),
                 instructions=str(task.user_scenario),
                 llm=user_llm.model,
-                llm_args={**_args(user_llm_args, DEFAULT_USER_ARGS), llm.ROLE_KEY: llm.ROLE_USER},
+                llm_args={
+                    **_args(user_llm_args, DEFAULT_USER_ARGS),
+                    gateway.ROLE_KEY: gateway.ROLE_USER,
+                },
             )
         else:
             self.user = customer_for(
@@ -425,7 +430,10 @@ class Episode:
         if agent_llm is None:
             self.agent: BaseAgent = ExternalAgent()
         else:
-            args = {**_args(agent_llm_args, DEFAULT_AGENT_ARGS), llm.ROLE_KEY: llm.ROLE_AGENT}
+            args = {
+                **_args(agent_llm_args, DEFAULT_AGENT_ARGS),
+                gateway.ROLE_KEY: gateway.ROLE_AGENT,
+            }
             tools = self.environment.get_tools()
             policy = self.environment.get_policy()
             if self.mode == NO_USER:
@@ -477,7 +485,7 @@ class Episode:
     # ----------------------------------------------------------------- state
 
     @property
-    def user_llm(self) -> llm.Route:
+    def user_llm(self) -> gateway.Route:
         """The customer's (and judge's) route; its key never shows in a repr."""
         return self._user_llm
 
@@ -554,7 +562,9 @@ class Episode:
     @contextmanager
     def llm_context(self) -> Iterator[None]:
         """Run τ²'s LLM calls of this thread on this episode's routes."""
-        with llm.conversation(user=self._user_llm, agent=self._agent_llm, judge=self._judge_llm):
+        with gateway.conversation(
+            user=self._user_llm, agent=self._agent_llm, judge=self._judge_llm
+        ):
             yield
 
     # ------------------------------------------------- τ²'s own agent drives
@@ -564,7 +574,7 @@ class Episode:
         *,
         on_hop: Callable[[Hop], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
-        backoff: Callable[[llm.LLMCallError, int], float | None] | None = None,
+        backoff: Callable[[gateway.LLMCallError, int], float | None] | None = None,
     ) -> str:
         """Play the conversation to its end with τ²'s ``LLMAgent`` (needs ``agent_llm``;
         in an ablation ``mode``, τ²'s agent of that mode — a new No-User conversation's
@@ -603,15 +613,19 @@ class Episode:
                         self._hop()
                     while self._orchestrator.to_role == Role.ENV and not self.done:
                         self._hop()
-                except (llm.LLMCallError, llm.MissingCredentialsError) as exc:
-                    # A call ended by a stop (tau2_env.outbound.interruptible): the
+                except (gateway.LLMCallError, gateway.MissingCredentialsError) as exc:
+                    # A call ended by a stop (tau2_env.llm.outbound.interruptible): the
                     # conversation is as it was before it, and the run stops.
                     interrupted = getattr(exc, "kind", "") == "interrupted"
                     if interrupted and should_stop is not None and should_stop():
                         self._report(on_hop, written, speaker, started)
                         return "stopped"
                     wait = None
-                    if backoff is not None and isinstance(exc, llm.LLMCallError) and exc.transient:
+                    if (
+                        backoff is not None
+                        and isinstance(exc, gateway.LLMCallError)
+                        and exc.transient
+                    ):
                         attempt += 1
                         wait = backoff(exc, attempt)
                     if wait is not None and len(self.messages) == written:
@@ -785,10 +799,10 @@ class Episode:
         started = time.perf_counter()
         # τ²'s evaluator builds two environments per score: copy-on-access ones instead
         # of re-validating the database, and the expected side's database computed once
-        # per task (see tau2_env.environments and tau2_env.scoring). A few at a time per
-        # process: CPU-bound work in many threads at once only costs more.
+        # per task (see tau2_env.engine.environments and tau2_env.engine.scoring). A few
+        # at a time per process: CPU-bound work in many threads at once only costs more.
         with (
-            llm.metered() as meter,
+            gateway.metered() as meter,
             _scoring_slots(),
             self.llm_context(),
             environments.fresh_environments_for_tau2(self.domain),
@@ -802,7 +816,7 @@ class Episode:
                 domain=self.domain,
             )
         self.evaluation_seconds = time.perf_counter() - started
-        self.judge_usage = meter.of(llm.ROLE_JUDGE)
+        self.judge_usage = meter.of(gateway.ROLE_JUDGE)
         return info
 
     # -------------------------------------------------------------- internals

@@ -1,7 +1,7 @@
 """Several OpenEnv processes behind one port, each session kept on the process holding it.
 
 One Python process runs Python on one core at a time, and an OpenEnv session is an
-object in the memory of the process that created it. ``python -m tau2_env.router``
+object in the memory of the process that created it. ``python -m tau2_env.gate.session_router``
 starts ``--processes`` uvicorn processes serving the same ASGI app on 127.0.0.1 and
 listens on ``--host``/``--port`` in front of them, streaming bytes both ways (it never
 reads a WebSocket frame). Per connection it reads the request's head only and picks the
@@ -34,7 +34,7 @@ default none), the address that proxy gave — and drops the ``X-Forwarded-For``
 ``X-Real-IP`` and ``Forwarded`` a client sent. The processes trust the router (127.0.0.1)
 and no one else, so per-address caps and logs never take a client's word for its address.
 
-Caps: the processes share one ledger of open sessions (:mod:`tau2_env.shared_slots`, a
+Caps: the processes share one ledger of open sessions (:mod:`tau2_env.gate.shared_slots`, a
 SQLite file the router names in ``TAU2_SLOTS_LEDGER``), so a client's cap (a person's, a
 studio key's own) counts its sessions on every process; ``MAX_CONCURRENT_ENVS`` counts
 per process. A process that exits is started again (its sessions are gone; the ledger
@@ -209,7 +209,7 @@ def _address(text: str) -> _Address | None:
 
 
 class Router:
-    """The routing and byte pumping of :mod:`tau2_env.router` over ``backends``; the
+    """The routing and byte pumping of :mod:`tau2_env.gate.session_router` over ``backends``; the
     client's address as :meth:`TrustedProxies.client_of` says (``trusted``: none)."""
 
     def __init__(self, backends: list[Backend], *, trusted: TrustedProxies | None = None) -> None:
@@ -475,7 +475,7 @@ async def _supervise(backends: list[Backend], restart) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="python -m tau2_env.router", description=__doc__.split("\n\n")[0]
+        prog="python -m tau2_env.gate.session_router", description=__doc__.split("\n\n")[0]
     )
     parser.add_argument("app", nargs="?", default="tau2site.asgi:application")
     parser.add_argument("--processes", type=int, default=os.cpu_count() or 1)

@@ -1,6 +1,6 @@
 """A small keep-alive HTTP/1.1 client for requests whose bytes are already built.
 
-:mod:`tau2_env.compat`'s direct path sends the customer's (and τ²'s agent's) chat calls
+:mod:`tau2_env.llm.compat`'s direct path sends the customer's (and τ²'s agent's) chat calls
 with the exact bytes litellm would send: the body and headers are built elsewhere and
 checked against litellm's own; this module only carries them. It is the standard
 library's ``http.client`` with a pool of idle connections per origin, because httpx and
@@ -37,7 +37,7 @@ from urllib.parse import urlsplit
 
 import certifi
 
-from tau2_env import outbound
+from tau2_env.llm import outbound
 
 __all__ = ["Answer", "Pool", "WireError"]
 
@@ -96,7 +96,7 @@ def _dropped(conn: http.client.HTTPConnection) -> bool:
 
 class _Socket(socket.socket):
     """A socket whose reads keep to the current call's deadline, size cap and stop
-    (:func:`tau2_env.outbound.read_within`)."""
+    (:func:`tau2_env.llm.outbound.read_within`)."""
 
     def recv_into(self, buffer, nbytes=0, flags=0):
         def read() -> int:

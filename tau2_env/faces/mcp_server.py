@@ -7,7 +7,7 @@ the SDK's, a desktop assistant, an evaluation harness — can be the agent:
 * **initialize** opens a session. The task comes from the URL's query (``domain``,
   ``split``, ``task_id``, ``seed``: ``/agent/mcp?domain=airline&task_id=27``) or from
   the arguments of the ``start`` tool; credentials from the ``Authorization: Bearer``
-  header, through :func:`tau2_env.access.resolve_credentials` (today: a Hugging Face
+  header, through :func:`tau2_env.gate.access.resolve_credentials` (today: a Hugging Face
   token; without one, the server's own settings).
 * **tools/list**: ``start``, the domain's tools (τ²'s names, descriptions and JSON
   schemas, as OpenEnv's ``list_tools``), ``respond_to_user(message)`` and ``done()``.
@@ -23,13 +23,13 @@ A session answers only the credential that opened it (another, or none, gets 404
 for an unknown session); every request's credentials are resolved again (a revoked key
 gets 401), and a session whose credentials are refused while it is open is closed
 within seconds (:meth:`SessionSlots.watch`), its episode ended with the reason.
-Sessions hold a slot of the shared :class:`~tau2_env.capacity.SessionSlots`, granted
+Sessions hold a slot of the shared :class:`~tau2_env.gate.capacity.SessionSlots`, granted
 once the credentials are resolved: a refusal is HTTP 503 with ``Retry-After`` and a
 JSON-RPC error whose ``data`` says ``CAPACITY_REACHED`` and ``retry_after``; a session
 idle for the slots' idle time is closed (its episode ends unscored) and its id then
 answers 404. A WebSocket (this transport is HTTP only) is refused. The SDK says when it
 opens and discards a session only through private methods:
-:func:`tau2_env.compat.mcp_session_manager_class` holds them.
+:func:`tau2_env.llm.compat.mcp_session_manager_class` holds them.
 
 A session that ends normally (the client's DELETE, the idle reaper, a refused
 credential) closes the streams its open GET is reading; the SDK then logs that stream's
@@ -59,10 +59,13 @@ from mcp.server.lowlevel import Server
 from mcp.server.streamable_http import MCP_SESSION_ID_HEADER
 from mcp.shared.exceptions import McpError
 
-from tau2_env import access, catalog, compat, config
-from tau2_env.agent_session import AgentSession, BadRequest, Outcome, tool_specs
-from tau2_env.capacity import CapacityReached, SessionSlots, Slot
-from tau2_env.openenv_env import episode_executor
+from tau2_env import config
+from tau2_env.engine import catalog
+from tau2_env.faces.agent_session import AgentSession, BadRequest, Outcome, tool_specs
+from tau2_env.faces.openenv_env import episode_executor
+from tau2_env.gate import access
+from tau2_env.gate.capacity import CapacityReached, SessionSlots, Slot
+from tau2_env.llm import compat
 
 __all__ = ["START", "McpApp", "NormalCloseFilter"]
 
@@ -193,7 +196,7 @@ class McpApp:
 
     @property
     def manager(self) -> Any:
-        """This loop's session manager (:func:`tau2_env.compat.mcp_session_manager_class`)."""
+        """This loop's session manager (:func:`tau2_env.llm.compat.mcp_session_manager_class`)."""
         try:
             return self._managers[asyncio.get_running_loop()]
         except KeyError:

@@ -88,7 +88,7 @@ class GuardSettings:
 
     @classmethod
     def from_config(cls) -> GuardSettings:
-        """The standalone server's settings (``uvicorn tau2_env.server:app``), from the
+        """The standalone server's settings (``uvicorn tau2_env.faces.server:app``), from the
         variables the web project reads too: ``ALLOWED_HOSTS`` (default: the loopback
         names), ``CSRF_TRUSTED_ORIGINS`` and ``TAU2_AGENT_API_MAX_BODY_BYTES``."""
         return cls(
@@ -148,8 +148,8 @@ class Face:
         return "*" in self.jsonrpc_paths or path in self.jsonrpc_paths
 
 
-# OpenEnv's app (tau2_env.server): JSON-RPC on /mcp, its sessions on WS /ws, JSON-RPC on
-# WS /mcp. The MCP server (tau2_env.mcp_server): JSON-RPC everywhere, no WebSocket.
+# OpenEnv's app (tau2_env.faces.server): JSON-RPC on /mcp, its sessions on WS /ws, JSON-RPC on
+# WS /mcp. The MCP server (tau2_env.faces.mcp_server): JSON-RPC everywhere, no WebSocket.
 OPENENV_FACE = Face(
     jsonrpc_paths=frozenset({"/mcp"}), sockets={"/ws": "openenv", "/mcp": "jsonrpc"}
 )

@@ -8,7 +8,7 @@ and every expected action on each score.
 
 Inside :func:`expected_side_cached`, the environment τ²'s evaluator builds with no
 arguments (its gold environment, asked of τ²'s registry: see
-``tau2_env.compat.tau2_environments_from``) is an :class:`ExpectedEnvironment`: it
+``tau2_env.llm.compat.tau2_environments_from``) is an :class:`ExpectedEnvironment`: it
 records ``set_state`` and ``make_tool_call`` and, when asked for the database hashes,
 answers from a process-wide cache keyed by the domain, τ²'s version and exactly what
 was recorded — computing them on a real environment the first time, by the same calls
@@ -28,13 +28,14 @@ from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
-from tau2_env import catalog, compat, environments
+from tau2_env.engine import catalog, environments
+from tau2_env.llm import compat
 
 __all__ = ["ExpectedEnvironment", "cache_clear", "cache_info", "expected_side_cached", "stand_in"]
 
 _MAX_ENTRIES = 20_000  # a few hundred bytes each; every task of every domain fits
 # Whole expected environments, for views that need more than the hashes (the database
-# diff of tau2_env.diagnosis): copy-on-access ones hold only the rows their calls
+# diff of tau2_env.engine.diagnosis): copy-on-access ones hold only the rows their calls
 # touched; telecom's are whole (~100 KB).
 _MAX_ENVIRONMENTS = 256
 

@@ -1,13 +1,13 @@
 """An outside agent's episode, as the OpenEnv and MCP faces drive it.
 
-:class:`AgentSession` holds at most one :class:`~tau2_env.engine.Episode` and turns the
+:class:`AgentSession` holds at most one :class:`~tau2_env.engine.episodes.Episode` and turns the
 agent's tool calls into the engine's actions — the domain's tools, ``respond_to_user``
 and ``done`` — with the same rules on both faces: what a bad input answers, what a call
 after the end answers, what the final verdict carries. It tells the client's
-:class:`~tau2_env.access.EpisodeHooks` about each start, hop and end.
+:class:`~tau2_env.gate.access.EpisodeHooks` about each start, hop and end.
 
 Blocking (LLM calls, tool calls, scoring): async callers run its methods in
-``tau2_env.openenv_env.episode_executor()``, except the acts :meth:`AgentSession.
+``tau2_env.faces.openenv_env.episode_executor()``, except the acts :meth:`AgentSession.
 acts_at_once` names (in memory, no I/O, ~0.1 ms). One caller at a time.
 """
 
@@ -17,7 +17,10 @@ import functools
 from dataclasses import dataclass
 from typing import Any
 
-from tau2_env import access, arguments, catalog, config, engine, llm
+from tau2_env import config
+from tau2_env.engine import catalog, episodes
+from tau2_env.gate import access, arguments
+from tau2_env.llm import gateway
 
 __all__ = [
     "DONE",
@@ -38,7 +41,7 @@ RESPOND_TO_USER = "respond_to_user"
 DONE = "done"
 
 
-def _customer_route(credentials: access.Credentials, user_model: str | None) -> llm.Route:
+def _customer_route(credentials: access.Credentials, user_model: str | None) -> gateway.Route:
     """The customer's route: the one the client chose (if its credentials let it choose),
     else the server's default for these credentials."""
     if user_model:
@@ -50,13 +53,13 @@ def _customer_route(credentials: access.Credentials, user_model: str | None) -> 
             )
         try:
             return credentials.customer(user_model)
-        except llm.MissingCredentialsError as exc:
+        except gateway.MissingCredentialsError as exc:
             raise BadRequest(str(exc), status=401) from None
         except ValueError as exc:
             raise BadRequest(str(exc)) from None
     try:
-        return llm.resolve_route(hf_token=credentials.hf_token)
-    except llm.MissingCredentialsError as exc:
+        return gateway.resolve_route(hf_token=credentials.hf_token)
+    except gateway.MissingCredentialsError as exc:
         raise BadRequest(str(exc), status=401) from None
 
 
@@ -75,7 +78,7 @@ def _admitted(
 
 
 def _budget_admit(
-    budget: access.EpisodeBudget | None, episode: engine.Episode, *, face: str
+    budget: access.EpisodeBudget | None, episode: episodes.Episode, *, face: str
 ) -> None:
     """What the credentials' budget says of ``episode`` before it starts: nothing, or a
     refusal as :class:`BadRequest` (its status)."""
@@ -134,7 +137,7 @@ def agent_tools() -> list[dict[str, Any]]:
 
 @functools.cache
 def _tool_specs(domain: str) -> tuple[dict[str, Any], ...]:
-    return tuple(engine.tool_specs(domain) + agent_tools())
+    return tuple(episodes.tool_specs(domain) + agent_tools())
 
 
 def tool_specs(domain: str) -> list[dict[str, Any]]:
@@ -146,7 +149,7 @@ def tool_specs(domain: str) -> list[dict[str, Any]]:
 def tool_arguments(value: Any) -> dict[str, Any]:
     """A tool call's arguments as a dict: given as an object, as a JSON string of one
     (as the original OpenEnv Space's server accepted them), or absent; within the limits of
-    :mod:`tau2_env.arguments`. Raises :class:`BadRequest` with the reason."""
+    :mod:`tau2_env.gate.arguments`. Raises :class:`BadRequest` with the reason."""
     if value is None or value == "":
         return {}
     try:
@@ -171,7 +174,7 @@ class AgentSession:
 
     def __init__(self, *, face: str) -> None:
         self.face = face
-        self.episode: engine.Episode | None = None
+        self.episode: episodes.Episode | None = None
         self.split: str | None = None
         self.steps = 0
         self._hooks: access.EpisodeHooks | None = None
@@ -213,13 +216,13 @@ class AgentSession:
         route = _customer_route(credentials, user_model)
         try:
             if task_id is None or split not in catalog.get_domain(domain).splits:
-                task_id = engine.pick_task_id(domain=domain, split=split, seed=seed)
+                task_id = episodes.pick_task_id(domain=domain, split=split, seed=seed)
             task = catalog.get_tau2_task(domain, str(task_id))
         except KeyError as exc:
             raise BadRequest(exc.args[0] if exc.args else str(exc)) from None
         warning = _admitted(credentials, domain=domain, split=split, task_id=str(task.id))
 
-        episode = engine.Episode(domain=domain, task=task, user_llm=route)
+        episode = episodes.Episode(domain=domain, task=task, user_llm=route)
         _budget_admit(credentials.budget, episode, face=self.face)
         self.episode, self.split, self._hooks = episode, split, credentials.hooks
         self._budget = credentials.budget
@@ -281,7 +284,7 @@ class AgentSession:
             self._report_hop()
             self._report_end()
 
-    def _act(self, episode: engine.Episode, name: str, arguments: dict[str, Any]) -> Outcome:
+    def _act(self, episode: episodes.Episode, name: str, arguments: dict[str, Any]) -> Outcome:
         if name == RESPOND_TO_USER:
             message = arguments.get("message")
             if not isinstance(message, str) or not message.strip() or set(arguments) - {"message"}:

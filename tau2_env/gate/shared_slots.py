@@ -1,13 +1,13 @@
 """Session caps that hold across the processes of one server.
 
-:mod:`tau2_env.router` runs several OpenEnv processes behind one port, and spreads one
+:mod:`tau2_env.gate.session_router` runs several OpenEnv processes behind one port, and spreads one
 client's sessions over all of them. A client's cap (a person's, a studio key's own) must
 count its sessions on every process, so the processes share a ledger of open sessions: a
 SQLite file named by ``TAU2_SLOTS_LEDGER`` (the router sets it for the processes it
-starts). :class:`SharedSessionSlots` is :class:`~tau2_env.capacity.SessionSlots` whose
+starts). :class:`SharedSessionSlots` is :class:`~tau2_env.gate.capacity.SessionSlots` whose
 ``acquire`` holds the ledger's write lock while it decides — so two processes never both
 grant a client's last slot — and counts, besides its own, the client's slots held by the
-other live processes (:meth:`~tau2_env.capacity.SessionSlots.held_elsewhere`); each slot
+other live processes (:meth:`~tau2_env.gate.capacity.SessionSlots.held_elsewhere`); each slot
 granted or released is written there. A process that dies leaves rows behind: they stop
 counting once its pid is gone. ``MAX_CONCURRENT_ENVS`` (the total) stays per process:
 it is what one process's thread pool and memory hold.
@@ -24,7 +24,7 @@ import uuid
 from collections.abc import Iterator
 
 from tau2_env import config
-from tau2_env.capacity import SessionSlots, Slot
+from tau2_env.gate.capacity import SessionSlots, Slot
 
 __all__ = ["LEDGER_VARIABLE", "SharedSessionSlots", "SlotLedger", "session_slots_from_config"]
 
@@ -106,7 +106,7 @@ def _alive(pid: int) -> bool:
 
 
 class SharedSessionSlots(SessionSlots):
-    """:class:`~tau2_env.capacity.SessionSlots` whose caps count every process's slots
+    """:class:`~tau2_env.gate.capacity.SessionSlots` whose caps count every process's slots
     (see the module docstring)."""
 
     def __init__(self, *, ledger: SlotLedger | str, **kwargs) -> None:

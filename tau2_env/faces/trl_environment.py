@@ -12,7 +12,7 @@ The tools depend on the domain, so there is one class per domain:
 :func:`tau2_environment` makes it (``tau2_environment(domain="airline")`` is the class
 to pass), with one method per τ² tool of the domain plus ``respond_to_user`` — the
 agent's tools as this server's OpenEnv API serves them
-(:func:`tau2_env.agent_session.tool_specs`). ``done`` is not offered: τ²'s agent has no
+(:func:`tau2_env.faces.agent_session.tool_specs`). ``done`` is not offered: τ²'s agent has no
 such tool, and a rollout ends when the model answers without a tool call;
 :meth:`Tau2Environment.get_reward` then ends the conversation (``done``) and returns
 τ²'s reward. :func:`tau2_environments` maps several domains to their classes, for TRL's
@@ -26,7 +26,7 @@ description (``get_json_schema`` joins its lines with a space). See
 ``tests/tau2_env/test_trl_environment.py``, which pins each of these per tool.
 
 Each instance holds one OpenEnv session over ``/ws`` (this package's
-:class:`~tau2_env.client.Tau2Env`), opened by the constructor with the studio key
+:class:`~tau2_env.faces.client.Tau2Env`), opened by the constructor with the studio key
 (``Authorization: Bearer …``) and, when given, the training session's name
 (``X-Tau2-Training-Session``). Configuration: ``TAU2_URL``, ``TAU2_API_KEY`` and
 ``TAU2_TRAINING_SESSION`` from the environment, or the constructor's keyword arguments
@@ -47,13 +47,14 @@ from typing import Any, ClassVar, Literal, Union
 from openenv.core.env_server.mcp_types import CallToolAction
 
 # isort: off
-# τ² only through tau2_env._tau2 first (quiet import, local litellm price list).
-from tau2_env import agent_session, catalog
+# τ² only through tau2_env.llm._tau2 first (quiet import, local litellm price list).
+from tau2_env.faces import agent_session
+from tau2_env.engine import catalog
 from tau2.agent.llm_agent import AGENT_INSTRUCTION, SYSTEM_PROMPT
 from tau2.orchestrator.orchestrator import DEFAULT_FIRST_AGENT_MESSAGE
 
 # isort: on
-from tau2_env.client import Tau2Env
+from tau2_env.faces.client import Tau2Env
 
 __all__ = [
     "API_KEY_ENV",
@@ -142,7 +143,7 @@ class Tau2Environment:
         drawn with ``seed``) and return what the model needs of the opening.
 
         When the row's ``prompt`` already holds τ²'s system prompt of this domain (as
-        :func:`tau2_env.training_data.prompt_dataset` writes it, followed by τ²'s greeting
+        :func:`tau2_env.faces.training_data.prompt_dataset` writes it, followed by τ²'s greeting
         and an empty user turn), that is the customer's first message, so that the model
         sees the conversation τ²'s agent sees; otherwise τ²'s system prompt (its
         instructions and the domain's policy), a blank line and the customer's first
@@ -397,7 +398,7 @@ def _environment_class(domain: str) -> type[Tau2Environment]:
     namespace["__qualname__"] = name
     namespace["__doc__"] = (
         f"τ²-bench's {domain} domain for TRL: one method per agent tool "
-        f"(see tau2_env.trl_environment)."
+        f"(see tau2_env.faces.trl_environment)."
     )
     for function in namespace.values():
         if inspect.isfunction(function):

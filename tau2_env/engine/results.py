@@ -13,14 +13,16 @@ from dataclasses import dataclass
 from typing import Any
 
 # isort: off
-from tau2_env._tau2 import registry  # noqa: F401  (τ² through its quiet import, first)
+from tau2_env.llm._tau2 import registry  # noqa: F401  (τ² through its quiet import, first)
 from pydantic import ValidationError
 from tau2.data_model.simulation import AgentInfo, Results, RunConfig, SimulationRun, UserInfo
 from tau2.data_model.tasks import Task
 from tau2.evaluator.evaluator import EvaluationType
 
 # isort: on
-from tau2_env import catalog, engine, jsonbounds, llm
+from tau2_env import jsonbounds
+from tau2_env.engine import catalog, episodes
+from tau2_env.llm import gateway
 
 __all__ = [
     "LEADERBOARD",
@@ -85,7 +87,7 @@ def user_info(*, llm: str, llm_args: Mapping[str, Any]) -> dict[str, Any]:
 
 # Scoring without the judge needs no LLM, but an episode needs a customer route: this
 # one has no credential and leads nowhere (the discard port), so nothing can leave.
-_NO_LLM = llm.Route(
+_NO_LLM = gateway.Route(
     provider="hf",
     model="none/not-called-when-re-scoring",
     base_url="http://127.0.0.1:9/v1",
@@ -182,7 +184,7 @@ def mode_of(*, agent: str | None, user: str | None) -> str | None:
     """The evaluation mode (``engine.MODES``) of a results file whose ``agent_info`` and
     ``user_info`` name ``agent`` and ``user`` (τ²'s registry names, as ``tau2 run --agent
     … --user …`` writes them); ``None`` for a pair no mode is (another agent, a person)."""
-    for mode, pair in engine.IMPLEMENTATIONS.items():
+    for mode, pair in episodes.IMPLEMENTATIONS.items():
         if (agent, user) == pair:
             return mode
     return None
@@ -195,19 +197,19 @@ def rescore(
     simulation: SimulationRun,
     max_steps: int,
     max_errors: int,
-    mode: str = engine.DEFAULT,
+    mode: str = episodes.DEFAULT,
 ) -> Rescore:
     """Score ``simulation``'s conversation again with τ²'s evaluator, as ``tau2 run`` does.
 
-    The conversation is replayed in a fresh environment by :class:`~tau2_env.engine.Episode`
-    (τ²'s orchestrator checks every tool result against the one it gets again) and
-    ended as the file says it ended; a No-User file's in τ²'s solo mode, as ``tau2 run``
-    scored it (``mode``: :func:`mode_of` the file's sides). Never raises for a bad conversation: the
-    :class:`Rescore` says it could not be re-scored, and why.
+    The conversation is replayed in a fresh environment by
+    :class:`~tau2_env.engine.episodes.Episode` (τ²'s orchestrator checks every tool result
+    against the one it gets again) and ended as the file says it ended; a No-User file's in τ²'s
+    solo mode, as ``tau2 run`` scored it (``mode``: :func:`mode_of` the file's sides). Never
+    raises for a bad conversation: the :class:`Rescore` says it could not be re-scored, and why.
     """
     stored = simulation.reward_info.reward if simulation.reward_info is not None else None
     try:
-        episode = engine.Episode(
+        episode = episodes.Episode(
             domain=domain,
             task=task,
             user_llm=_NO_LLM,
@@ -220,14 +222,14 @@ def rescore(
             score_on_end=False,
             mode=mode,
             # A mode's own agent is τ²'s (never asked here: the conversation is over).
-            agent_llm=_NO_LLM if mode != engine.DEFAULT else None,
+            agent_llm=_NO_LLM if mode != episodes.DEFAULT else None,
         )
     except Exception as exc:
         return Rescore(
             stored,
             None,
             f"its messages do not replay in τ²'s {domain} environment "
-            f"({engine.failure_reason(exc)})",
+            f"({episodes.failure_reason(exc)})",
         )
     if episode.evaluation_type() == EvaluationType.ALL_WITH_NL_ASSERTIONS:
         return Rescore(
@@ -238,7 +240,7 @@ def rescore(
     try:
         info = episode.evaluate()
     except Exception as exc:
-        return Rescore(stored, None, f"τ²'s evaluator failed ({engine.failure_reason(exc)})")
+        return Rescore(stored, None, f"τ²'s evaluator failed ({episodes.failure_reason(exc)})")
     return Rescore(stored, info.model_dump(mode="json"))
 
 

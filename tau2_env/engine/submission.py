@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 # isort: off
-from tau2_env._tau2 import registry  # noqa: F401  (τ² through its quiet import, first)
+from tau2_env.llm._tau2 import registry  # noqa: F401  (τ² through its quiet import, first)
 from pydantic import ValidationError
 from tau2.data_model.simulation import Results, RunConfig
 from tau2.metrics.agent_metrics import compute_metrics

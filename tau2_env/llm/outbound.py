@@ -26,11 +26,11 @@ again then):
 
 Failures are :class:`OutboundError` subclasses whose ``str()`` says what happened in
 words, for the person, with no address beyond the one they typed. litellm and the
-OpenAI SDK wrap them; :func:`tau2_env.llm.explain_error` finds them in the chain.
+OpenAI SDK wrap them; :func:`tau2_env.llm.gateway.explain_error` finds them in the chain.
 
 Two ways out use it: :func:`client` (an ``httpx.Client`` whose transport is
 :class:`Transport`: litellm's calls, the Test, reading a connection's models) and
-:mod:`tau2_env.wire` (the direct path's own sockets, through :func:`connect`).
+:mod:`tau2_env.llm.wire` (the direct path's own sockets, through :func:`connect`).
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ _METADATA_NAMES = frozenset(
 class OutboundError(Exception):
     """A request to a model endpoint that the policy ended; ``str()`` says why, in words.
 
-    ``kind`` is what :func:`tau2_env.llm.explain_error` calls it."""
+    ``kind`` is what :func:`tau2_env.llm.gateway.explain_error` calls it."""
 
     kind = "error"
 
@@ -502,7 +502,7 @@ def as_httpx(exc: BaseException, request: httpx.Request | None = None) -> BaseEx
 
 
 # What sends a request on the transport, and what may stand between (the direct path's
-# check of what litellm sends: tau2_env.compat).
+# check of what litellm sends: tau2_env.llm.compat).
 Send = Callable[[httpx.Request], httpx.Response]
 _observer: Callable[[httpx.Request, Send], httpx.Response] | None = None
 

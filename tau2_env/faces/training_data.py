@@ -4,7 +4,7 @@ One row per task of a domain's split. ``prompt`` is the conversation τ²'s agen
 before the customer speaks, in the chat format TRL's environment examples use (a list
 of ``{"role", "content"}`` messages): τ²'s system prompt (its agent instructions and the
 domain's policy), τ²'s greeting, and an empty user turn, which
-:meth:`tau2_env.trl_environment.Tau2Environment.reset` fills with the customer's first
+:meth:`tau2_env.faces.trl_environment.Tau2Environment.reset` fills with the customer's first
 message (TRL appends ``reset``'s text to the prompt's last message). The other columns
 are ``reset``'s arguments: ``domain``, ``task_id``, ``split``, ``seed``; and
 ``environment`` (the domain) for TRL's multi-environment mode.
@@ -19,8 +19,8 @@ from typing import Any
 
 from datasets import Dataset
 
-from tau2_env import catalog
-from tau2_env.trl_environment import GREETING, agent_system_prompt
+from tau2_env.engine import catalog
+from tau2_env.faces.trl_environment import GREETING, agent_system_prompt
 
 __all__ = ["opening_prompt", "prompt_dataset"]
 

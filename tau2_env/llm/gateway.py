@@ -3,7 +3,7 @@
 τ² calls litellm from ``tau2.utils.llm_utils.generate`` through that module's global
 ``completion``; the simulated customer (``UserSimulator``), τ²'s own agent (``LLMAgent``)
 and the natural-language judge (a fixed model from ``tau2.config``, with no key of its
-own) all end up there. ``tau2_env.compat.install()`` replaces that global with
+own) all end up there. ``tau2_env.llm.compat.install()`` replaces that global with
 :func:`routed_completion`, which takes the provider, model and key from the
 *conversation* being served, kept in a ``contextvars.ContextVar`` set by
 :func:`conversation` (and turns litellm's cache off). So:
@@ -44,14 +44,15 @@ from urllib.parse import urlsplit
 # isort: off
 # _tau2 must come before litellm: it sets LITELLM_LOCAL_MODEL_COST_MAP, without which
 # importing litellm tries (and, offline, retries for seconds) to download its price list.
-from tau2_env._tau2 import registry  # noqa: F401
+from tau2_env.llm._tau2 import registry  # noqa: F401
 import litellm
 from litellm.llms.custom_httpx.http_handler import HTTPHandler
 from litellm.types.router import RetryPolicy
 
 # isort: on
-from tau2_env import config, outbound
-from tau2_env.llm_args import ROLE_KEY, ROUTE_KEYS
+from tau2_env import config
+from tau2_env.llm import outbound
+from tau2_env.llm.llm_args import ROLE_KEY, ROUTE_KEYS
 
 __all__ = [
     "LITELLM_PREFIXES",
@@ -75,7 +76,7 @@ __all__ = [
 ]
 
 # ROLE_KEY: the extra keyword our callers put in τ²'s ``llm_args`` to say whose call it
-# is (tau2_env.llm_args). It is removed before litellm sees the call. A call without it
+# is (tau2_env.llm.llm_args). It is removed before litellm sees the call. A call without it
 # is the NL-assertion judge's.
 ROLE_USER = "user"
 ROLE_AGENT = "agent"
@@ -270,7 +271,7 @@ _handler_lock = threading.Lock()
 
 
 def _http_handler() -> HTTPHandler:
-    """litellm's HTTP handler around :func:`tau2_env.outbound.client` (one per process)."""
+    """litellm's HTTP handler around :func:`tau2_env.llm.outbound.client` (one per process)."""
     with _handler_lock:
         if not _handler or _handler[0].client is not outbound.client():
             _handler[:] = [HTTPHandler(client=outbound.client())]
@@ -409,7 +410,7 @@ def _litellm_completion(call: dict[str, Any]) -> Any:
     return litellm.completion(**call)
 
 
-# What makes a routed call: litellm, or what tau2_env.compat.install() puts in its place
+# What makes a routed call: litellm, or what tau2_env.llm.compat.install() puts in its place
 # (its direct path, which answers as litellm would).
 _send: Callable[[dict[str, Any]], Any] = _litellm_completion
 

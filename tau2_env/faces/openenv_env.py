@@ -10,7 +10,7 @@ and server cleared, openenv's ``/mcp`` endpoint routes JSON-RPC ``tools/list`` a
 Concurrency: every blocking piece of work (building an episode, LLM turns, tool calls,
 scoring) runs in one process-wide, bounded thread pool sized by ``MAX_CONCURRENT_ENVS``
 — never on the event loop, never in asyncio's small default pool. A domain tool call
-that can neither block nor end the episode (:meth:`~tau2_env.agent_session.AgentSession.
+that can neither block nor end the episode (:meth:`~tau2_env.faces.agent_session.AgentSession.
 acts_at_once`: τ²'s in-memory database, nobody recording) is answered on the loop
 itself: the hop to a thread and back cost more CPU than the call (0.49 → 0.40 ms).
 Threads belong to the pool, not to sessions: an idle session holds none. The class asks
@@ -43,8 +43,11 @@ from openenv.core.env_server.mcp_types import (
 from openenv.core.env_server.types import EnvironmentMetadata, Observation, State
 from pydantic import Field
 
-from tau2_env import access, agent_session, catalog, config, engine, environments
-from tau2_env.agent_session import ENDED_MESSAGE, NOT_STARTED_MESSAGE
+from tau2_env import config
+from tau2_env.engine import catalog, environments, episodes
+from tau2_env.faces import agent_session
+from tau2_env.faces.agent_session import ENDED_MESSAGE, NOT_STARTED_MESSAGE
+from tau2_env.gate import access
 
 __all__ = [
     "ENDED_MESSAGE",
@@ -145,7 +148,7 @@ class Tau2Environment(MCPEnvironment):
         _warm_default_domain()
 
     @property
-    def _episode(self) -> engine.Episode | None:
+    def _episode(self) -> episodes.Episode | None:
         return self._session.episode
 
     # ------------------------------------------------------------- openenv API
@@ -254,10 +257,10 @@ class Tau2Environment(MCPEnvironment):
         ``observation.metadata``: ``user_message``, ``policy``, ``task_id``, ``domain``,
         ``split``, ``episode_id``, ``user_model``, and ``training_warning`` (one line)
         when the training session's split guard warns. Raises
-        :class:`~tau2_env.agent_session.BadRequest` (a ``ValueError``: sent to the
+        :class:`~tau2_env.faces.agent_session.BadRequest` (a ``ValueError``: sent to the
         client as an error, 4xx over HTTP) for an unknown domain, split or task, a
         mistyped value, and when there are no credentials for the customer. The
-        credentials come from :func:`tau2_env.access.resolve_credentials` (the request's
+        credentials come from :func:`tau2_env.gate.access.resolve_credentials` (the request's
         ``Authorization`` header, ``hf_token``), resolved in a worker thread.
         """
         credentials = await _credentials(hf_token, training_session)
@@ -387,8 +390,8 @@ def _reset_request(hf_token: Any, training_session: Any = None) -> access.Client
 
 
 def _resolved(request: access.ClientRequest) -> access.Credentials:
-    """:func:`tau2_env.access.resolve_credentials`, a refusal as ``BadRequest`` (401),
-    told to the face serving the session (:func:`tau2_env.access.credentials_used`)."""
+    """:func:`tau2_env.gate.access.resolve_credentials`, a refusal as ``BadRequest`` (401),
+    told to the face serving the session (:func:`tau2_env.gate.access.credentials_used`)."""
     try:
         credentials = access.resolve_credentials(request)
     except access.CredentialsUnavailable as exc:

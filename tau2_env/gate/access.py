@@ -11,7 +11,7 @@ Who may use a session: the credential that opened it (:attr:`Credentials.owner`:
 a token, a browser session; an anonymous client is its address) — another, or none,
 finds no such session. Whose cap it counts against: :attr:`Credentials.client` (a
 person with all their keys, a Hugging Face account, an address). A raw Hugging Face
-token is asked of the Hub first (:mod:`tau2_env.hf_identity`): a token the Hub does not
+token is asked of the Hub first (:mod:`tau2_env.gate.hf_identity`): a token the Hub does not
 know is refused before it holds anything.
 
 Nothing here imports Django, and no secret is ever put in a ``repr`` or a log line.
@@ -31,10 +31,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 from urllib.parse import parse_qs
 
-from tau2_env import config, hf_identity
+from tau2_env import config
+from tau2_env.gate import hf_identity
 
 if TYPE_CHECKING:
-    from tau2_env.engine import Episode
+    from tau2_env.engine.episodes import Episode
 
 __all__ = [
     "ClientRequest",
@@ -242,7 +243,7 @@ def default_resolver(request: ClientRequest) -> Credentials:
     """Hugging Face tokens only: the reset's ``hf_token`` wins over an ``Authorization:
     Bearer`` token; with neither, the server's own provider settings apply.
 
-    A token is asked of the Hub (:func:`tau2_env.hf_identity.hf_account`; refused if the
+    A token is asked of the Hub (:func:`tau2_env.gate.hf_identity.hf_account`; refused if the
     Hub does not know it) and counts against its account's cap; without a token, or
     with the check off, sessions count against the address (``TAU2_SESSIONS_PER_ADDRESS``).
     Blocks for a Hub request on a new token: the faces call it off the event loop."""

@@ -9,7 +9,7 @@ Process-wide overrides, applied by :func:`install` (explicit, idempotent; called
 Episode, the OpenEnv and MCP faces, and by the web project at start-up):
 
 * τ² ``tau2.utils.llm_utils.completion`` (the global τ²'s ``generate`` calls litellm
-  through) becomes :func:`tau2_env.llm.routed_completion`: every LLM call τ² makes —
+  through) becomes :func:`tau2_env.llm.gateway.routed_completion`: every LLM call τ² makes —
   the customer, τ²'s agent, the NL judge — goes along the current conversation's route,
   and one made outside a conversation fails instead of using the server's keys.
 * τ² ``Tool.openai_schema`` is built once per tool, each caller getting a deep copy of
@@ -24,7 +24,7 @@ Episode, the OpenEnv and MCP faces, and by the web project at start-up):
   rules change, so is τ²'s ``completion_cost`` failing for a model the price list lacks
   (:class:`_UnpricedModels`), and up to :data:`CLIENTS_KEPT` of its per-key clients are kept instead
   of 200: less CPU per call, the same requests (``tests/tau2_env/test_llm_request.py``).
-* tau2_env's LLM calls (``tau2_env.llm.use_sender``) go by :class:`DirectPath` where it
+* tau2_env's LLM calls (``tau2_env.llm.gateway.use_sender``) go by :class:`DirectPath` where it
   may: litellm's own request for each kind of call is seen once (by the outbound
   transport's observer), and later ones are sent as those bytes
   without litellm, their answers read with litellm's and the OpenAI SDK's own functions
@@ -67,8 +67,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 # isort: off
-# τ² (and litellm) only through tau2_env._tau2 first: quiet import, local price list.
-from tau2_env._tau2 import registry
+# τ² (and litellm) only through tau2_env.llm._tau2 first: quiet import, local price list.
+from tau2_env.llm._tau2 import registry
 import httpx
 import litellm
 import openai._models as openai_models
@@ -81,7 +81,8 @@ from litellm.llms.openai import common_utils as openai_common
 from tau2.environment.tool import Tool
 
 # isort: on
-from tau2_env import config, llm, outbound, versions, wire
+from tau2_env import config, versions
+from tau2_env.llm import gateway, outbound, wire
 from tau2_env.versions import TESTED, UntestedVersion, installed_version, require
 
 if TYPE_CHECKING:
@@ -141,7 +142,7 @@ def install() -> None:
 def _route_tau2_llm_calls() -> None:
     # τ² 26.3's generate() calls ``completion(...)``, imported into its module from
     # litellm: replacing that global routes every τ² call and nothing else.
-    tau2_llm_utils.completion = llm.routed_completion
+    tau2_llm_utils.completion = gateway.routed_completion
 
 
 # ------------------------------------------------------- τ²: tool schemas
@@ -425,7 +426,7 @@ def _litellm_cache_off() -> None:
 # ------------------------------------------------- litellm: the direct path for its calls
 
 # What a call may carry to go out by the direct path: the route's keys
-# (tau2_env.llm.litellm_kwargs), τ²'s own (generate: messages, tools, tool_choice) and the
+# (tau2_env.llm.gateway.litellm_kwargs), τ²'s own (generate: messages, tools, tool_choice) and the
 # sampling arguments ``llm_args`` pass through. Any other (stream, response_format,
 # functions…) changes how litellm sends or reads the call: litellm makes it.
 _DIRECT_KEYS = frozenset(
@@ -559,7 +560,7 @@ class DirectPath:
     calls of that shape whose messages are all of kinds that matched
     (:func:`_message_kind`) are built from what was kept, byte for byte what litellm
     sent for the first (``tests/tau2_env/test_llm_request.py`` compares whole
-    conversations with plain litellm's), and sent by :class:`tau2_env.wire.Pool`. A
+    conversations with plain litellm's), and sent by :class:`tau2_env.llm.wire.Pool`. A
     shape or a kind that did not match never goes direct (logged once).
 
     The answer is read as litellm reads it (the OpenAI SDK's ``construct_type``, then
@@ -785,7 +786,7 @@ def _litellm_has_callbacks() -> bool:
 
 
 # The proxies httpx (trust_env) takes from the environment. With one set, litellm makes
-# every call (tau2_env.wire trusts the certificates httpx does, and goes direct).
+# every call (tau2_env.llm.wire trusts the certificates httpx does, and goes direct).
 _HTTPX_ENVIRONMENT = tuple(
     name for base in ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY") for name in (base, base.lower())
 )
@@ -799,8 +800,8 @@ def _proxied() -> bool:
 
 
 def _watch_litellm_requests() -> None:
-    """litellm's requests go out through :class:`tau2_env.outbound.Transport` (its
-    OpenAI clients' session, :func:`tau2_env.llm.litellm_kwargs`), which hands each to
+    """litellm's requests go out through :class:`tau2_env.llm.outbound.Transport` (its
+    OpenAI clients' session, :func:`tau2_env.llm.gateway.litellm_kwargs`), which hands each to
     :func:`_observe`: the direct path's check of what litellm sends."""
     outbound.set_request_observer(_observe)
 
@@ -823,7 +824,7 @@ DIRECT = DirectPath()
 
 
 def _send_direct() -> None:
-    llm.use_sender(DIRECT.complete)
+    gateway.use_sender(DIRECT.complete)
 
 
 # ----------------------------------------------------- openenv: its sessions

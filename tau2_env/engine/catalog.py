@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tau2_env._tau2 import registry, tau2_version
+from tau2_env.llm._tau2 import registry, tau2_version
 
 __all__ = [
     "DomainInfo",

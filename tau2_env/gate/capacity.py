@@ -3,7 +3,7 @@ credentials checked again while sessions are open.
 
 Every open OpenEnv session (a ``/ws`` connection, an ``openenv/session/create`` over
 HTTP) and every MCP session holds one :class:`Slot` of one :class:`SessionSlots`. A
-client (see :class:`tau2_env.access.Credentials`: a person with all their keys and
+client (see :class:`tau2_env.gate.access.Credentials`: a person with all their keys and
 browser sessions, a Hugging Face account, else an address) holds at most its cap of
 them, below the total, so one client cannot take every slot — a studio key made with a
 cap of its own (a trainer's key, say) is a client by itself holding up to that cap, at
@@ -28,7 +28,8 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
-from tau2_env import access, config
+from tau2_env import config
+from tau2_env.gate import access
 
 __all__ = ["CapacityReached", "SessionSlots", "Slot"]
 
@@ -187,7 +188,7 @@ class SessionSlots:
 
     def held_elsewhere(self, client: str) -> int:
         """``client``'s slots held by the server's other processes: none here (one
-        process); :class:`tau2_env.shared_slots.SharedSessionSlots` counts them."""
+        process); :class:`tau2_env.gate.shared_slots.SharedSessionSlots` counts them."""
         return 0
 
     async def end_refused(self) -> int:

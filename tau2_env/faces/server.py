@@ -2,20 +2,20 @@
 
 :func:`create_openenv_app` builds openenv's FastAPI routes (``/ws``, ``/reset``,
 ``/step``, ``/state``, ``/schema``, ``/metadata``, ``/health``, ``/mcp``, ``/docs``,
-``/openapi.json``) over :class:`~tau2_env.openenv_env.Tau2Environment`, wrapped in a
+``/openapi.json``) over :class:`~tau2_env.faces.openenv_env.Tau2Environment`, wrapped in a
 small ASGI layer (:class:`OpenEnvApp`) that adds what openenv leaves open:
 
-* **Credentials** through one function, :func:`tau2_env.access.resolve_credentials`
+* **Credentials** through one function, :func:`tau2_env.gate.access.resolve_credentials`
   (the request's headers and address are made the ``current_request`` of the
   connection; the web project can install its own resolver).
 * **Sessions belong to their opener**: a session answers only the credential that
-  opened it (:attr:`tau2_env.access.Credentials.holder`). A ``/mcp`` request naming
+  opened it (:attr:`tau2_env.gate.access.Credentials.holder`). A ``/mcp`` request naming
   another's session (``tools/call``, ``openenv/session/close``…), or none that exists,
   gets 404 and the JSON-RPC error openenv gives an unknown session; a ``/ws`` asking to
   attach to one is refused before it is accepted; a WebSocket frame naming one gets
   that error frame. Nothing runs.
 * **Capacity**: every session (a ``/ws`` connection, an ``openenv/session/create``)
-  holds a slot of a shared :class:`~tau2_env.capacity.SessionSlots` — a total, a cap
+  holds a slot of a shared :class:`~tau2_env.gate.capacity.SessionSlots` — a total, a cap
   per client — granted once its credentials are resolved (a refused one holds
   nothing), and a refusal carries ``retry_after`` (seconds). A WebSocket that waits
   ``TAU2_SESSION_IDLE_SECONDS`` for its client is closed (code 1001); a session over
@@ -31,16 +31,16 @@ small ASGI layer (:class:`OpenEnvApp`) that adds what openenv leaves open:
   never 500; the original Space's environment name (``tau2_env``) is accepted in the Task
   API's paths as well as ``tau2``.
 
-openenv's session hooks are private: :func:`tau2_env.compat.openenv_server_class` holds
-them (for the tested openenv only), and :func:`tau2_env.compat.with_capacity_details`
+openenv's session hooks are private: :func:`tau2_env.llm.compat.openenv_server_class` holds
+them (for the tested openenv only), and :func:`tau2_env.llm.compat.with_capacity_details`
 knows openenv's refusal frames.
 
 The project's ASGI application mounts it beside Django and must forward lifespan events
 to it: openenv starts its idle-session reaper on startup.
 
-Standalone: ``uvicorn tau2_env.server:app`` (the module attribute ``app`` is built on
+Standalone: ``uvicorn tau2_env.faces.server:app`` (the module attribute ``app`` is built on
 first access, so importing this module stays cheap), behind
-:class:`tau2_env.guard.AgentFaceGuard` configured from the environment.
+:class:`tau2_env.gate.guard.AgentFaceGuard` configured from the environment.
 """
 
 from __future__ import annotations
@@ -63,10 +63,12 @@ from openenv.core.env_server.exceptions import EnvironmentFactoryError, SessionC
 from openenv.core.env_server.mcp_types import CallToolAction, JsonRpcErrorCode, JsonRpcResponse
 from openenv.core.env_server.types import ConcurrencyConfig
 
-from tau2_env import access, compat, config, guard, shared_slots
-from tau2_env.agent_session import BadRequest
-from tau2_env.capacity import CapacityReached, SessionSlots, Slot
-from tau2_env.openenv_env import Tau2Environment, Tau2State, Tau2ToolObservation
+from tau2_env import config
+from tau2_env.faces.agent_session import BadRequest
+from tau2_env.faces.openenv_env import Tau2Environment, Tau2State, Tau2ToolObservation
+from tau2_env.gate import access, guard, shared_slots
+from tau2_env.gate.capacity import CapacityReached, SessionSlots, Slot
+from tau2_env.llm import compat
 
 __all__ = [
     "ENV_NAME",
@@ -100,7 +102,8 @@ _call: ContextVar[_Call | None] = ContextVar("tau2_openenv_call", default=None)
 
 
 class _SlotHooks:
-    """openenv's sessions, each holding a slot (:class:`tau2_env.compat.OpenEnvSessionHooks`)."""
+    """openenv's sessions, each holding a slot
+    (:class:`tau2_env.llm.compat.OpenEnvSessionHooks`)."""
 
     def __init__(self, slots: SessionSlots) -> None:
         self.slots = slots
@@ -147,7 +150,7 @@ class _SlotHooks:
 
 async def _credentials_of(call: _Call | None) -> access.Credentials:
     """The credentials of the request being served, resolved once per connection;
-    raises :class:`~tau2_env.access.CredentialsRefused`."""
+    raises :class:`~tau2_env.gate.access.CredentialsRefused`."""
     if call is not None and call.refused is not None:
         raise call.refused
     if call is not None and call.credentials is not None:
@@ -204,7 +207,7 @@ def create_openenv_app(
     folder this site serves (default: FastAPI's, from a CDN).
 
     ``slots`` (shared with the MCP face; default
-    :func:`tau2_env.shared_slots.session_slots_from_config`: across the router's
+    :func:`tau2_env.gate.shared_slots.session_slots_from_config`: across the router's
     processes when ``TAU2_SLOTS_LEDGER`` is set) bound the sessions:
     ``MAX_CONCURRENT_ENVS`` in all (per process), ``TAU2_SESSIONS_PER_CLIENT`` per
     client, closed after ``TAU2_SESSION_IDLE_SECONDS`` idle. ``TAU2_DOMAIN`` and
@@ -647,7 +650,7 @@ _app: Any = None
 
 
 def __getattr__(name: str) -> Any:
-    # ``app`` for ``uvicorn tau2_env.server:app``; built once, on first use.
+    # ``app`` for ``uvicorn tau2_env.faces.server:app``; built once, on first use.
     global _app
     if name == "app":
         if _app is None:

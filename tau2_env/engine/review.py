@@ -22,8 +22,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tau2_env import llm
-from tau2_env.llm_args import ROLE_KEY
+from tau2_env.llm import gateway
+from tau2_env.llm.llm_args import ROLE_KEY
 
 __all__ = [
     "CATEGORIES",
@@ -82,7 +82,7 @@ class ReviewReplyError(ValueError):
     """The reviewer's answer could not be used; ``str()`` says why, for people.
     ``usage``: the tokens of the call that answered it (it was made, and paid for)."""
 
-    usage: llm.Usage = llm.Usage()
+    usage: gateway.Usage = gateway.Usage()
 
 
 @dataclass(frozen=True)
@@ -109,7 +109,7 @@ class ReviewOutcome:
     """What :func:`review_run` returns: the review, and the reviewer call's tokens."""
 
     review: Review
-    usage: llm.Usage
+    usage: gateway.Usage
 
 
 _INSTRUCTIONS = f"""{MARKER}-bench: a customer-service agent (the "agent") helping a \
@@ -249,7 +249,7 @@ def _finding(number: int, item: Any, known: set[int]) -> Finding:
 
 def review_run(
     *,
-    route: llm.Route,
+    route: gateway.Route,
     messages: list[dict[str, str]],
     seqs: Iterable[int],
     llm_args: Mapping[str, Any] | None = None,
@@ -261,9 +261,11 @@ def review_run(
     (readable, key-free) for a failed call. Either way nothing is returned to store.
     """
     args = dict(llm_args) if llm_args is not None else {"temperature": 0.0}
-    with llm.conversation(user=route, judge=route), llm.metered() as meter:
-        response = llm.routed_completion(messages=messages, **args, **{ROLE_KEY: llm.ROLE_JUDGE})
-        usage = meter.of(llm.ROLE_JUDGE)
+    with gateway.conversation(user=route, judge=route), gateway.metered() as meter:
+        response = gateway.routed_completion(
+            messages=messages, **args, **{ROLE_KEY: gateway.ROLE_JUDGE}
+        )
+        usage = meter.of(gateway.ROLE_JUDGE)
     try:
         text = response.choices[0].message.content
     except (AttributeError, IndexError, TypeError):
