@@ -145,7 +145,7 @@ def customer_route(user_id: int, value: str):
     its owner's credentials; raises ``ValueError`` saying why it may not be used (an
     unknown model, a connection not theirs). Runs in the episode's worker thread."""
     # On first use, not at start-up: the routes import the engine's LLM door (litellm).
-    from apps.connections.routes import ConnectionUnavailable, route_for, route_resolve
+    from apps.connections.llm_routes import ConnectionUnavailable, route_for, route_resolve
 
     close_old_connections()
     user = get_user_model().objects.get(pk=user_id)

@@ -50,8 +50,8 @@ from django.db import close_old_connections
 from django.utils import timezone
 
 from apps.agents.hooks import EpisodeRefused, TrainingEpisode, training_hooks
+from apps.connections.llm_routes import parse_value
 from apps.connections.models import Connection
-from apps.connections.routes import parse_value
 from apps.runs import budgets
 from apps.runs.events import LostRun, events_publish, judge_fields
 from apps.runs.lifecycle import run_finish

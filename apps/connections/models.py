@@ -3,7 +3,7 @@
 A :class:`Connection` is one provider account or endpoint — OpenAI, Anthropic, Google
 Gemini, Mistral, OpenRouter, Together, Fireworks, or any OpenAI-compatible server (vLLM,
 TGI, SGLang, Ollama, LM Studio, an HF Inference Endpoint) — with its key, sealed in the
-token vault (``apps.accounts.crypto``) and opened only by ``apps.connections.routes``.
+token vault (``apps.accounts.crypto``) and opened only by ``apps.connections.llm_routes``.
 A team connection (no ``owner``) is used by whom staff allow; a personal one only by its
 owner. A connection is never deleted while runs name it: deleting it wipes its key and
 marks it deleted, so history keeps saying where its runs ran.

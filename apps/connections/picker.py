@@ -2,7 +2,7 @@
 
 :class:`RouteField` lists Hugging Face's router models (``apps.inference``'s catalogue)
 and the models of every connection the person may use, grouped by where they run, with
-prices; it cleans to a :class:`~apps.connections.routes.ResolvedRoute`. A form that has
+prices; it cleans to a :class:`~apps.connections.llm_routes.ResolvedRoute`. A form that has
 one calls :func:`for_user` with the person so each field lists, and accepts, only what
 they may use.
 
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from django import forms
 from django.template.loader import render_to_string
 
-from apps.connections.routes import ResolvedRoute, connection_value, route_resolve
-from apps.connections.routes import usable_connections as connections_of
+from apps.connections.llm_routes import ResolvedRoute, connection_value, route_resolve
+from apps.connections.llm_routes import usable_connections as connections_of
 from apps.inference.pricing import price_label
 from apps.inference.selectors import model_choices
 from tau2_env.llm.llm_args import REASONING_EFFORTS, LLMArgsError, llm_args_clean

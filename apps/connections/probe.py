@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from django.conf import settings
 from django.utils import timezone
 
+from apps.connections.llm_routes import ConnectionUnavailable, route_for
 from apps.connections.models import Connection
-from apps.connections.routes import ConnectionUnavailable, route_for
 from apps.connections.selectors import endpoint_host
 from apps.connections.services import connection_test_record
 from tau2_env.llm import gateway

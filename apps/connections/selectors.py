@@ -18,8 +18,8 @@ from django.contrib.auth import get_user_model
 from django.db.models import Q
 from django.utils.dateparse import parse_datetime
 
+from apps.connections.llm_routes import can_use, connection_base_url
 from apps.connections.models import Connection
-from apps.connections.routes import can_use, connection_base_url
 from apps.inference.pricing import price_label
 
 __all__ = [

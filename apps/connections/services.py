@@ -2,7 +2,7 @@
 typed or read from the endpoint; the last Test's outcome.
 
 A key is sealed the moment it arrives and never stored, logged or returned in the clear;
-only ``apps.connections.routes.route_for`` opens it (for a run, the Test, or reading the
+only ``apps.connections.llm_routes.route_for`` opens it (for a run, the Test, or reading the
 models an endpoint lists). Extra headers are sealed the same way: their names are kept in
 the clear, their values never shown again.
 
@@ -27,8 +27,8 @@ from django.utils import timezone
 from django.utils.text import slugify
 
 from apps.accounts import crypto
+from apps.connections.llm_routes import ConnectionUnavailable, connection_base_url, route_for
 from apps.connections.models import Connection, ConnectionModel
-from apps.connections.routes import ConnectionUnavailable, connection_base_url, route_for
 from apps.connections.selectors import can_manage
 from tau2_env.llm import outbound
 from tau2_env.llm.gateway import LITELLM_PREFIXES, litellm, redact

@@ -30,8 +30,8 @@ from django.db.models import Count, Q
 from django.utils import timezone
 
 from apps.accounts.vault import hf_token_for
+from apps.connections.llm_routes import prices_of, side_provenance
 from apps.connections.models import Connection
-from apps.connections.routes import prices_of, side_provenance
 from apps.evaluations import events
 from apps.evaluations.estimates import evaluation_cost_estimate
 from apps.evaluations.models import Evaluation

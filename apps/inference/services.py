@@ -11,9 +11,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.utils import timezone
 
-from apps.inference.models import InferenceModel, ProviderOffer
-from apps.inference.pricing import cheapest_offer
-from apps.inference.router import (
+from apps.inference.hf_catalogue import (
     CatalogueError,
     RouterModel,
     RouterOffer,
@@ -21,6 +19,8 @@ from apps.inference.router import (
     catalogue_parse,
     catalogue_url,
 )
+from apps.inference.models import InferenceModel, ProviderOffer
+from apps.inference.pricing import cheapest_offer
 
 logger = logging.getLogger(__name__)
 

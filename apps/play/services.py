@@ -22,7 +22,7 @@ from django.db.models import Q
 from django.utils import timezone
 
 from apps.accounts.vault import SignInRequired, hf_token_for
-from apps.connections.routes import route_for
+from apps.connections.llm_routes import route_for
 from apps.play import schemas, selectors
 from apps.play.selectors import Phase
 from apps.runs import defaults, queue

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 
 from apps.accounts.vault import SignInRequired
-from apps.connections.routes import ConnectionUnavailable
+from apps.connections.llm_routes import ConnectionUnavailable
 from apps.play import services
 from apps.play.selectors import Phase
 from apps.runs.budgets import play_turn_refusal

@@ -1,6 +1,6 @@
 from django import forms
 
-from apps.connections.routes import route_resolve
+from apps.connections.llm_routes import route_resolve
 from apps.races.services import lanes_validate
 from apps.runs.forms import RunForm
 
@@ -15,7 +15,7 @@ class ModelListWidget(forms.Widget):
 
 class AgentModelsField(forms.Field):
     """2–4 different agent models, each cleaned as the run form's agent model is (a
-    :class:`~apps.connections.routes.ResolvedRoute`)."""
+    :class:`~apps.connections.llm_routes.ResolvedRoute`)."""
 
     widget = ModelListWidget
     user = None  # set by the form: who may use which connection

@@ -24,7 +24,7 @@ from django.utils import timezone
 
 from apps.accounts.access import can_review
 from apps.accounts.vault import SignInRequired
-from apps.connections.routes import ConnectionUnavailable, ResolvedRoute, route_for
+from apps.connections.llm_routes import ConnectionUnavailable, ResolvedRoute, route_for
 from apps.inference.pricing import cost_usd
 from apps.runs import queue
 from apps.runs.models import AutoReview, ReviewLabel, Run, RunEvent

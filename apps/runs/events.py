@@ -15,7 +15,7 @@ from typing import Any, Literal, TypedDict
 
 from django.db import transaction
 
-from apps.connections.routes import prices_of
+from apps.connections.llm_routes import prices_of
 from apps.inference.pricing import PricePair, cost_usd
 from apps.inference.selectors import resolve_agent_model
 from apps.runs.models import Run, RunEvent

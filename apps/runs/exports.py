@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from apps.connections.routes import side_provenance
+from apps.connections.llm_routes import side_provenance
 from apps.runs import diagnosis, presenters
 from apps.runs.models import Run
 from tau2_env.engine import catalog

@@ -30,7 +30,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from apps.accounts.access import can_start
-from apps.connections.routes import can_use, route_resolve
+from apps.connections.llm_routes import can_use, route_resolve
 from apps.runs import hooks, queue
 from apps.runs.lineage import FORKABLE, fork_compare_from, fork_context  # noqa: F401 (read here too)
 from apps.runs.models import Run, RunEvent

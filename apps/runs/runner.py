@@ -28,7 +28,7 @@ from django.conf import settings
 from django.db import close_old_connections
 
 from apps.accounts.vault import SignInRequired
-from apps.connections.routes import ConnectionUnavailable, route_for
+from apps.connections.llm_routes import ConnectionUnavailable, route_for
 from apps.runs import budgets
 from apps.runs.events import LostRun, UnstorableMessage, events_publish, judge_fields
 from apps.runs.lifecycle import (

@@ -8,7 +8,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
-from apps.connections.routes import connection_value, prices_of, route_resolve, side_provenance
+from apps.connections.llm_routes import connection_value, prices_of, route_resolve, side_provenance
 from apps.inference.selectors import resolve_agent_model
 from apps.runs import queue
 from apps.runs.events import status_publish

@@ -8,7 +8,7 @@ from django_htmx.http import push_url
 
 from apps.tasks import selectors
 from apps.tasks.cards import task_cards
-from apps.tasks.scoring import scoring_components
+from apps.tasks.reward_basis import scoring_components
 from apps.tasks.selectors import TaskFilters
 
 

@@ -18,8 +18,8 @@ from django.test import Client
 from playwright.sync_api import expect
 
 from apps.accounts import crypto
+from apps.connections.llm_routes import ConnectionUnavailable, route_for
 from apps.connections.models import Connection
-from apps.connections.routes import ConnectionUnavailable, route_for
 from apps.connections.services import ModelsReadError, connection_create, models_read
 from tests.browser.conftest import CHROMIUM_ARGS, chromium_path
 from tests.support import connections as support

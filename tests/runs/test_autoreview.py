@@ -78,7 +78,7 @@ def reviewer_requests(llm_server):
 def review_now(run, by, model=AGENT_MODEL):
     """Ask for a review and run it in this process (the worker's code), before it commits:
     the queued task, sent on commit, finds it done (a session's worker may be running)."""
-    from apps.connections.routes import route_resolve
+    from apps.connections.llm_routes import route_resolve
 
     with transaction.atomic():
         review = autoreview.autoreview_request(
@@ -233,7 +233,7 @@ def test_findings_wait_in_the_queue_until_a_person_accepts_edits_or_dismisses_th
 
 
 def test_only_staff_start_a_review(llm_server, talk, alice, alice_client):
-    from apps.connections.routes import route_resolve
+    from apps.connections.llm_routes import route_resolve
 
     response = alice_client.post(f"/runs/{talk.pk}/autoreview/", {"reviewer_model": AGENT_MODEL})
     assert response.status_code == 403

@@ -6,7 +6,7 @@ from decimal import Decimal
 
 import pytest
 
-from apps.inference.router import CatalogueError, catalogue_parse
+from apps.inference.hf_catalogue import CatalogueError, catalogue_parse
 
 
 def by_name(models):
