@@ -450,6 +450,9 @@ TAU2_PROVIDER_URLS = {
 # The customer models taubench.com's leaderboard uses: an evaluation whose customer is
 # one of them, at the leaderboard's settings, is marked comparable (names as OpenAI's).
 TAU2_LEADERBOARD_CUSTOMERS = envlist("TAU2_LEADERBOARD_CUSTOMERS", ["gpt-4.1", "gpt-5.2"])
+# The τ² release taubench.com's current (not legacy) results run: only an evaluation on
+# that release's task sets can be marked comparable; older ones are its "legacy" list.
+TAU2_LEADERBOARD_TAU2_VERSION = envstr("TAU2_LEADERBOARD_TAU2_VERSION") or "1.0.1"
 # Seconds a connection's Test (one tiny tool call) and its "Read models from the endpoint"
 # wait for an answer, in the web request: the page never hangs longer.
 TAU2_CONNECTION_TEST_TIMEOUT = envint("TAU2_CONNECTION_TEST_TIMEOUT", 15, minimum=1)

