@@ -26,10 +26,11 @@ import functools
 import hashlib
 import json
 import threading
-from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
+
+import cachetools
 
 # isort: off
 from tau2_env.llm._tau2 import registry
@@ -319,11 +320,20 @@ def _syncs(environment: Any) -> bool:
     return type(environment).sync_tools is not Environment.sync_tools
 
 
-_synced_cache: OrderedDict[str, Any] = OrderedDict()
-_synced_lock = threading.Lock()
 _MAX_SYNCED = 256
 
 
+def _task_key(domain: str, task: Task) -> str:
+    return hashlib.sha256(
+        json.dumps(
+            [domain, catalog.tau2_version(), task.model_dump(mode="json")],
+            sort_keys=True,
+            default=str,
+        ).encode()
+    ).hexdigest()
+
+
+@cachetools.cached(cachetools.LRUCache(maxsize=_MAX_SYNCED), key=_task_key, lock=threading.Lock())
 def _expected_as_played(domain: str, task: Task) -> Any:
     """The task's expected actions played as a conversation plays them, for domains
     that sync (telecom): built once per task and shared (read it, never change it).
@@ -336,18 +346,6 @@ def _expected_as_played(domain: str, task: Task) -> Any:
     does not count the database). This is the same initial state and the same
     expected actions, each followed by the sync a conversation does.
     """
-    key = hashlib.sha256(
-        json.dumps(
-            [domain, catalog.tau2_version(), task.model_dump(mode="json")],
-            sort_keys=True,
-            default=str,
-        ).encode()
-    ).hexdigest()
-    with _synced_lock:
-        found = _synced_cache.get(key)
-        if found is not None:
-            _synced_cache.move_to_end(key)
-            return found
     environment = environments.fresh_environment(domain)
     initial = task.initial_state
     environment.set_state(
@@ -362,11 +360,7 @@ def _expected_as_played(domain: str, task: Task) -> Any:
                 tool_name=action.name, requestor=action.requestor, **action.arguments
             )
         environment.sync_tools()
-    with _synced_lock:
-        found = _synced_cache.setdefault(key, environment)
-        while len(_synced_cache) > _MAX_SYNCED:
-            _synced_cache.popitem(last=False)
-    return found
+    return environment
 
 
 def _databases(environment: Any) -> tuple[Any, Any]:

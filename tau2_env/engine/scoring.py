@@ -24,9 +24,10 @@ import contextvars
 import hashlib
 import json
 import threading
-from collections import OrderedDict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
+
+import cachetools
 
 from tau2_env.engine import catalog, environments
 from tau2_env.llm import compat
@@ -40,10 +41,25 @@ _MAX_ENTRIES = 20_000  # a few hundred bytes each; every task of every domain fi
 _MAX_ENVIRONMENTS = 256
 
 _scope = contextvars.ContextVar("tau2_expected_side_cached", default=False)
-_cache: OrderedDict[str, tuple[Any, Any]] = OrderedDict()
-_environments: OrderedDict[str, Any] = OrderedDict()
 _lock = threading.Lock()
-_stats = {"hits": 0, "misses": 0}
+
+
+def _by_key(key: str, _build: Callable[[], Any]) -> str:
+    return key
+
+
+@cachetools.cached(cachetools.LRUCache(maxsize=_MAX_ENTRIES), key=_by_key, lock=_lock, info=True)
+def _hashes_of(key: str, build: Callable[[], Any]) -> tuple[Any, Any]:
+    """The database hashes of the environment the recorded calls ``key`` make (built
+    by ``build`` on a miss)."""
+    real = build()
+    return real.get_db_hash(), real.get_user_db_hash()
+
+
+@cachetools.cached(cachetools.LRUCache(maxsize=_MAX_ENVIRONMENTS), key=_by_key, lock=_lock)
+def _environment_of(key: str, build: Callable[[], Any]) -> Any:
+    """The environment the recorded calls ``key`` make, built once by ``build``."""
+    return build()
 
 
 @contextlib.contextmanager
@@ -70,15 +86,13 @@ def stand_in(domain: str) -> ExpectedEnvironment | None:
 
 def cache_info() -> dict[str, int]:
     """Hits, misses and entries of the cache (for benchmarks and tests)."""
-    with _lock:
-        return {**_stats, "entries": len(_cache)}
+    info = _hashes_of.cache_info()
+    return {"hits": info.hits, "misses": info.misses, "entries": int(info.currsize)}
 
 
 def cache_clear() -> None:
-    with _lock:
-        _cache.clear()
-        _environments.clear()
-        _stats.update(hits=0, misses=0)
+    _hashes_of.cache_clear()
+    _environment_of.cache_clear()
 
 
 def _jsonable(value: Any) -> Any:
@@ -128,18 +142,8 @@ class ExpectedEnvironment:
         """The real environment in the state the recorded calls make: built once per
         domain, τ²'s version and calls (the hashes' key), then the same object for every
         stand-in with those calls. Shared: read it, never change it."""
-        key = self._key()
-        with _lock:
-            found = _environments.get(key)
-            if found is not None:
-                _environments.move_to_end(key)
-                return found
-        built = self._build()  # never self._real, which later calls may still change
-        with _lock:
-            found = _environments.setdefault(key, built)
-            while len(_environments) > _MAX_ENVIRONMENTS:
-                _environments.popitem(last=False)
-        return found
+        # Built anew, never self._real, which later calls may still change.
+        return _environment_of(self._key(), self._build)
 
     def _key(self) -> str:
         payload = json.dumps(
@@ -152,21 +156,7 @@ class ExpectedEnvironment:
     def _hashes(self) -> tuple[Any, Any]:
         if self._real is not None:
             return self._real.get_db_hash(), self._real.get_user_db_hash()
-        key = self._key()
-        with _lock:
-            found = _cache.get(key)
-            if found is not None:
-                _cache.move_to_end(key)
-                _stats["hits"] += 1
-                return found
-            _stats["misses"] += 1
-        real = self._materialize()
-        hashes = (real.get_db_hash(), real.get_user_db_hash())
-        with _lock:
-            _cache[key] = hashes
-            while len(_cache) > _MAX_ENTRIES:
-                _cache.popitem(last=False)
-        return hashes
+        return _hashes_of(self._key(), self._materialize)
 
     def _materialize(self) -> Any:
         if self._real is None:

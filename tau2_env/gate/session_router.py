@@ -57,10 +57,11 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import parse_qs
+
+import cachetools
 
 from tau2_env import config
 
@@ -215,7 +216,9 @@ class Router:
     def __init__(self, backends: list[Backend], *, trusted: TrustedProxies | None = None) -> None:
         self.backends = backends
         self.trusted = trusted or TrustedProxies()
-        self.sessions: OrderedDict[str, int] = OrderedDict()  # session id → backend index
+        # Session id → backend index, the latest SESSIONS_KEPT by their last call. One
+        # event loop uses it: no lock.
+        self.sessions: cachetools.LRUCache[str, int] = cachetools.LRUCache(SESSIONS_KEPT)
         self._turn = 0
 
     # ------------------------------------------------------------ routing
@@ -233,9 +236,6 @@ class Router:
 
     def learn(self, session_id: str, backend: Backend) -> None:
         self.sessions[session_id] = backend.index
-        self.sessions.move_to_end(session_id)
-        while len(self.sessions) > SESSIONS_KEPT:
-            self.sessions.popitem(last=False)
 
     def forget(self, session_id: str | None) -> None:
         if session_id:

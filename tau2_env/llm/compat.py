@@ -61,10 +61,11 @@ import logging
 import os
 import socket
 import threading
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, cast
+
+import cachetools
 
 # isort: off
 # τ² (and litellm) only through tau2_env.llm._tau2 first: quiet import, local price list.
@@ -169,7 +170,7 @@ def _cache_tool_schemas() -> None:
     if getattr(Tool.openai_schema.fget, "__tau2_original__", None) is not None:
         return
     original = _TAU2_OPENAI_SCHEMA
-    built: OrderedDict[int, tuple[Tool, dict]] = OrderedDict()
+    built: cachetools.FIFOCache[int, tuple[Tool, dict]] = cachetools.FIFOCache(maxsize=4096)
     lock = threading.Lock()
 
     def openai_schema(self: Tool) -> dict:
@@ -179,8 +180,6 @@ def _cache_tool_schemas() -> None:
             entry = (self, original(self))
             with lock:
                 built[id(self)] = entry
-                while len(built) > 4096:
-                    built.popitem(last=False)
         return copy.deepcopy(entry[1])
 
     openai_schema.__doc__ = original.__doc__
@@ -261,7 +260,9 @@ class _KeptFailures:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._failures: OrderedDict[tuple, BaseException] = OrderedDict()
+        self._failures: cachetools.FIFOCache[tuple, BaseException] = cachetools.FIFOCache(
+            maxsize=_LOOKUPS_KEPT
+        )
 
     def raise_if_known(self, key: tuple) -> None:
         with self._lock:
@@ -272,8 +273,6 @@ class _KeptFailures:
     def remember(self, key: tuple, exc: BaseException) -> None:
         with self._lock:
             self._failures[key] = copy.copy(exc)
-            while len(self._failures) > _LOOKUPS_KEPT:
-                self._failures.popitem(last=False)
 
 
 class _KeptLookups:
@@ -282,7 +281,9 @@ class _KeptLookups:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._failures = _KeptFailures()
-        self._matches: OrderedDict[tuple, dict | None] = OrderedDict()
+        self._matches: cachetools.FIFOCache[tuple, dict | None] = cachetools.FIFOCache(
+            maxsize=_LOOKUPS_KEPT
+        )
 
     @staticmethod
     def _price_list() -> tuple[int, int]:
@@ -324,8 +325,6 @@ class _KeptLookups:
             found = match(model)
             with self._lock:
                 self._matches[key] = dict(found) if found is not None else None
-                while len(self._matches) > _LOOKUPS_KEPT:
-                    self._matches.popitem(last=False)
             return found
 
         kept.__wrapped__ = match  # type: ignore[attr-defined]  # as functools.wraps sets it
@@ -575,7 +574,10 @@ class DirectPath:
     def __init__(self, pool: wire.Pool | None = None) -> None:
         self._pool = pool or wire.Pool()
         self._lock = threading.Lock()
-        self._shapes: OrderedDict[str, _Shape | None] = OrderedDict()
+        # The first answer for each shape is kept; the oldest shapes make room.
+        self._shapes: cachetools.FIFOCache[str, _Shape | None] = cachetools.FIFOCache(
+            maxsize=_SHAPES_KEPT
+        )
         self._kinds: dict[tuple, bool] = {}
         self._configs: dict[str, Any] = {}
         self.counts: dict[str, int] = {"direct": 0, "checked": 0, "litellm": 0, "replayed": 0}
@@ -654,8 +656,6 @@ class DirectPath:
                     log.info("direct path off for %s calls like this one: litellm sent "
                              "them otherwise", call["model"])  # fmt: skip
                 self._shapes[key] = shape
-                while len(self._shapes) > _SHAPES_KEPT:
-                    self._shapes.popitem(last=False)
             for kind, same in zip(kinds, kept, strict=False):
                 if not same:
                     self._kinds[kind] = False

@@ -34,12 +34,13 @@ import logging
 import re
 import socket
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 from urllib.parse import urlsplit
+
+import cachetools
 
 # isort: off
 # _tau2 must come before litellm: it sets LITELLM_LOCAL_MODEL_COST_MAP, without which
@@ -295,16 +296,13 @@ class _LogRedactor(logging.Filter):
     def __init__(self) -> None:
         super().__init__()
         self._lock = threading.Lock()
-        self._secrets: OrderedDict[str, None] = OrderedDict()
+        self._secrets: cachetools.LRUCache[str, None] = cachetools.LRUCache(maxsize=self.KEEP)
 
     def remember(self, route: Route) -> None:
         with self._lock:
             for secret in route.secrets():
                 if secret:
-                    self._secrets[secret] = None
-                    self._secrets.move_to_end(secret)
-            while len(self._secrets) > self.KEEP:
-                self._secrets.popitem(last=False)
+                    self._secrets[secret] = None  # the latest KEEP, by their last use
 
     def filter(self, record: logging.LogRecord) -> bool:
         with self._lock:
