@@ -18,9 +18,9 @@ import functools
 import hashlib
 import threading
 import time
-from collections import OrderedDict
 from dataclasses import dataclass
 
+import cachetools
 import httpx
 
 from tau2_env import config
@@ -39,11 +39,18 @@ class TokenUnknown(Exception):
 class _Answer:
     account: str | None  # None: refused, ``reason`` says why
     reason: str
-    until: float
+    keep: float  # seconds the answer holds; 0: not kept (not the Hub's answer)
 
 
-_cache: OrderedDict[str, _Answer] = OrderedDict()
-_lock = threading.Lock()
+def _token_key(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+# The latest answers by the token's hash, each until its own time is up (an answer
+# kept 0 s is not stored at all: the next question asks the Hub again).
+_answers: cachetools.TLRUCache[str, _Answer] = cachetools.TLRUCache(
+    maxsize=_CACHE_SIZE, ttu=lambda _key, answer, now: now + answer.keep, timer=time.monotonic
+)
 
 
 def checking() -> bool:
@@ -63,21 +70,7 @@ def hf_account(token: str) -> str:
     """The name of the Hugging Face account ``token`` belongs to; raises
     :class:`TokenUnknown`. Blocks for one Hub request on a token not seen lately: call
     it off the event loop."""
-    key = hashlib.sha256(token.encode()).hexdigest()
-    now = time.monotonic()
-    with _lock:
-        answer = _cache.get(key)
-        if answer is not None and answer.until > now:
-            _cache.move_to_end(key)
-            if answer.account is None:
-                raise TokenUnknown(answer.reason)
-            return answer.account
-    answer = _ask_the_hub(token, now=now)
-    with _lock:
-        _cache[key] = answer
-        _cache.move_to_end(key)
-        while len(_cache) > _CACHE_SIZE:
-            _cache.popitem(last=False)
+    answer = _ask_the_hub(token)
     if answer.account is None:
         raise TokenUnknown(answer.reason)
     return answer.account
@@ -86,8 +79,7 @@ def hf_account(token: str) -> str:
 def forget() -> None:
     """Drop every cached answer (tests; a token revoked on the Hub is otherwise known
     until its answer expires)."""
-    with _lock:
-        _cache.clear()
+    _ask_the_hub.cache_clear()
 
 
 @functools.cache
@@ -115,25 +107,28 @@ def _whoami(token: str) -> httpx.Response:
     raise AssertionError("unreachable")  # pragma: no cover - the loop returns or raises
 
 
-def _ask_the_hub(token: str, *, now: float) -> _Answer:
-    # httpx, not huggingface_hub's HfApi.whoami: that one refuses to ask anything when
-    # HF_HUB_OFFLINE is set (as it may be for τ²'s data), and this question is not a
-    # download.
+@cachetools.cached(_answers, key=_token_key, lock=threading.Lock())
+def _ask_the_hub(token: str) -> _Answer:
+    """The Hub's answer about ``token``, kept as long as it says (:data:`_answers`)."""
+    # httpx, not huggingface_hub's HfApi.whoami (2.4.0): that one sends through the
+    # process-wide get_session() client, which has no timeout (timeout=None), follows
+    # redirects and refuses to ask anything under HF_HUB_OFFLINE (set for τ²'s data);
+    # changing any of that is set_client_factory, for every Hub user in the process.
     keep = float(config._env_int("TAU2_HF_TOKEN_CHECK_SECONDS", 600))
     try:
         response = _whoami(token)
     except httpx.HTTPError as exc:  # the Hub unreachable: the token cannot be used either
         reason = f"Hugging Face could not be asked about the token ({type(exc).__name__})."
-        return _Answer(None, reason, now)
+        return _Answer(None, reason, 0)
     if response.status_code in (401, 403):
-        return _Answer(None, "Hugging Face does not know this token.", now + _REFUSAL_SECONDS)
+        return _Answer(None, "Hugging Face does not know this token.", _REFUSAL_SECONDS)
     if response.status_code != 200:  # not an answer about the token: ask again next time
         reason = f"Hugging Face could not check the token (HTTP {response.status_code})."
-        return _Answer(None, reason, now)
+        return _Answer(None, reason, 0)
     try:
         name = response.json().get("name")
     except (ValueError, AttributeError):
         name = None
     if not isinstance(name, str) or not name:
-        return _Answer(None, "Hugging Face did not say whose token this is.", now)
-    return _Answer(name, "", now + keep)
+        return _Answer(None, "Hugging Face did not say whose token this is.", 0)
+    return _Answer(name, "", keep)
