@@ -49,6 +49,9 @@ HOOKS: dict[str, tuple[str, ...]] = {
         "convert_to_model_response_object",
         "model_dump_provider_response",
         "ModelResponse._hidden_params",
+        "litellm._async_success_callback",
+        "utils.ProviderConfigManager.get_provider_chat_config",
+        "BaseConfig.transform_parsed_response_dict",
     ),
     "openai": ("_models.construct_type",),
 }

@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
+import copy
+import json
 import math
 import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import httpx
 import pytest
@@ -28,6 +31,7 @@ from tau2_env.faces.server import create_openenv_app
 from tau2_env.gate import access
 from tau2_env.gate.capacity import SessionSlots
 from tau2_env.llm import compat, gateway
+from tests.support.llm_server import answer as raw_answer
 from tests.support.llm_server import text
 from tests.support.mcp_client import INITIALIZE, MCP_HEADERS
 
@@ -390,3 +394,100 @@ def test_litellms_own_cache_entries_leave_the_direct_path_on():
     finally:
         for callbacks, was in zip(lists, before, strict=True):
             callbacks[:] = was
+
+
+# ------------------------------------------------------- litellm: the direct path
+
+ANSWER = {
+    "id": "chatcmpl-hooks",
+    "object": "chat.completion",
+    "created": 1796000000,
+    "model": "scripted/customer",
+    "choices": [
+        {"index": 0, "message": {"role": "assistant", "content": "Hi"}, "finish_reason": "stop"}
+    ],
+    "usage": {"prompt_tokens": 9, "completion_tokens": 1, "total_tokens": 10},
+}
+
+
+def _direct_call(llm_server) -> dict:
+    route = gateway.Route(
+        provider="hf", model="scripted/customer", base_url=llm_server.base_url, api_key=TOKEN
+    )
+    return {"messages": [{"role": "user", "content": "Hi"}], **gateway.litellm_kwargs(route)}
+
+
+def test_an_async_callback_litellm_moves_to_its_own_list_keeps_calls_off_the_direct_path(
+    llm_server, monkeypatch
+):
+    """``litellm._async_success_callback``: litellm moves an async success callback there
+    from ``success_callback`` at its first call; the direct path must still see it."""
+
+    async def noted(*args, **kwargs):
+        return None
+
+    monkeypatch.setattr(litellm, "success_callback", [noted])
+    monkeypatch.setattr(litellm, "_async_success_callback", [])
+    llm_server.responder = lambda request: "Hello."
+    path = compat.DirectPath()
+    path.complete(_direct_call(llm_server))
+    assert litellm.success_callback == [] and litellm._async_success_callback == [noted]
+
+    path.complete(_direct_call(llm_server))
+    assert path.counts == {"direct": 0, "checked": 0, "litellm": 2, "replayed": 0}
+
+
+def test_the_direct_path_asks_litellm_for_the_provider_config_its_openai_route_asks_for(
+    llm_server, monkeypatch
+):
+    """``ProviderConfigManager.get_provider_chat_config``: the same question, the same
+    config, as litellm's OpenAI route (``litellm/llms/openai/openai.py``) reading an answer."""
+    manager = litellm.utils.ProviderConfigManager
+    real = manager.get_provider_chat_config
+    asked: dict[str, list] = {"compat": [], "openai route": []}
+
+    def noting(model, provider, base_model=None):
+        found = real(model=model, provider=provider, base_model=base_model)
+        caller = Path(sys._getframe(1).f_code.co_filename).as_posix()
+        for who, where in (
+            ("compat", "tau2_env/llm/compat.py"),
+            ("openai route", "openai/openai.py"),
+        ):
+            if caller.endswith(where):
+                asked[who].append((model, provider, type(found)))
+        return found
+
+    monkeypatch.setattr(manager, "get_provider_chat_config", staticmethod(noting))
+    llm_server.responder = lambda request: raw_answer(json.dumps(ANSWER))
+    path = compat.DirectPath()
+    path.complete(_direct_call(llm_server))  # the check, by litellm
+    path.complete(_direct_call(llm_server))
+    assert path.counts["direct"] == 1
+    assert asked["compat"] == asked["openai route"]
+    assert asked["compat"][0][:2] == ("scripted/customer", litellm.LlmProviders.OPENAI)
+
+
+def test_the_direct_path_repairs_an_answer_as_litellms_openai_route_does(llm_server, monkeypatch):
+    """``transform_parsed_response_dict`` of that config (``BaseConfig``'s for an OpenAI
+    model litellm does not know): called on the same parsed answer by litellm's OpenAI
+    route and by the direct path."""
+    config = type(
+        litellm.utils.ProviderConfigManager.get_provider_chat_config(
+            model="scripted/customer", provider=litellm.LlmProviders.OPENAI
+        )
+    )
+    real = config.transform_parsed_response_dict
+    repaired = []
+
+    def noting(self, parsed_response):
+        repaired.append(copy.deepcopy(parsed_response))
+        return real(self, parsed_response)
+
+    monkeypatch.setattr(config, "transform_parsed_response_dict", noting)
+    llm_server.responder = lambda request: raw_answer(json.dumps(ANSWER))
+    path = compat.DirectPath()
+    plain = path.complete(_direct_call(llm_server))  # the check, by litellm
+    ours = path.complete(_direct_call(llm_server))
+    assert path.counts["direct"] == 1
+    assert len(repaired) == 2 and repaired[0] == repaired[1]
+    assert ours.choices[0].to_dict() == plain.choices[0].to_dict()
