@@ -25,6 +25,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # python bench/llm_call.py
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+# The scripted LLM listens on loopback, which the outbound policy refuses unless allowed.
+os.environ.setdefault("TAU2_OUTBOUND_ALLOW", "127.0.0.0/8,::1,localhost")
 from bench.harness import USER_MODEL, LLMProcess  # noqa: E402 - after the path
 
 SETTLE_S = 1.5
