@@ -79,15 +79,17 @@ def _price(text: str, *, number: int) -> Decimal:
 
 
 def parse_models(text: str) -> list[tuple[str, tuple[Decimal, Decimal] | None]]:
-    """One model per line: its name, optionally its input and output prices per 1M tokens
-    (``my-model 0.20 0.80``, ``my-model $0.20 / $0.80``); ``None`` prices: litellm's, or
-    unpriced."""
+    """One model per line: its name as the endpoint names it (``Qwen/Qwen3-8B``,
+    ``acme/checkpoint-7``, ``llama3.1:8b``, ``hf.co/org/model:Q4_K_M``), optionally its
+    input and output prices per 1M tokens (``my-model 0.20 0.80``, ``Qwen/Qwen3-8B $0.20 /
+    $0.80``); ``None`` prices: litellm's, or unpriced. The name is the line's first word,
+    slashes and all: only what follows it is read as prices."""
     models: dict[str, tuple[Decimal, Decimal] | None] = {}
     for number, line in enumerate((text or "").splitlines(), start=1):
-        words = line.replace("/", " / ").split()
+        words = line.split(None, 1)
         if not words:
             continue
-        name, prices = words[0], [w for w in words[1:] if w != "/"]
+        name, prices = words[0], " ".join(words[1:]).replace("/", " ").split()
         if len(name) > 200:
             raise forms.ValidationError(f"Line {number}: a model's name is at most 200 characters.")
         if not prices:
