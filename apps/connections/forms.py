@@ -19,6 +19,7 @@ from django.conf import settings
 
 from apps.connections.models import BUDGET, Connection
 from apps.connections.selectors import people_choices
+from apps.connections.services import ConnectionFields, TeamSettings
 from tau2_env.llm import outbound
 
 __all__ = ["ConnectionForm", "TestForm", "kind_choices", "parse_headers", "parse_models"]
@@ -311,11 +312,31 @@ class ConnectionForm(forms.Form):
             return {}
         return headers or None
 
-    def team_settings(self) -> dict:
-        """Who may use it and its limits, for a team connection; ``{}`` for a personal one."""
+    def team_settings(self) -> TeamSettings | None:
+        """Who may use it and its limits, for a team connection; ``None`` for a personal one."""
         if not self.for_team:
-            return {}
-        return {name: self.cleaned_data.get(name) for name in self.TEAM_FIELDS}
+            return None
+        data = self.cleaned_data
+        return TeamSettings(
+            access=data.get("access") or Connection.Access.EVERYONE,
+            allowed_users=tuple(data.get("allowed_users") or ()),
+            monthly_budget_usd=data.get("monthly_budget_usd"),
+            person_monthly_budget_usd=data.get("person_monthly_budget_usd"),
+            max_in_flight=data.get("max_in_flight"),
+        )
+
+    def connection_fields(self) -> ConnectionFields:
+        """What the valid form says, as the services take it (on edit, an empty key and
+        no headers typed keep them)."""
+        data = self.cleaned_data
+        return ConnectionFields(
+            name=data["name"],
+            base_url=data.get("base_url") or "",
+            api_key=data.get("api_key") or "",
+            headers=self.headers_given(),
+            models=tuple(self.model_items()),
+            team=self.team_settings(),
+        )
 
 
 class TestForm(forms.Form):

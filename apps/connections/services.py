@@ -15,7 +15,8 @@ from __future__ import annotations
 import json
 import re
 import socket
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from decimal import Decimal
 from urllib.parse import urlsplit
 
@@ -34,7 +35,9 @@ from tau2_env.llm import outbound
 from tau2_env.llm.gateway import LITELLM_PREFIXES, litellm, redact
 
 __all__ = [
+    "ConnectionFields",
     "ModelsReadError",
+    "TeamSettings",
     "connection_create",
     "connection_delete",
     "connection_key_rotate",
@@ -48,9 +51,56 @@ __all__ = [
     "models_set",
 ]
 
-# "Leave it as it is" for the fields of connection_update that may also be set to None.
-KEEP = object()
 ANTHROPIC_VERSION = "2023-06-01"
+
+ModelItem = str | tuple[str, tuple | None]
+"""A model as :func:`models_set` takes it: a name (priced from litellm's cost map when it
+knows it), or ``(name, (input, output))`` with entered prices per 1M tokens (``None``:
+litellm's, or unpriced)."""
+
+
+@dataclass(frozen=True)
+class TeamSettings:
+    """Who may use a team connection, and its limits (``None``: no limit)."""
+
+    access: str = Connection.Access.EVERYONE
+    allowed_users: Iterable = ()  # kept as a tuple
+    monthly_budget_usd: Decimal | None = None
+    person_monthly_budget_usd: Decimal | None = None
+    max_in_flight: int | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "allowed_users", tuple(self.allowed_users))
+
+
+@dataclass(frozen=True)
+class ConnectionFields:
+    """What a person sets on a connection, as the form reads it: handed whole to
+    :func:`connection_create` and :func:`connection_update`. Its kind, owner and slug are
+    not here: they are chosen once, at creation, and never change.
+
+    ``None`` is none on create (``team``: the defaults, everyone and no limits) and on
+    update keeps what is there, as an empty ``api_key`` does: on update a key rotates
+    the old one, ``headers`` replace them all (``{}`` removes them), ``models`` are
+    exactly the ones offered then, and ``team`` applies to a team connection only.
+    """
+
+    name: str
+    base_url: str = ""
+    api_key: str = ""
+    headers: Mapping[str, str] | None = None
+    models: Sequence[ModelItem] | None = None  # kept as a tuple
+    team: TeamSettings | None = None
+
+    def __post_init__(self) -> None:
+        # As given by anyone: the key and URL stripped, headers as str → str.
+        object.__setattr__(self, "api_key", (self.api_key or "").strip())
+        object.__setattr__(self, "base_url", (self.base_url or "").strip())
+        if self.headers is not None:
+            headers = {str(k): str(v) for k, v in self.headers.items()}
+            object.__setattr__(self, "headers", headers)
+        if self.models is not None:
+            object.__setattr__(self, "models", tuple(self.models))
 
 
 def key_hint(key: str) -> str:
@@ -88,68 +138,45 @@ def _unique_slug(name: str) -> str:
 
 @transaction.atomic
 def connection_create(
-    *,
-    by,
-    name: str,
-    kind: str,
-    api_key: str = "",
-    base_url: str = "",
-    headers: Mapping[str, str] | None = None,
-    models: Iterable[str | tuple[str, tuple | None]] = (),
-    owner=None,
-    access: str = Connection.Access.EVERYONE,
-    allowed_users: Iterable = (),
-    slug: str = "",
-    monthly_budget_usd: Decimal | None = None,
-    person_monthly_budget_usd: Decimal | None = None,
-    max_in_flight: int | None = None,
+    *, by, kind: str, fields: ConnectionFields, owner=None, slug: str = ""
 ) -> Connection:
-    """A new connection by ``by``: a team one (``owner`` None, staff only) or ``owner``'s own.
-
-    ``models``: names (priced from litellm's cost map when it knows them) or
-    ``(name, (input, output))`` pairs with entered prices (``None``: unpriced).
-    Raises ``ValidationError`` for what no connection may have.
+    """A new connection of ``kind`` with ``fields``, by ``by``: a team one (``owner``
+    None, staff only) or ``owner``'s own. Raises ``ValidationError`` for what no
+    connection may have.
     """
     if kind not in Connection.Kind.values:
         raise ValidationError({"kind": f"Unknown kind {kind!r}."})
-    if kind == Connection.Kind.OPENAI_COMPATIBLE and not base_url:
-        raise ValidationError({"base_url": "An OpenAI-compatible endpoint needs its base URL."})
     if owner is None and not getattr(by, "is_staff", False):
         raise ValidationError("Only staff add team connections; add a personal one instead.")
     if owner is not None and owner.pk != getattr(by, "pk", None):
         raise ValidationError("A personal connection is added by its owner only.")
-    _check_limits(
-        monthly_budget_usd=monthly_budget_usd,
-        person_monthly_budget_usd=person_monthly_budget_usd,
-        max_in_flight=max_in_flight,
-    )
-    api_key = (api_key or "").strip()
-    headers = {str(k): str(v) for k, v in (headers or {}).items()}
+    _check_fields(fields, kind=kind)
+    team = fields.team or TeamSettings()
+    _check_limits(team)
+    headers = fields.headers or {}
     connection = Connection.objects.create(
-        name=name.strip()[:80],
-        slug=slug or _unique_slug(name),
+        name=fields.name.strip()[:80],
+        slug=slug or _unique_slug(fields.name),
         kind=kind,
-        base_url=(base_url or "").strip(),
-        api_key_enc=crypto.seal(api_key) if api_key else "",
-        key_hint=key_hint(api_key),
+        base_url=fields.base_url,
+        api_key_enc=crypto.seal(fields.api_key) if fields.api_key else "",
+        key_hint=key_hint(fields.api_key),
         headers_enc=crypto.seal(json.dumps(headers)) if headers else "",
         header_names=sorted(headers),
         owner=owner,
-        access=access,
+        access=team.access,
         created_by=by,
-        monthly_budget_usd=monthly_budget_usd,
-        person_monthly_budget_usd=person_monthly_budget_usd,
-        max_in_flight=max_in_flight,
+        monthly_budget_usd=team.monthly_budget_usd,
+        person_monthly_budget_usd=team.person_monthly_budget_usd,
+        max_in_flight=team.max_in_flight,
     )
-    if allowed_users:
-        connection.allowed_users.set(list(allowed_users))
-    models_set(connection=connection, models=models)
+    if team.allowed_users:
+        connection.allowed_users.set(list(team.allowed_users))
+    models_set(connection=connection, models=fields.models or ())
     return connection
 
 
-def models_set(
-    *, connection: Connection, models: Iterable[str | tuple[str, tuple | None]]
-) -> list[ConnectionModel]:
+def models_set(*, connection: Connection, models: Iterable[ModelItem]) -> list[ConnectionModel]:
     """Add (or re-price) the connection's ``models``; the others stay as they are."""
     out = []
     for item in models:
@@ -175,9 +202,7 @@ def models_set(
     return out
 
 
-def models_replace(
-    *, connection: Connection, models: Iterable[str | tuple[str, tuple | None]]
-) -> list[ConnectionModel]:
+def models_replace(*, connection: Connection, models: Iterable[ModelItem]) -> list[ConnectionModel]:
     """The connection offers exactly ``models`` (as :func:`models_set` takes them): the
     others are removed. Runs name their model in their own row, so none loses it."""
     with transaction.atomic():
@@ -186,15 +211,24 @@ def models_replace(
     return rows
 
 
-def _check_limits(*, monthly_budget_usd, person_monthly_budget_usd, max_in_flight) -> None:
+def _check_fields(fields: ConnectionFields, *, kind: str) -> None:
+    if not fields.name.strip():
+        raise ValidationError({"name": "A connection needs a name."})
+    if kind == Connection.Kind.OPENAI_COMPATIBLE and not fields.base_url:
+        raise ValidationError({"base_url": "An OpenAI-compatible endpoint needs its base URL."})
+
+
+def _check_limits(team: TeamSettings) -> None:
     errors = {}
-    for field, value in (
-        ("monthly_budget_usd", monthly_budget_usd),
-        ("person_monthly_budget_usd", person_monthly_budget_usd),
+    if team.access not in Connection.Access.values:
+        errors["access"] = f"Unknown access {team.access!r}."
+    for name, value in (
+        ("monthly_budget_usd", team.monthly_budget_usd),
+        ("person_monthly_budget_usd", team.person_monthly_budget_usd),
     ):
         if value is not None and Decimal(value) < 0:
-            errors[field] = "A budget cannot be negative (leave it empty for none)."
-    if max_in_flight is not None and int(max_in_flight) < 1:
+            errors[name] = "A budget cannot be negative (leave it empty for none)."
+    if team.max_in_flight is not None and int(team.max_in_flight) < 1:
         errors["max_in_flight"] = "At least one run at a time (leave it empty for no limit)."
     if errors:
         raise ValidationError(errors)
@@ -213,72 +247,38 @@ def _sealed_headers(headers: Mapping[str, str]) -> tuple[str, list[str]]:
 
 
 @transaction.atomic
-def connection_update(
-    *,
-    connection: Connection,
-    by,
-    name: str | None = None,
-    base_url: str | None = None,
-    api_key: str | None = None,
-    headers: Mapping[str, str] | None = None,
-    models: Iterable[str | tuple[str, tuple | None]] | None = None,
-    access: str | None = None,
-    allowed_users: Iterable | None = None,
-    monthly_budget_usd=KEEP,
-    person_monthly_budget_usd=KEEP,
-    max_in_flight=KEEP,
-) -> Connection:
-    """Change what ``by`` may change of ``connection``; ``None`` (or :data:`KEEP` for the
-    limits, which may be set to ``None``) leaves a field as it is.
-
-    ``api_key``: a new key rotates it (:func:`connection_key_rotate`), empty keeps it.
-    ``headers``: replace them all (``{}`` removes them). ``models``: exactly these
-    (:func:`models_replace`). Who may use it and its limits are a team connection's only.
-    Its kind and slug never change: runs and pickers name it by them.
-    Raises ``PermissionDenied`` (not theirs to change) or ``ValidationError``.
+def connection_update(*, connection: Connection, by, fields: ConnectionFields) -> Connection:
+    """Change ``connection`` to ``fields``, as ``by`` may (see :class:`ConnectionFields`
+    for what ``None`` keeps). A new key is rotated in (:func:`connection_key_rotate`);
+    models are replaced (:func:`models_replace`). Who may use it and its limits are a
+    team connection's only. Raises ``PermissionDenied`` (not theirs to change) or
+    ``ValidationError``.
     """
     _check_manager(connection=connection, by=by)
     if connection.is_deleted:
         raise ValidationError("This connection was deleted.")
-    fields = []
-    if name is not None:
-        if not name.strip():
-            raise ValidationError({"name": "A connection needs a name."})
-        connection.name = name.strip()[:80]
-        fields.append("name")
-    if base_url is not None:
-        base_url = base_url.strip()
-        if connection.kind == Connection.Kind.OPENAI_COMPATIBLE and not base_url:
-            raise ValidationError({"base_url": "An OpenAI-compatible endpoint needs its base URL."})
-        connection.base_url = base_url
-        fields.append("base_url")
-    if headers is not None:
-        connection.headers_enc, connection.header_names = _sealed_headers(headers)
-        fields += ["headers_enc", "header_names"]
-    if connection.is_team:
-        if access is not None:
-            if access not in Connection.Access.values:
-                raise ValidationError({"access": f"Unknown access {access!r}."})
-            connection.access = access
-            fields.append("access")
-        limits = {
-            "monthly_budget_usd": monthly_budget_usd,
-            "person_monthly_budget_usd": person_monthly_budget_usd,
-            "max_in_flight": max_in_flight,
-        }
-        given = {field: value for field, value in limits.items() if value is not KEEP}
-        _check_limits(**{field: given.get(field) for field in limits})
-        for field, value in given.items():
-            setattr(connection, field, value)
-            fields.append(field)
-    if fields:
-        connection.save(update_fields=fields)
-    if connection.is_team and allowed_users is not None:
-        connection.allowed_users.set(list(allowed_users))
-    if api_key:
-        connection_key_rotate(connection=connection, by=by, api_key=api_key)
-    if models is not None:
-        models_replace(connection=connection, models=models)
+    _check_fields(fields, kind=connection.kind)
+    connection.name = fields.name.strip()[:80]
+    connection.base_url = fields.base_url
+    changed = ["name", "base_url"]
+    if fields.headers is not None:
+        connection.headers_enc, connection.header_names = _sealed_headers(fields.headers)
+        changed += ["headers_enc", "header_names"]
+    team = fields.team if connection.is_team else None
+    if team is not None:
+        _check_limits(team)
+        connection.access = team.access
+        connection.monthly_budget_usd = team.monthly_budget_usd
+        connection.person_monthly_budget_usd = team.person_monthly_budget_usd
+        connection.max_in_flight = team.max_in_flight
+        changed += ["access", "monthly_budget_usd", "person_monthly_budget_usd", "max_in_flight"]
+    connection.save(update_fields=changed)
+    if team is not None:
+        connection.allowed_users.set(list(team.allowed_users))
+    if fields.api_key:
+        connection_key_rotate(connection=connection, by=by, api_key=fields.api_key)
+    if fields.models is not None:
+        models_replace(connection=connection, models=fields.models)
     return connection
 
 

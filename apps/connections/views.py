@@ -81,30 +81,11 @@ def _form_page(request, form: ConnectionForm, *, listed=None, status: int = 200)
 
 
 def _save(form: ConnectionForm, *, by) -> Connection:
-    data = form.cleaned_data
+    fields = form.connection_fields()
     if form.connection is None:
-        team = form.for_team
-        return services.connection_create(
-            by=by,
-            name=data["name"],
-            kind=form.chosen_kind,
-            api_key=data.get("api_key") or "",
-            base_url=data.get("base_url") or "",
-            headers=form.headers_given(),
-            models=form.model_items(),
-            owner=None if team else by,
-            **form.team_settings(),
-        )
-    return services.connection_update(
-        connection=form.connection,
-        by=by,
-        name=data["name"],
-        base_url=data.get("base_url") or "",
-        api_key=data.get("api_key") or None,
-        headers=form.headers_given(),
-        models=form.model_items(),
-        **form.team_settings(),
-    )
+        owner = None if form.for_team else by
+        return services.connection_create(by=by, kind=form.chosen_kind, owner=owner, fields=fields)
+    return services.connection_update(connection=form.connection, by=by, fields=fields)
 
 
 @signin_required_to_start

@@ -14,7 +14,7 @@ from decimal import Decimal
 
 import pytest
 
-from apps.connections.services import connection_create
+from apps.connections.services import ConnectionFields, connection_create
 from apps.evaluations.imports import evaluation_import
 from apps.evaluations.models import Evaluation
 from apps.runs.exports import tau2_llm
@@ -40,11 +40,13 @@ def connection(alice, llm_server, connections_cleared):  # noqa: F811
     return connection_create(
         by=alice,
         owner=alice,
-        name="Our vLLM",
         kind="openai_compatible",
-        base_url=f"{llm_server.base_url}?{QUERY}",
-        api_key=CONNECTION_KEY,
-        models=[(CONNECTION_MODEL, (Decimal("1"), Decimal("2")))],
+        fields=ConnectionFields(
+            name="Our vLLM",
+            base_url=f"{llm_server.base_url}?{QUERY}",
+            api_key=CONNECTION_KEY,
+            models=[(CONNECTION_MODEL, (Decimal("1"), Decimal("2")))],
+        ),
     )
 
 
@@ -191,7 +193,10 @@ def test_each_kind_of_connection_names_its_model_as_litellm_does(
     named,
 ):
     connection = connection_create(
-        by=alice, owner=alice, name=f"My {kind}", kind=kind, api_key="sk-x", models=["gpt-4.1"]
+        by=alice,
+        owner=alice,
+        kind=kind,
+        fields=ConnectionFields(name=f"My {kind}", api_key="sk-x", models=["gpt-4.1"]),
     )
 
     assert tau2_llm(connection=connection, model="gpt-4.1") == named

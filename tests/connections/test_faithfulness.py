@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 import tests.support.llm_server as scripted_openai
-from apps.connections.services import connection_create
+from apps.connections.services import ConnectionFields, connection_create
 from apps.runs.models import Run
 from apps.runs.services import run_create
 from apps.tasks.models import Task
@@ -194,11 +194,13 @@ def test_an_openai_compatible_connection_sends_what_tau2_run_sends_and_scores_th
     lab = connection_create(
         by=alice,
         owner=alice,
-        name="Lab vLLM",
         kind="openai_compatible",
-        base_url=llm_server.base_url,
-        api_key=CONNECTION_KEY,
-        models=["lab-agent-7b", "lab-customer-7b"],
+        fields=ConnectionFields(
+            name="Lab vLLM",
+            base_url=llm_server.base_url,
+            api_key=CONNECTION_KEY,
+            models=["lab-agent-7b", "lab-customer-7b"],
+        ),
     )
     run = product_run(
         alice,
@@ -250,10 +252,10 @@ def test_an_openai_connection_sends_what_tau2_run_sends_to_the_same_base_url(
     team = connection_create(
         by=alice,
         owner=alice,
-        name="My OpenAI",
         kind="openai",
-        api_key=CONNECTION_KEY,
-        models=["gpt-4.1", "gpt-4.1-mini"],
+        fields=ConnectionFields(
+            name="My OpenAI", api_key=CONNECTION_KEY, models=["gpt-4.1", "gpt-4.1-mini"]
+        ),
     )
     assert team.base_url == ""
     run = product_run(
@@ -329,11 +331,13 @@ def test_an_anthropic_connection_sends_what_tau2_run_sends_and_tau2_scores_its_t
     claude = connection_create(
         by=alice,
         owner=alice,
-        name="Team Claude",
         kind="anthropic",
-        base_url=anthropic_llm.base_url,
-        api_key=CONNECTION_KEY,
-        models=["claude-sonnet-4-5", "claude-haiku-4-5"],
+        fields=ConnectionFields(
+            name="Team Claude",
+            base_url=anthropic_llm.base_url,
+            api_key=CONNECTION_KEY,
+            models=["claude-sonnet-4-5", "claude-haiku-4-5"],
+        ),
     )
     run = product_run(
         alice,

@@ -19,7 +19,12 @@ import pytest
 
 from apps.connections.models import Connection
 from apps.connections.probe import connection_test
-from apps.connections.services import ModelsReadError, connection_create, models_read
+from apps.connections.services import (
+    ConnectionFields,
+    ModelsReadError,
+    connection_create,
+    models_read,
+)
 from tests.support import connections as support
 from tests.support.connections import CONNECTION_KEY, CONNECTION_MODEL
 from tests.support.hostile_endpoint import Behaviour, HostileEndpoint
@@ -154,11 +159,13 @@ def _raw_port() -> int:
 def _team_connection(staff, endpoint: HostileEndpoint) -> Connection:
     return connection_create(
         by=staff,
-        name="Hostile",
         kind="openai_compatible",
-        base_url=endpoint.base_url,
-        api_key=CONNECTION_KEY,
-        models=[CONNECTION_MODEL],
+        fields=ConnectionFields(
+            name="Hostile",
+            base_url=endpoint.base_url,
+            api_key=CONNECTION_KEY,
+            models=[CONNECTION_MODEL],
+        ),
     )
 
 

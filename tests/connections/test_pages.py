@@ -20,7 +20,12 @@ from playwright.sync_api import expect
 from apps.accounts import crypto
 from apps.connections.llm_routes import ConnectionUnavailable, route_for
 from apps.connections.models import Connection
-from apps.connections.services import ModelsReadError, connection_create, models_read
+from apps.connections.services import (
+    ConnectionFields,
+    ModelsReadError,
+    connection_create,
+    models_read,
+)
 from tests.browser.conftest import CHROMIUM_ARGS, chromium_path
 from tests.support import connections as support
 from tests.support.browser import page_signed_in_as
@@ -297,7 +302,11 @@ def test_a_member_adds_a_personal_connection_only(alice, alice_client, llm_serve
     assert 'name="scope"' not in page and 'name="access"' not in page
     assert 'name="monthly_budget_usd"' not in page
     with pytest.raises(ValidationError, match="Only staff add team connections"):
-        connection_create(by=alice, name="Sneaky", kind="openai", api_key="sk-x" * 4)
+        connection_create(
+            by=alice,
+            kind="openai",
+            fields=ConnectionFields(name="Sneaky", api_key="sk-x" * 4),
+        )
     assert "only you" in alice_client.get("/connections/").content.decode()
 
 

@@ -20,7 +20,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from django.utils.html import escape
 
-from apps.connections.services import connection_create
+from apps.connections.services import ConnectionFields, connection_create
 from apps.runs.models import Run
 from apps.runs.services import run_create
 from apps.tasks.models import Task
@@ -109,11 +109,10 @@ def lab_connection(alice, *, base_url: str, kind: str = "openai_compatible", nam
     return connection_create(
         by=alice,
         owner=alice,
-        name=name,
         kind=kind,
-        base_url=base_url,
-        api_key=CONNECTION_KEY,
-        models=[CONNECTION_MODEL],
+        fields=ConnectionFields(
+            name=name, base_url=base_url, api_key=CONNECTION_KEY, models=[CONNECTION_MODEL]
+        ),
     )
 
 

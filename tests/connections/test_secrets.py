@@ -39,7 +39,7 @@ from django.db import connection as db_connection
 from django.urls import NoReverseMatch, reverse
 
 from apps.connections.models import Connection
-from apps.connections.services import connection_create
+from apps.connections.services import ConnectionFields, connection_create
 from apps.runs.models import Run
 from apps.runs.runner import run_execute
 from apps.runs.services import model_run_build, run_create
@@ -82,12 +82,14 @@ def lab_connection(*, by, llm) -> Connection:
     """A team connection to the scripted server with the secret key and header."""
     return connection_create(
         by=by,
-        name="Lab vLLM",
         kind="openai_compatible",
-        base_url=llm.base_url,
-        api_key=KEY,
-        headers={HEADER_NAME: HEADER_VALUE},
-        models=[MODEL],
+        fields=ConnectionFields(
+            name="Lab vLLM",
+            base_url=llm.base_url,
+            api_key=KEY,
+            headers={HEADER_NAME: HEADER_VALUE},
+            models=[MODEL],
+        ),
     )
 
 

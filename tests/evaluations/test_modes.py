@@ -27,7 +27,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 
 import tests.support.llm_server as scripted_openai
-from apps.connections.services import connection_create
+from apps.connections.services import ConnectionFields, connection_create
 from apps.evaluations.exports import evaluation_export, evaluation_export_tau2
 from apps.evaluations.models import Evaluation
 from apps.evaluations.services import evaluation_create
@@ -123,11 +123,13 @@ def product_evaluation(user, llm, *, domain: str, task_id: str, mode: str) -> Ev
     lab = connection_create(
         by=user,
         owner=user,
-        name="Lab vLLM",
         kind="openai_compatible",
-        base_url=llm.base_url,
-        api_key=CONNECTION_KEY,
-        models=["lab-agent-7b", "lab-customer-7b"],
+        fields=ConnectionFields(
+            name="Lab vLLM",
+            base_url=llm.base_url,
+            api_key=CONNECTION_KEY,
+            models=["lab-agent-7b", "lab-customer-7b"],
+        ),
     )
     evaluation = evaluation_create(
         user=user,
@@ -285,11 +287,13 @@ def test_no_user_is_refused_on_a_domain_tau2_cannot_run_without_a_user(alice, ll
     lab = connection_create(
         by=alice,
         owner=alice,
-        name="Lab",
         kind="openai_compatible",
-        base_url=llm_server.base_url,
-        api_key=CONNECTION_KEY,
-        models=["lab-agent-7b"],
+        fields=ConnectionFields(
+            name="Lab",
+            base_url=llm_server.base_url,
+            api_key=CONNECTION_KEY,
+            models=["lab-agent-7b"],
+        ),
     )
     with pytest.raises(ValidationError) as refused:
         evaluation_create(
@@ -312,11 +316,13 @@ def test_the_form_refuses_no_user_on_airline_with_the_reason(alice, alice_client
     lab = connection_create(
         by=alice,
         owner=alice,
-        name="Alice's lab",
         kind="openai_compatible",
-        base_url=llm_server.base_url,
-        api_key=CONNECTION_KEY,
-        models=["lab-agent-7b"],
+        fields=ConnectionFields(
+            name="Alice's lab",
+            base_url=llm_server.base_url,
+            api_key=CONNECTION_KEY,
+            models=["lab-agent-7b"],
+        ),
     )
     response = alice_client.post(
         "/evaluations/new/",
@@ -353,11 +359,13 @@ def test_oracle_plan_leaves_out_the_tasks_tau2s_gt_agent_refuses(alice, llm_serv
     lab = connection_create(
         by=alice,
         owner=alice,
-        name="Lab",
         kind="openai_compatible",
-        base_url=llm_server.base_url,
-        api_key=CONNECTION_KEY,
-        models=["lab-agent-7b"],
+        fields=ConnectionFields(
+            name="Lab",
+            base_url=llm_server.base_url,
+            api_key=CONNECTION_KEY,
+            models=["lab-agent-7b"],
+        ),
     )
     # Looked at before it commits, then rolled back: never handed to a worker.
     with pytest.raises(_RolledBack), transaction.atomic():

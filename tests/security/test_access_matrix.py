@@ -302,10 +302,13 @@ def _values(route: Route, work, alice) -> dict[str, str]:
             lane = RaceLane.objects.create(race=race, run=work["run"], position=0)
         pk = lane.race_id
     elif route.route.startswith("connections/"):  # alice's personal connection
-        from apps.connections.services import connection_create
+        from apps.connections.services import ConnectionFields, connection_create
 
         pk = connection_create(
-            by=alice, owner=alice, name="matrix", kind="openai_compatible", base_url="http://x/v1"
+            by=alice,
+            owner=alice,
+            kind="openai_compatible",
+            fields=ConnectionFields(name="matrix", base_url="http://x/v1"),
         ).pk
     elif route.route.startswith("accounts/keys/"):  # alice's own key: nobody else revokes it
         from apps.agents.services import api_key_create

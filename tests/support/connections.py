@@ -4,8 +4,8 @@
   committed with a Hugging Face token in the vault like alice and bob.
 * :func:`openai_compatible_connection`: a team (or, with ``owner=``, personal) connection
   to the scripted server (``llm_server``) with :data:`CONNECTION_KEY`, offering
-  :data:`CONNECTION_MODEL` unless told otherwise; any keyword of
-  ``apps.connections.services.connection_create`` may be given.
+  :data:`CONNECTION_MODEL` unless told otherwise; its owner, slug, headers and team
+  settings may be given.
 * ``connections_cleared``: no connection left over from an earlier test, before and
   after (the suite's ``committed_db`` deletes people and runs: personal connections go
   with their owners, team ones would stay).
@@ -42,21 +42,25 @@ def openai_compatible_connection(
     name: str = "Our vLLM",
     api_key: str = CONNECTION_KEY,
     models=(CONNECTION_MODEL,),
-    **kwargs,
+    owner=None,
+    slug: str = "",
+    headers=None,
+    **team,
 ):
     """A connection of kind ``openai_compatible`` at ``llm.base_url`` (the scripted
-    server's ``/v1``), created by ``by`` through the service, as the pages do."""
-    from apps.connections.services import connection_create
+    server's ``/v1``), created by ``by`` through the service, as the pages do; ``team``:
+    the fields of ``apps.connections.services.TeamSettings``."""
+    from apps.connections.services import ConnectionFields, TeamSettings, connection_create
 
-    return connection_create(
-        by=by,
+    fields = ConnectionFields(
         name=name,
-        kind="openai_compatible",
         base_url=llm.base_url,
         api_key=api_key,
-        models=list(models),
-        **kwargs,
+        headers=headers,
+        models=tuple(models),
+        team=TeamSettings(**team) if team else None,
     )
+    return connection_create(by=by, kind="openai_compatible", owner=owner, slug=slug, fields=fields)
 
 
 def _clear_connections() -> None:
