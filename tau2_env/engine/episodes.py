@@ -44,8 +44,6 @@ from typing import Any
 # isort: off
 # τ² only through tau2_env.llm._tau2 first (quiet import, local litellm price list).
 from tau2_env.llm._tau2 import registry  # noqa: F401
-from tau2.agent.base import BaseAgent
-from tau2.agent.llm_agent import LLMAgent, LLMGTAgent, LLMSoloAgent
 from tau2.config import DEFAULT_MAX_ERRORS, DEFAULT_MAX_STEPS
 from tau2.data_model.message import (
     AssistantMessage,
@@ -55,18 +53,18 @@ from tau2.data_model.message import (
     ToolMessage,
     UserMessage,
 )
-from tau2.data_model.simulation import RewardInfo, SimulationRun, TerminationReason
+from tau2.data_model.simulation import RewardInfo, SimulationRun
 from tau2.data_model.tasks import InitialState, RewardType, Task
-from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
-from tau2.orchestrator.orchestrator import Orchestrator, Role
-from tau2.user.user_simulator import DummyUser, UserSimulator
+from tau2.evaluator.evaluator import EvaluationType
+from tau2.orchestrator.orchestrator import Role
 from tau2.utils.utils import get_now
 
 # isort: on
 from tau2_env import config
 from tau2_env.engine import catalog, environments, scoring
-from tau2_env.llm import compat, gateway
+from tau2_env.llm import compat, gateway, tau2_gen
 from tau2_env.llm.llm_args import DEFAULT_AGENT_ARGS, DEFAULT_USER_ARGS
+from tau2_env.llm.tau2_gen import TerminationReason
 
 __all__ = [
     "AGENT_STOP",
@@ -106,7 +104,6 @@ IMPLEMENTATIONS: dict[str, tuple[str, str]] = {
     NO_USER: ("llm_agent_solo", "dummy_user"),
     ORACLE_PLAN: ("llm_agent_gt", "user_simulator"),
 }
-_AGENT_CLASSES = {DEFAULT: LLMAgent, NO_USER: LLMSoloAgent, ORACLE_PLAN: LLMGTAgent}
 
 
 def mode_domain_refusal(*, domain: str, mode: str) -> str | None:
@@ -123,7 +120,7 @@ def mode_domain_refusal(*, domain: str, mode: str) -> str | None:
 @functools.cache
 def _solo_refusal(domain: str) -> str | None:
     try:
-        compat.tau2_constructor(domain)(solo_mode=True)
+        tau2_gen.build_solo_environment(domain=domain)
     except Exception as exc:  # τ² says why: "Airline domain does not support solo mode"
         return f"τ²-bench cannot run {domain} without a user: {exc}."
     return None
@@ -133,8 +130,8 @@ def mode_runs_task(*, mode: str, task: Task) -> bool:
     """Whether ``tau2 run`` in ``mode`` runs ``task`` (it leaves out the tasks its agent
     refuses: Oracle plan needs expected actions, No-User a ticket — τ²'s own
     ``check_valid_task``)."""
-    agent_class = _AGENT_CLASSES[mode]
-    return agent_class is LLMAgent or agent_class.check_valid_task(task)
+    agent = IMPLEMENTATIONS[mode][0]
+    return agent == "llm_agent" or tau2_gen.AGENT_CLASSES[agent].check_valid_task(task)
 
 
 _MESSAGE_TYPES = {
@@ -208,22 +205,18 @@ def customer_for(
     task: Task,
     user_llm: gateway.Route,
     user_llm_args: dict[str, Any] | None = None,
-) -> UserSimulator:
+) -> Any:
     """τ²'s simulated customer for ``task`` in ``environment`` (with its phone tools, if any).
 
     Its LLM calls carry the customer's role marker, so they go along ``user_llm``'s route
     inside :func:`tau2_env.llm.gateway.conversation`; no key is ever put in its arguments.
     ``user_llm_args`` are ``tau2 run --user-llm-args`` (``None``: τ²'s default).
     """
-    try:
-        user_tools = environment.get_user_tools()
-    except Exception:  # τ² raises when the domain gives the customer no tools
-        user_tools = None
-    return UserSimulator(
-        tools=user_tools or None,
-        instructions=str(task.user_scenario),
+    return tau2_gen.build_user(
+        environment=environment,
+        task=task,
         llm=user_llm.model,
-        llm_args={**_args(user_llm_args, DEFAULT_USER_ARGS), gateway.ROLE_KEY: gateway.ROLE_USER},
+        llm_args=_user_args(user_llm_args),
     )
 
 
@@ -231,11 +224,9 @@ def _args(given: dict[str, Any] | None, default: dict[str, Any]) -> dict[str, An
     return dict(default) if given is None else dict(given)
 
 
-def _user_tools(environment: Any) -> Any:
-    try:
-        return environment.get_user_tools()
-    except Exception:  # τ² raises when the domain gives the customer no tools
-        return None
+def _user_args(given: dict[str, Any] | None) -> dict[str, Any]:
+    """The customer's LLM arguments, marked with their role for the gateway."""
+    return {**_args(given, DEFAULT_USER_ARGS), gateway.ROLE_KEY: gateway.ROLE_USER}
 
 
 def count_hops(messages: Iterable[Message]) -> int:
@@ -267,7 +258,7 @@ def failure_reason(exc: BaseException, route: gateway.Route | None = None) -> st
     return gateway.redact(text, route.api_key if route is not None else None)
 
 
-class ExternalAgent(BaseAgent[None]):
+class ExternalAgent(tau2_gen.AgentBase):
     """The agent side played from outside τ² (a person, an RL policy, an API client).
 
     The orchestrator asks it for the agent's next message; it answers with the one
@@ -405,20 +396,17 @@ class Episode:
         agent_llm_args, user_llm_args = self._llm_args
         if self.solo:
             # τ²'s solo environment (telecom's has a policy of its own), by τ²'s constructor.
-            self.environment = compat.tau2_constructor(domain)(solo_mode=True)
+            self.environment = tau2_gen.build_solo_environment(domain=domain)
         else:
             # A fresh environment without re-validating the domain's database each time;
             # the orchestrator applies the task's initial state and replays the history.
             self.environment = environments.fresh_environment(domain)
         if self.solo:
-            self.user: UserSimulator = DummyUser(
-                tools=_user_tools(self.environment),
-                instructions=str(task.user_scenario),
+            self.user: Any = tau2_gen.build_dummy_user(
+                environment=self.environment,
+                task=task,
                 llm=user_llm.model,
-                llm_args={
-                    **_args(user_llm_args, DEFAULT_USER_ARGS),
-                    gateway.ROLE_KEY: gateway.ROLE_USER,
-                },
+                llm_args=_user_args(user_llm_args),
             )
         else:
             self.user = customer_for(
@@ -428,36 +416,20 @@ class Episode:
                 user_llm_args=user_llm_args,
             )
         if agent_llm is None:
-            self.agent: BaseAgent = ExternalAgent()
+            self.agent: Any = ExternalAgent()
         else:
-            args = {
-                **_args(agent_llm_args, DEFAULT_AGENT_ARGS),
-                gateway.ROLE_KEY: gateway.ROLE_AGENT,
-            }
-            tools = self.environment.get_tools()
-            policy = self.environment.get_policy()
-            if self.mode == NO_USER:
-                # As run_task: the agent holds the customer's tools too (and τ²'s "done").
-                user_tools = (
-                    self.environment.get_user_tools() if self.environment.user_tools else []
-                )
-                self.agent = LLMSoloAgent(
-                    tools=tools + user_tools,
-                    domain_policy=policy,
-                    llm=agent_llm.model,
-                    llm_args=args,
-                    task=task,
-                )
-            elif self.mode == ORACLE_PLAN:
-                self.agent = LLMGTAgent(
-                    tools=tools, domain_policy=policy, llm=agent_llm.model, llm_args=args, task=task
-                )
-            else:
-                self.agent = LLMAgent(
-                    tools=tools, domain_policy=policy, llm=agent_llm.model, llm_args=args
-                )
+            self.agent = tau2_gen.build_agent(
+                kind=IMPLEMENTATIONS[self.mode][0],
+                environment=self.environment,
+                task=task,
+                llm=agent_llm.model,
+                llm_args={
+                    **_args(agent_llm_args, DEFAULT_AGENT_ARGS),
+                    gateway.ROLE_KEY: gateway.ROLE_AGENT,
+                },
+            )
         max_steps, max_errors = self._limits
-        self._orchestrator = Orchestrator(
+        self._orchestrator = tau2_gen.build_orchestrator(
             domain=domain,
             agent=self.agent,
             user=self.user,
@@ -808,7 +780,7 @@ class Episode:
             environments.fresh_environments_for_tau2(self.domain),
             scoring.expected_side_cached(),
         ):
-            info = evaluate_simulation(
+            info = tau2_gen.evaluate(
                 simulation=self.simulation_run(),
                 task=self.task,
                 evaluation_type=self.evaluation_type(),

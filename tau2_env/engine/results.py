@@ -15,14 +15,14 @@ from typing import Any
 # isort: off
 from tau2_env.llm._tau2 import registry  # noqa: F401  (τ² through its quiet import, first)
 from pydantic import ValidationError
-from tau2.data_model.simulation import AgentInfo, Results, RunConfig, SimulationRun, UserInfo
+from tau2.data_model.simulation import AgentInfo, Results, SimulationRun, UserInfo
 from tau2.data_model.tasks import Task
 from tau2.evaluator.evaluator import EvaluationType
 
 # isort: on
 from tau2_env import jsonbounds
 from tau2_env.engine import catalog, episodes
-from tau2_env.llm import gateway
+from tau2_env.llm import gateway, tau2_gen
 
 __all__ = [
     "LEADERBOARD",
@@ -53,8 +53,7 @@ class LeaderboardSettings:
 
 
 def _default(field: str) -> Any:
-    info = RunConfig.model_fields[field]
-    return info.default_factory() if info.default_factory is not None else info.default
+    return tau2_gen.run_config_default(field)
 
 
 LEADERBOARD = LeaderboardSettings(

@@ -38,7 +38,7 @@ from typing import Any
 # isort: off
 from tau2_env.llm._tau2 import registry  # noqa: F401  (τ² through its quiet import, first)
 from pydantic import ValidationError
-from tau2.data_model.simulation import Results, RunConfig
+from tau2.data_model.simulation import Results
 from tau2.metrics.agent_metrics import compute_metrics
 from tau2.scripts.leaderboard.prepare_submission import validate_submission_traj_set
 from tau2.scripts.leaderboard.submission import (
@@ -52,6 +52,7 @@ from tau2.scripts.leaderboard.submission import (
 from tau2.scripts.leaderboard.submission import Results as SubmissionResults
 
 # isort: on
+from tau2_env.llm import tau2_gen
 
 __all__ = [
     "CHECK_TIMEOUT_SECONDS",
@@ -93,8 +94,7 @@ PUBLISHED_TRIALS = max(KS)
 
 
 def _run_default(field: str) -> Any:
-    info = RunConfig.model_fields[field]
-    return info.default_factory() if info.default_factory is not None else info.default
+    return tau2_gen.run_config_default(field)
 
 
 # `tau2 run`'s own limits (τ²'s RunConfig), what the leaderboard's runs use.

