@@ -9,6 +9,7 @@ from django.urls import reverse
 
 from apps.connections.models import RunSides
 from apps.runs.models import MAX_TRIALS, Run
+from apps.runs.spec import RunSpec, spec_read
 from tau2_env.config import DEFAULT_MAX_STEPS
 
 
@@ -105,6 +106,11 @@ class Evaluation(RunSides):
     @property
     def planned_runs(self) -> int:
         return len(self.task_ids) * self.num_trials
+
+    @property
+    def spec(self) -> RunSpec:
+        """The settings every one of its runs is played with, as one object."""
+        return spec_read(self, seed_field="seed")
 
 
 class EvaluationJob(models.Model):

@@ -11,6 +11,7 @@ from django.db.models import Q
 from django.urls import reverse
 
 from apps.connections.models import RunSides
+from apps.runs.spec import RunSpec, spec_read
 from tau2_env.config import DEFAULT_MAX_ERRORS, DEFAULT_MAX_STEPS
 
 # Trials of one task in an evaluation (``Run.trial`` is 0 … MAX_TRIALS - 1).
@@ -283,6 +284,11 @@ class Run(RunSides):
 
     def get_absolute_url(self) -> str:
         return reverse("runs:detail", kwargs={"pk": self.pk})
+
+    @property
+    def spec(self) -> RunSpec:
+        """The settings it was played with, as one object (``seed``: the one given)."""
+        return spec_read(self, seed_field="given_seed")
 
     @property
     def agent_value(self) -> str:
