@@ -23,11 +23,15 @@ install: $(VENV)/.installed
 
 install-dev: $(VENV)/.installed-dev system-deps
 
-# Debian's Chromium for the browser tests (`playwright install` cannot download here).
+# Debian's Chromium for the browser tests (`playwright install` cannot download here), and
+# Debian's nginx with envsubst for the front proxy's test (tests/deploy/test_proxy.py).
 system-deps:
 	@command -v chromium >/dev/null 2>&1 || { \
 	  echo "Installing Debian's chromium for the browser tests"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; }
+	@{ command -v nginx || test -x /usr/sbin/nginx; } >/dev/null 2>&1 && command -v envsubst >/dev/null 2>&1 || { \
+	  echo "Installing Debian's nginx for the front proxy's test"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nginx gettext-base; }
 
 # Settings come from .env (made from the laptop's .env.example on the first run; the
 # environment wins over it); the address from make: `make run PORT=9000 HOST=0.0.0.0`.

@@ -11,6 +11,7 @@ from __future__ import annotations
 import secrets
 import warnings
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -424,6 +425,27 @@ try:
 except tau2_config.ConfigError as exc:
     raise ImproperlyConfigured(str(exc)) from exc
 TAU2_AGENT_API_REQUIRE_KEY = envbool("TAU2_AGENT_API_REQUIRE_KEY", _SERVER_CREDENTIAL and not DEBUG)
+
+
+def _agents_url() -> str:
+    """``TAU2_AGENTS_URL`` without its trailing slash ("" when unset); raises
+    ``ImproperlyConfigured`` unless it is an http(s) URL with a host and no query."""
+    value = (envstr("TAU2_AGENTS_URL") or "").strip().rstrip("/")
+    parts = urlsplit(value)
+    if value and (
+        parts.scheme not in ("http", "https") or not parts.netloc or parts.query or parts.fragment
+    ):
+        raise ImproperlyConfigured(
+            f"TAU2_AGENTS_URL must be an http(s) URL such as https://tau2.example.org, "
+            f"got {value!r}"
+        )
+    return value
+
+
+# The agents' public URL, which the connect page, its snippets and the keys page print.
+# Blank: the site's own, as the request reached it — the front proxy (deploy/nginx) sends
+# the agent faces' paths to openenv and the rest to web, so one address serves both.
+TAU2_AGENTS_URL = _agents_url()
 
 # --- Training sessions (apps.training) ---------------------------------------------------
 # Training on a split one of the team's evaluations uses leaks training into the

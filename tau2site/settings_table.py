@@ -540,6 +540,16 @@ SECTIONS: tuple[Section, ...] = (
                 "ones",
             ),
             S(
+                "TAU2_AGENTS_URL",
+                "the site's own URL, as the request reached it",
+                "The agents' public URL, printed by `/agents/`, its snippets and the keys page "
+                "(`https://agents.example.org`). Blank behind the front proxy, which routes "
+                "the agent faces on the site's own address "
+                "([The front proxy](operations.md#the-front-proxy)).",
+                "",
+                "blank: the site's own URL (the front proxy routes the agent faces)",
+            ),
+            S(
                 "TAU2_AGENT_API_MAX_BODY_BYTES",
                 "1 MiB",
                 "The largest HTTP body or WebSocket frame the agent faces read (at least 1024).",
@@ -611,9 +621,10 @@ SECTIONS: tuple[Section, ...] = (
                 "(none)",
                 "IPs and CIDRs of the TLS proxy in front of "
                 "`python -m tau2_env.gate.session_router`, whose "
-                "`X-Forwarded-For` it believes (`--trusted-proxies`); never `*`.",
-                "",
-                "the TLS proxy's IPs or CIDRs",
+                "`X-Forwarded-For` it believes (`--trusted-proxies`); never `*`. Compose sets "
+                "it to its proxy's fixed address (`TAU2_NETWORK`).",
+                None,
+                "the TLS proxy's IPs or CIDRs, without compose's proxy",
             ),
             S(
                 "TAU2_TRAINING_SPLIT_GUARD",
@@ -778,11 +789,71 @@ SECTIONS: tuple[Section, ...] = (
             S("TAU2_WORKER_THREADS", "`8`", "Threads of each worker.", "8", scope=COMPOSE),
             S(
                 "FORWARDED_ALLOW_IPS",
-                "loopback",
+                "loopback; in compose, the proxy's address",
                 "uvicorn's: the proxies whose `X-Forwarded-For` the web process believes; never "
-                "`*`.",
-                "",
-                "the TLS proxy's IPs or CIDRs",
+                "`*`. Compose sets it to its proxy's fixed address (`TAU2_NETWORK`), whatever "
+                "`.env` says.",
+                None,
+                "the TLS proxy's IPs or CIDRs, without compose's proxy",
+                scope=COMPOSE,
+            ),
+            S(
+                "TAU2_PROXY_HTTP_PORT",
+                "`80`",
+                "The host port of the front proxy's plain HTTP "
+                "([The front proxy](operations.md#the-front-proxy)); with a certificate it "
+                "redirects to HTTPS.",
+                None,
+                scope=COMPOSE,
+            ),
+            S(
+                "TAU2_PROXY_HTTPS_PORT",
+                "`443`",
+                "The host port of the front proxy's HTTPS (served when `TAU2_TLS_CERTS` holds a "
+                "certificate).",
+                None,
+                scope=COMPOSE,
+            ),
+            S(
+                "TAU2_TLS_CERTS",
+                "`./var/certs`",
+                "The host directory mounted as the proxy's certificates: `fullchain.pem` and "
+                "`privkey.pem` (PEM, the chain first). Without them the proxy serves plain HTTP.",
+                None,
+                "a directory with fullchain.pem and privkey.pem",
+                scope=COMPOSE,
+            ),
+            S(
+                "TAU2_PROXY_MAX_BODY",
+                "`64m`",
+                "The largest request body of a page at the proxy (nginx's size: evaluation "
+                "uploads are `TAU2_EVAL_MAX_UPLOAD_BYTES`, 50 MiB).",
+                None,
+                scope=COMPOSE,
+            ),
+            S(
+                "TAU2_PROXY_AGENT_MAX_BODY",
+                "`2m`",
+                "The largest request body of an agent face at the proxy (at least "
+                "`TAU2_AGENT_API_MAX_BODY_BYTES`, which the faces check themselves).",
+                None,
+                scope=COMPOSE,
+            ),
+            S(
+                "TAU2_PROXY_TIMEOUT",
+                "`3600`",
+                "Seconds an agent face's answer or an open socket may stay silent at the proxy "
+                "(a customer's turn waits on the LLM, its timeouts and retries).",
+                None,
+                scope=COMPOSE,
+            ),
+            S(
+                "TAU2_NETWORK",
+                "`10.89.0`",
+                "The first three numbers of compose's network (a /24): the proxy is `.2`, the "
+                "only address web and openenv believe forwarded headers from.",
+                None,
+                "another /24 if 10.89.0.0/24 is taken where compose runs",
                 scope=COMPOSE,
             ),
         ),

@@ -107,9 +107,15 @@ asyncio.run(main())
 """
 
 
+def agents_url(request) -> str:
+    """Where agents connect: ``TAU2_AGENTS_URL``, else this site's URL as the request
+    reached it (the front proxy routes the agent faces there); no trailing slash."""
+    return settings.TAU2_AGENTS_URL or request.build_absolute_uri("/").rstrip("/")
+
+
 def _snippets(request) -> dict[str, str]:
-    """The page's snippets, filled with this server's URL as the request reached it."""
-    base = request.build_absolute_uri("/").rstrip("/")
+    """The page's snippets, filled with the agents' URL (:func:`agents_url`)."""
+    base = agents_url(request)
     domain, split = settings.TAU2_DOMAIN, settings.TAU2_SPLIT
     mcp_url = f"{base}/agent/mcp?domain={domain}&split={split}&seed={EXAMPLE_SEED}"
     fields = {
@@ -184,6 +190,7 @@ def _keys_page(request, *, form: ApiKeyForm, created_key: str = "", status: int 
         "agents/keys.html",
         {
             "keys": api_keys_for(user=request.user),
+            "agents_url": agents_url(request),
             "created_key": created_key,
             "form": form,
             "name_error": " ".join(form.errors.get("name", [])),

@@ -77,6 +77,31 @@ def test_the_snippets_follow_the_host_the_request_came_to(alice_client):
     assert 'base_url="http://localhost:8123"' in html.unescape(page)
 
 
+def test_the_agents_url_setting_is_what_the_snippets_and_the_keys_page_print(
+    alice_client, settings
+):
+    settings.TAU2_AGENTS_URL = "https://agents.example.org"
+
+    connect = html.unescape(
+        alice_client.get("/agents/", HTTP_HOST="localhost:8123").content.decode()
+    )
+    keys = html.unescape(alice_client.get("/accounts/keys/").content.decode())
+
+    assert 'base_url="https://agents.example.org"' in connect
+    assert "https://agents.example.org/agent/mcp?" in connect
+    assert "localhost:8123/agent" not in connect and 'base_url="http://localhost' not in connect
+    # The key's own link stays the site's: the keys page is a page, served by web.
+    assert "http://localhost:8123/accounts/keys/" in connect
+    assert '<code data-testid="agents-url">https://agents.example.org</code>' in keys
+    assert "https://agents.example.org/agent/mcp" in keys
+
+
+def test_the_keys_page_prints_the_sites_own_url_by_default(alice_client):
+    keys = alice_client.get("/accounts/keys/", HTTP_HOST="localhost:8123").content.decode()
+
+    assert '<code data-testid="agents-url">http://localhost:8123</code>' in keys
+
+
 @pytest.fixture
 def key_required(settings):
     """A server that serves agents with a key only: the snippets must work there too."""

@@ -91,13 +91,14 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_web(env: dict[str, str]) -> Process:
-    """Start ``uvicorn tau2site.asgi:application`` (one process) on a free local port."""
+def start_web(env: dict[str, str], *, workers: int = 1, args: tuple[str, ...] = ()) -> Process:
+    """Start ``uvicorn tau2site.asgi:application`` (``workers`` processes on one socket,
+    as ``--workers``) on a free local port; ``args`` go on its command line."""
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "uvicorn", "tau2site.asgi:application"]
         + ["--host", "127.0.0.1", "--port", str(port), "--log-level", "warning"]
-        + ["--ws", "websockets-sansio"],
+        + ["--ws", "websockets-sansio", "--workers", str(workers), *args],
         cwd=ROOT,
         env=env,
     )
