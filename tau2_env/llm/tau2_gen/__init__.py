@@ -10,18 +10,9 @@ distribution (``tau2_env.generations``), never guessed from what imports.
 
 from __future__ import annotations
 
-from tau2_env.generations import tau2_version
+from tau2_env.generations import tau2_generation
 
-
-def _generation(installed: str) -> str:
-    """``"0.2"`` for NVIDIA's packaging, ``"1"`` for upstream's own distribution."""
-    dist, _, version = installed.partition(" ")
-    if dist == "tau2" and version[:1].isdigit() and int(version.split(".")[0]) >= 1:
-        return "1"
-    return "0.2"
-
-
-if _generation(tau2_version()) == "0.2":
+if tau2_generation() == "0.2":
     from tau2_env.llm.tau2_gen.v0_2 import (
         AGENT_CLASSES,
         GENERATION,
@@ -36,8 +27,21 @@ if _generation(tau2_version()) == "0.2":
         run_config_default,
         user_tools,
     )
-else:  # pragma: no cover - upstream τ² ≥ 1.0.1 is the next step
-    raise ImportError(f"τ² generation of {tau2_version()} is not supported yet")
+else:
+    from tau2_env.llm.tau2_gen.v1 import (
+        AGENT_CLASSES,
+        GENERATION,
+        AgentBase,
+        TerminationReason,
+        build_agent,
+        build_dummy_user,
+        build_orchestrator,
+        build_solo_environment,
+        build_user,
+        evaluate,
+        run_config_default,
+        user_tools,
+    )
 
 __all__ = [
     "AGENT_CLASSES",

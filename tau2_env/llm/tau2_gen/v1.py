@@ -1,0 +1,173 @@
+"""Upstream τ² ≥ 1.0.1 (``tau2`` from sierra-research/tau2-bench): how the engine builds
+τ²'s parts — the same names and keyword arguments as ``tau2_env.llm.tau2_gen.v0_2``.
+
+Each builder does for its part what 1.x's ``tau2.runner.build`` does for a text run
+(``build_text_orchestrator`` with ``TextRunConfig``'s defaults): the customer's tools
+filtered by the task's ``user_tools``, no persona beyond the task's, ``DummyUser()``
+without arguments in solo mode, agents by their registry factories' arguments, the
+orchestrator with its own ``simulation_id`` and no wall-clock ``timeout`` (the engine
+drives hops itself; a timeout is the next step), the evaluator in half-duplex mode with
+strict replay, as a live ``tau2 run`` scores.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# isort: off
+# τ² only through tau2_env.llm._tau2 first (quiet import, local litellm price list).
+from tau2_env.llm._tau2 import registry  # noqa: F401
+from tau2.agent.base_agent import HalfDuplexAgent
+from tau2.agent.llm_agent import LLMAgent, LLMGTAgent, LLMSoloAgent
+from tau2.data_model.simulation import RewardInfo, SimulationRun, TerminationReason, TextRunConfig
+from tau2.data_model.tasks import Task
+from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
+from tau2.orchestrator.orchestrator import Orchestrator
+from tau2.user.user_simulator import DummyUser, UserSimulator
+
+# isort: on
+from tau2_env.llm import compat
+
+__all__ = [
+    "AGENT_CLASSES",
+    "GENERATION",
+    "AgentBase",
+    "TerminationReason",
+    "build_agent",
+    "build_dummy_user",
+    "build_orchestrator",
+    "build_solo_environment",
+    "build_user",
+    "evaluate",
+    "run_config_default",
+    "user_tools",
+]
+
+GENERATION = "1"
+
+# The base class of an agent played from outside τ² (1.x: turn-based agents are
+# HalfDuplexAgent; BaseAgent is gone).
+AgentBase = HalfDuplexAgent
+
+# τ²'s agents by their registry names (``tau2 run --agent``).
+AGENT_CLASSES: dict[str, Any] = {
+    "llm_agent": LLMAgent,
+    "llm_agent_gt": LLMGTAgent,
+    "llm_agent_solo": LLMSoloAgent,
+}
+
+
+def run_config_default(field: str) -> Any:
+    """``tau2 run``'s default for ``field`` of its text run's config (``TextRunConfig``;
+    1.x's ``RunConfig`` is a union of the text and voice configs)."""
+    info = TextRunConfig.model_fields[field]
+    return info.default_factory() if info.default_factory is not None else info.default
+
+
+def user_tools(*, environment: Any, task: Task) -> Any:
+    """The customer's tools in ``environment``, only those the task names when it names
+    some (``None`` when the domain gives none)."""
+    try:
+        return environment.get_user_tools(include=task.user_tools) or None
+    except Exception:  # τ² raises when the domain gives the customer no tools
+        return None
+
+
+def build_solo_environment(*, domain: str) -> Any:
+    """τ²'s environment of ``domain`` in solo mode, by τ²'s own constructor (airline and
+    retail raise)."""
+    return compat.tau2_constructor(domain)(solo_mode=True)
+
+
+def build_user(
+    *, environment: Any, task: Task, llm: str | None, llm_args: dict[str, Any]
+) -> UserSimulator:
+    """τ²'s simulated customer for ``task`` (with their phone tools, if any)."""
+    return UserSimulator(
+        tools=user_tools(environment=environment, task=task),
+        instructions=str(task.user_scenario),
+        llm=llm,
+        llm_args=llm_args,
+        persona_config=None,
+    )
+
+
+def build_dummy_user(
+    *, environment: Any, task: Task, llm: str | None, llm_args: dict[str, Any]
+) -> UserSimulator:
+    """τ²'s ``DummyUser`` of a solo conversation (1.x builds it without arguments)."""
+    return DummyUser()
+
+
+def build_agent(
+    *, kind: str, environment: Any, task: Task, llm: str | None, llm_args: dict[str, Any]
+) -> Any:
+    """τ²'s agent ``kind`` (a registry name) over ``environment``'s tools and policy, as
+    ``build_agent`` gives them to the registry's factory."""
+    tools = environment.get_tools()
+    policy = environment.get_policy()
+    if kind == "llm_agent_solo":
+        # As build_agent in solo mode: the agent holds the customer's tools too.
+        try:
+            extra = environment.get_user_tools()
+        except Exception:  # τ² raises when the domain gives the customer no tools
+            extra = None
+        if extra:
+            tools = tools + extra
+        return LLMSoloAgent(
+            tools=tools, domain_policy=policy, llm=llm, llm_args=llm_args, task=task
+        )
+    if kind == "llm_agent_gt":
+        return LLMGTAgent(tools=tools, domain_policy=policy, llm=llm, llm_args=llm_args, task=task)
+    if kind == "llm_agent":
+        return LLMAgent(tools=tools, domain_policy=policy, llm=llm, llm_args=llm_args)
+    raise ValueError(f"Unknown τ² agent {kind!r}")
+
+
+def build_orchestrator(
+    *,
+    domain: str,
+    agent: Any,
+    user: Any,
+    environment: Any,
+    task: Task,
+    max_steps: int,
+    max_errors: int,
+    seed: int | None,
+    solo_mode: bool,
+) -> Orchestrator:
+    """τ²'s half-duplex orchestrator over the parts (not initialised yet)."""
+    return Orchestrator(
+        domain=domain,
+        agent=agent,
+        user=user,
+        environment=environment,
+        task=task,
+        max_steps=max_steps,
+        max_errors=max_errors,
+        seed=seed,
+        solo_mode=solo_mode,
+        validate_communication=run_config_default("enforce_communication_protocol"),
+        timeout=None,
+    )
+
+
+def evaluate(
+    *,
+    simulation: SimulationRun,
+    task: Task,
+    evaluation_type: EvaluationType,
+    solo_mode: bool,
+    domain: str,
+) -> RewardInfo:
+    """τ²'s ``evaluate_simulation`` of ``simulation``, as a live run scores it (half
+    duplex, no environment arguments, strict replay)."""
+    return evaluate_simulation(
+        simulation=simulation,
+        task=task,
+        evaluation_type=evaluation_type,
+        solo_mode=solo_mode,
+        domain=domain,
+        env_kwargs=None,
+        strict_replay=True,
+    )
