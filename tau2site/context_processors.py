@@ -4,6 +4,7 @@ import re
 
 from django.conf import settings
 
+from apps.accounts.access import can_review
 from apps.evaluations.models import Evaluation
 from apps.runs.models import Run
 from apps.tasks.models import CatalogueLoad, Domain
@@ -20,6 +21,8 @@ _SECTIONS = {
     "inference": "models",
     "api": "api",
     "agents": "agents",
+    "training": "training",
+    "datasets": "datasets",
 }
 
 
@@ -29,6 +32,8 @@ def nav_section(match) -> str:
         return ""
     if match.url_name == "leaderboard":
         return "leaderboard"
+    if match.namespace == "runs" and match.url_name == "review_queue":
+        return "review"
     if match.namespace == "tasks" and match.url_name == "domain":
         return "policy"
     return _SECTIONS.get(match.namespace, "")
@@ -74,6 +79,7 @@ def catalogue(request):
         "default_domain": settings.TAU2_DOMAIN,
         "default_split": settings.TAU2_SPLIT,
         "nav_section": nav_section(match),
+        "nav_reviewer": can_review(getattr(request, "user", None)),
         "nav_domain": nav_domain(request, match),
     }
 

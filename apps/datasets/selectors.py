@@ -165,6 +165,7 @@ class Counts:
     unfinished: int  # not completed: left out
     ablations: int  # completed in an ablation (No-User, Oracle plan): left out
     pairs: int  # preference pairs of the rows, with the selection's pairing
+    preference: bool = False  # the selection asks for preference pairs, not SFT rows
 
     @property
     def too_many(self) -> bool:
@@ -181,6 +182,12 @@ class Counts:
             )
         if not self.rows:
             return "No finished run matches this selection: there is nothing to download."
+        if self.preference and not self.pairs:
+            return (
+                f"These {self.rows:,} runs make no preference pair: a pair needs two runs of "
+                "one task whose rewards differ. Add runs that failed the tasks others solved "
+                "(or solved what others failed), or download them as SFT rows."
+            )
         return ""
 
 
@@ -192,7 +199,12 @@ def selection_counts(selection: Selection) -> Counts:
     total, done, kept = selected.count(), completed.count(), rows.count()
     pairs = len(pair_plan_of(selection)) if kept <= MAX_RUNS else 0
     return Counts(
-        selected=total, rows=kept, unfinished=total - done, ablations=done - kept, pairs=pairs
+        selected=total,
+        rows=kept,
+        unfinished=total - done,
+        ablations=done - kept,
+        pairs=pairs,
+        preference=selection.kind == PREFERENCE,
     )
 
 

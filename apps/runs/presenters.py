@@ -270,7 +270,7 @@ def cost_view(run: Run) -> dict[str, Any]:
     complete = len(priced) == len(used)
     total = sum(priced, Decimal(0)) if priced else None
     if not used:
-        label = "no calls yet"
+        label = "no calls" if run.is_final else "no calls yet"
     elif total is None:
         label = "unpriced"
     else:

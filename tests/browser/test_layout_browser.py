@@ -28,7 +28,7 @@ WIDTHS = (400, 800, 1400)
 BROKEN_WORDS = r"""() => {
   const broken = [];
   const cells = document.querySelectorAll(
-    ".page :is(td, th, dt, label, button, a.button, .chip, .status-badge, h1, h2, h3)");
+    ".page :is(td, th, dt, label, button, a.button, .chip, .status-badge, h1, h2, h3, .crumbs)");
   const word = /[\p{L}\p{N}]{2,}/gu;
   for (const cell of cells) {
     const walker = document.createTreeWalker(cell, NodeFilter.SHOW_TEXT);

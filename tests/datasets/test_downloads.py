@@ -230,6 +230,20 @@ def test_a_selection_too_large_is_refused_in_words(runs, alice_client, monkeypat
     assert download(alice_client, "model=model-a")  # narrowed: it downloads
 
 
+def test_preference_runs_without_a_pair_are_refused_in_words_not_an_empty_file(runs, alice_client):
+    query = "type=preference&min_reward=1"  # only the solved runs: no pair
+    response = alice_client.get(f"/datasets/download/?{query}")
+    assert response.status_code == 400
+    assert response.content.decode() == (
+        "These 2 runs make no preference pair: a pair needs two runs of one task whose "
+        "rewards differ. Add runs that failed the tasks others solved (or solved what others "
+        "failed), or download them as SFT rows."
+    )
+    page = alice_client.get(f"/datasets/?{query}").content.decode()
+    assert "make no preference pair" in page and 'data-testid="dataset-download"' not in page
+    assert download(alice_client, "min_reward=1")  # the same runs as SFT rows download
+
+
 @pytest.mark.parametrize(
     ("query", "said"),
     [

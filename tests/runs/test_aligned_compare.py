@@ -71,8 +71,11 @@ def test_each_column_starts_with_its_database_diff_and_first_divergent_write(
     assert wrong.reward == 0.0
 
     page = _compare(alice_client, gold, wrong)
-    counts = re.findall(r'data-testid="compare-db-changes">([^<]+)<', page)
-    assert counts == ["0 DB changes", "1 DB change"]
+    counts = re.findall(r'data-testid="compare-db-changes"[^>]*>([^<]+)<', page)
+    assert counts == [
+        "0 differences from the expected DB",
+        "1 difference from the expected DB",
+    ]
     [path] = re.findall(r'data-testid="compare-db-path" data-path="([^"]+)"', page)
     assert path.startswith("users.ethan_martin_2396.payment_methods.certificate_")
     assert path.endswith(".amount")

@@ -113,8 +113,11 @@ def test_a_golden_run_has_no_change_and_compare_counts_each_runs_changes(
     assert 'data-testid="first-divergent"' not in page
 
     compare = alice_client.get(f"/runs/compare/?ids={gold.pk},{wrong.pk}").content.decode()
-    counts = re.findall(r'data-testid="compare-db-changes">([^<]+)<', compare)
-    assert counts == ["0 DB changes", "1 DB change"]
+    counts = re.findall(r'data-testid="compare-db-changes"[^>]*>([^<]+)<', compare)
+    assert counts == [
+        "0 differences from the expected DB",
+        "1 difference from the expected DB",
+    ]
     firsts = re.findall(r'data-testid="compare-first-divergent">([^<]+)<', compare)
     assert firsts == ["no divergent write", "send_certificate"]
 

@@ -65,11 +65,28 @@ def test_the_current_place_is_marked_in_the_header(alice_client, catalogue):
         "/evaluations/": ["Evaluations"],
         "/leaderboard/": ["Leaderboard"],
         "/models/": ["Models"],
+        "/training/": ["Training"],
+        "/datasets/": ["Datasets"],
     }
     for path, marked in expected.items():
         response = alice_client.get(path)
         assert response.status_code == 200, path
         assert current(response.content.decode()) == marked, path
+
+
+def test_the_header_links_review_for_reviewers_only(alice_client, staff_client, catalogue):
+    page = alice_client.get("/runs/").content.decode()
+    assert 'href="/training/"' in page and 'href="/datasets/"' in page
+    assert 'href="/runs/review/"' not in page  # a member reviews only when the setting says
+    forbidden = alice_client.get("/runs/review/")
+    assert forbidden.status_code == 403
+    body = forbidden.content.decode()
+    assert 'data-testid="forbidden-reason">The review queue is for reviewers.<' in body
+    assert 'class="site-header' in body  # the site's own page, not a bare "403 Forbidden"
+
+    queue = staff_client.get("/runs/review/")
+    assert queue.status_code == 200
+    assert current(queue.content.decode()) == ["Review"]
 
 
 def test_a_run_page_links_the_policy_of_its_domain(alice, alice_client, catalogue):
