@@ -104,9 +104,10 @@ class ConnectionFields:
 
 
 def key_hint(key: str) -> str:
-    """``…a1b2``: enough to tell two keys apart, never enough to use one."""
+    """``…a1b2``: enough to tell two keys apart, never enough to use one. A key shorter
+    than 12 characters shows none of itself (four would be most of it): ``short key``."""
     key = (key or "").strip()
-    return f"…{key[-4:]}" if len(key) >= 12 else ("…" if key else "")
+    return f"…{key[-4:]}" if len(key) >= 12 else ("short key" if key else "")
 
 
 def litellm_prices(*, kind: str, model: str) -> tuple[Decimal, Decimal] | None:

@@ -10,6 +10,7 @@ import pytest
 from django import forms
 
 from apps.connections.forms import parse_models
+from apps.connections.services import key_hint
 from tests.support.connections import openai_compatible_connection
 from tests.support.llm_server import tool_call
 
@@ -68,3 +69,13 @@ def test_a_person_types_acme_checkpoint_7_and_it_runs(staff, staff_client, llm_s
     assert response.status_code == 200
     (request,) = llm_server.chat_requests()
     assert request.body["model"] == "acme/checkpoint-7"  # as typed, on the wire
+
+
+def test_a_short_keys_hint_says_so_and_never_shows_it(staff, staff_client, llm_server):
+    assert key_hint("sk-long-key-0123456789") == "…6789"
+    assert key_hint("abc123") == "short key" and key_hint("") == ""
+    connection = openai_compatible_connection(llm_server, by=staff)
+    connection.key_hint = key_hint("abc123")
+    connection.save(update_fields=["key_hint"])
+    page = staff_client.get(f"/connections/{connection.pk}/edit/").content.decode()
+    assert "The key is set (" in page and "abc123" not in page
