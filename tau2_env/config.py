@@ -39,6 +39,8 @@ __all__ = [
     "session_idle_seconds",
     "sessions_per_client",
     "sessions_per_key_max",
+    "slots_lease_seconds",
+    "slots_url",
     "trusted_origins",
 ]
 
@@ -244,6 +246,31 @@ def session_idle_seconds() -> int:
     """``TAU2_SESSION_IDLE_SECONDS``, default 300: an OpenEnv or MCP session that waits
     this long for its client is closed and frees its slot."""
     return _env_int("TAU2_SESSION_IDLE_SECONDS", 300)
+
+
+SLOTS_URL_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def slots_url() -> str | None:
+    """``TAU2_SLOTS_URL``: the Redis holding the ledger of open OpenEnv and MCP sessions
+    that every host of a deployment shares (``redis://…``, ``rediss://…``, ``unix://…``),
+    so a client's cap counts its sessions on all of them; ``None`` when unset (the
+    processes of one router share a SQLite file, :mod:`tau2_env.gate.shared_slots`).
+    Raises :class:`ConfigError` for any other kind of URL."""
+    url = _env("TAU2_SLOTS_URL")
+    if url is not None and not url.startswith(SLOTS_URL_SCHEMES):
+        raise ConfigError(
+            "TAU2_SLOTS_URL must be a Redis URL (redis://, rediss:// or unix://), "
+            f"got {url.split('://', 1)[0]!r}"
+        )
+    return url
+
+
+def slots_lease_seconds() -> int:
+    """``TAU2_SLOTS_LEASE_SECONDS``, default 30: how long a session counts in the shared
+    ledger after its process last renewed it (every third of it): a host that dies stops
+    counting within this time."""
+    return _env_int("TAU2_SLOTS_LEASE_SECONDS", 30, minimum=3)
 
 
 def scoring_concurrency() -> int:

@@ -67,8 +67,8 @@ class Application:
     """Routes each ASGI connection to OpenEnv, Channels or Django."""
 
     def __init__(self) -> None:
-        # One pool for both agent faces; behind tau2_env.gate.session_router, caps shared with its
-        # other processes (TAU2_SLOTS_LEDGER).
+        # One pool for both agent faces; caps shared with every host's processes
+        # (TAU2_SLOTS_URL), else with the other processes of one router (TAU2_SLOTS_LEDGER).
         slots = session_slots_from_config()
         swagger = f"{settings.STATIC_URL}drf_spectacular_sidecar/swagger-ui-dist"
         # Its lifespan goes to the app itself (the wrapper adds headers to HTTP only).

@@ -591,6 +591,25 @@ SECTIONS: tuple[Section, ...] = (
                 "the largest own cap of sessions at once a studio key may be made with",
             ),
             S(
+                "TAU2_SLOTS_URL",
+                "— (each host counts its own)",
+                "The Redis where every host's OpenEnv processes count open sessions, so a "
+                "person's or a key's cap holds across hosts (`redis://…`, `rediss://…`); "
+                "`docker-compose.yml` sets it to the deployment's Redis. Unset: the processes "
+                "behind one router share a SQLite file, with no network in the session path "
+                "([Several OpenEnv processes](operations.md#several-openenv-processes)).",
+                "",
+                "redis://host:6379/0 (compose sets it) ; caps across hosts",
+            ),
+            S(
+                "TAU2_SLOTS_LEASE_SECONDS",
+                "`30`",
+                "With `TAU2_SLOTS_URL`: how long a session counts after its process last renewed "
+                "it (every third of it), so the sessions of a host that dies stop counting within "
+                "this time.",
+                "30",
+            ),
+            S(
                 "TAU2_CREDENTIALS_CHECK_SECONDS",
                 "`2`",
                 "How often the credentials of every open session are asked again (revoked "
@@ -889,8 +908,7 @@ SECTIONS: tuple[Section, ...] = (
                 "TAU2_SLOTS_LEDGER",
                 "set by the router",
                 "The SQLite ledger of open sessions that `tau2_env.gate.session_router` gives "
-                "its processes; "
-                "never set by hand.",
+                "its processes (`TAU2_SLOTS_URL` wins over it); never set by hand.",
                 None,
                 scope=INTERNAL,
             ),

@@ -207,8 +207,9 @@ def create_openenv_app(
     folder this site serves (default: FastAPI's, from a CDN).
 
     ``slots`` (shared with the MCP face; default
-    :func:`tau2_env.gate.shared_slots.session_slots_from_config`: across the router's
-    processes when ``TAU2_SLOTS_LEDGER`` is set) bound the sessions:
+    :func:`tau2_env.gate.shared_slots.session_slots_from_config`: across hosts with
+    ``TAU2_SLOTS_URL``, across the router's processes with ``TAU2_SLOTS_LEDGER``) bound
+    the sessions:
     ``MAX_CONCURRENT_ENVS`` in all (per process), ``TAU2_SESSIONS_PER_CLIENT`` per
     client, closed after ``TAU2_SESSION_IDLE_SECONDS`` idle. ``TAU2_DOMAIN`` and
     ``TAU2_SPLIT`` are read at each reset, so one server serves every domain. Starts

@@ -151,23 +151,12 @@ class SessionSlots:
         total), belonging to ``owner`` (default: ``client``); raises
         :class:`CapacityReached` (with ``retry_after``) when the server or the client is
         full."""
-        cap = min(limit, self.per_key_max) if limit else self.per_client
-        cap = min(cap, self.total)
+        cap = self.cap_for(limit)
         with self._lock:
             now = self._clock()
             mine = [slot for slot in self._slots if slot.client == client]
-            held = len(mine) + self.held_elsewhere(client)
-            if held >= cap:
-                who, per = _WHO.get(client.partition(":")[0], ("this client", "per client"))
-                wait = self._retry_after(mine, now)
-                raise CapacityReached(
-                    f"CAPACITY_REACHED: {who} already {'have' if who == 'you' else 'has'} "
-                    f"{held} open sessions (at most {cap} {per}); close one or retry "
-                    f"in {wait} s.",
-                    retry_after=wait,
-                    active=held,
-                    limit=cap,
-                )
+            if len(mine) >= cap:
+                raise self._client_full(client, held=len(mine), cap=cap, mine=mine, now=now)
             if len(self._slots) >= self.total:
                 wait = self._retry_after(self._slots, now)
                 raise CapacityReached(
@@ -186,10 +175,32 @@ class SessionSlots:
             self._slots.add(slot)
             return slot
 
-    def held_elsewhere(self, client: str) -> int:
-        """``client``'s slots held by the server's other processes: none here (one
-        process); :class:`tau2_env.gate.shared_slots.SharedSessionSlots` counts them."""
-        return 0
+    def cap_for(self, limit: int | None) -> int:
+        """The most slots a client may hold: its credentials' own ``limit`` (up to
+        ``per_key_max``), else ``per_client``; never more than the total."""
+        cap = min(limit, self.per_key_max) if limit else self.per_client
+        return min(cap, self.total)
+
+    def client_full(self, client: str, *, held: int, cap: int) -> CapacityReached:
+        """The refusal of one more slot to ``client``, which holds ``held`` of its
+        ``cap`` (counted on every process: see
+        :class:`tau2_env.gate.shared_slots.SharedSessionSlots`)."""
+        with self._lock:
+            mine = [slot for slot in self._slots if slot.client == client]
+            return self._client_full(client, held=held, cap=cap, mine=mine, now=self._clock())
+
+    def _client_full(
+        self, client: str, *, held: int, cap: int, mine: list[Slot], now: float
+    ) -> CapacityReached:
+        who, per = _WHO.get(client.partition(":")[0], ("this client", "per client"))
+        wait = self._retry_after(mine, now)
+        return CapacityReached(
+            f"CAPACITY_REACHED: {who} already {'have' if who == 'you' else 'has'} "
+            f"{held} open sessions (at most {cap} {per}); close one or retry in {wait} s.",
+            retry_after=wait,
+            active=held,
+            limit=cap,
+        )
 
     async def end_refused(self) -> int:
         """Ask every open slot's credentials again (off the event loop, once per owner)

@@ -34,11 +34,11 @@ default none), the address that proxy gave — and drops the ``X-Forwarded-For``
 ``X-Real-IP`` and ``Forwarded`` a client sent. The processes trust the router (127.0.0.1)
 and no one else, so per-address caps and logs never take a client's word for its address.
 
-Caps: the processes share one ledger of open sessions (:mod:`tau2_env.gate.shared_slots`, a
-SQLite file the router names in ``TAU2_SLOTS_LEDGER``), so a client's cap (a person's, a
-studio key's own) counts its sessions on every process; ``MAX_CONCURRENT_ENVS`` counts
-per process. A process that exits is started again (its sessions are gone; the ledger
-drops them).
+Caps: the processes share one ledger of open sessions (:mod:`tau2_env.gate.shared_slots`: a
+SQLite file the router names in ``TAU2_SLOTS_LEDGER``, or, with ``TAU2_SLOTS_URL``, a Redis
+every host shares), so a client's cap (a person's, a studio key's own) counts its sessions
+on every process; ``MAX_CONCURRENT_ENVS`` counts per process. A process that exits is
+started again (its sessions are gone; the ledger drops them).
 """
 
 from __future__ import annotations
