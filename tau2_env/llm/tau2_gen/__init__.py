@@ -15,6 +15,7 @@ from tau2_env.generations import tau2_generation
 if tau2_generation() == "0.2":
     from tau2_env.llm.tau2_gen.v0_2 import (
         AGENT_CLASSES,
+        CATALOGUE_SKIPS,
         GENERATION,
         AgentBase,
         TerminationReason,
@@ -30,6 +31,7 @@ if tau2_generation() == "0.2":
 else:
     from tau2_env.llm.tau2_gen.v1 import (
         AGENT_CLASSES,
+        CATALOGUE_SKIPS,
         GENERATION,
         AgentBase,
         TerminationReason,
@@ -45,6 +47,7 @@ else:
 
 __all__ = [
     "AGENT_CLASSES",
+    "CATALOGUE_SKIPS",
     "GENERATION",
     "AgentBase",
     "TerminationReason",
