@@ -382,7 +382,9 @@ class Episode:
             # replay infers from its last message: τ² records max_steps even when that
             # last step was the customer's stop, and scores the ending it recorded.
             self._orchestrator.done = True
-            self._orchestrator.termination_reason = TerminationReason(termination_reason)
+            self._orchestrator.termination_reason = tau2_gen.termination_reason(
+                str(getattr(termination_reason, "value", termination_reason))
+            )
         elif history and self._orchestrator.to_role != Role.ENV:
             # τ²'s limits after the last stored hop (it may have been played elsewhere:
             # a person's message is stored before the customer's turn runs).

@@ -66,6 +66,8 @@ def recorder():
     access.set_credentials_resolver(None)
 
 
+# τ² 0.2's airline/27 expects a $150 certificate, 1.0.1's none
+@pytest.mark.legacy_tau2
 async def test_a_keyed_mcp_episode_runs_on_the_keys_token_and_is_heard_hop_by_hop(
     asgi_server, llm_server, recorder
 ):

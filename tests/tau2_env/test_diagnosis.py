@@ -94,6 +94,8 @@ def _certificate(llm_server, *, amount: int, look_up_twice: bool = False) -> Epi
     return episode
 
 
+# τ² 0.2's airline/27 expects a $150 certificate, 1.0.1's none
+@pytest.mark.legacy_tau2
 def test_one_wrong_argument_names_exactly_that_field_and_that_call(llm_server):
     episode = _certificate(llm_server, amount=149)
     assert episode.reward == 0.0
@@ -116,6 +118,8 @@ def test_one_wrong_argument_names_exactly_that_field_and_that_call(llm_server):
     assert (missing.kind, missing.action_index) == ("missing", 1)
 
 
+# τ² 0.2's airline/27 expects a $150 certificate, 1.0.1's none
+@pytest.mark.legacy_tau2
 def test_an_extra_read_is_an_extra_read_and_does_not_diverge(llm_server):
     episode = _certificate(llm_server, amount=150, look_up_twice=True)
     assert episode.reward == 1.0
@@ -128,6 +132,8 @@ def test_an_extra_read_is_an_extra_read_and_does_not_diverge(llm_server):
     assert result.first_divergent is None
 
 
+# τ² 0.2's airline/27 expects a $150 certificate, 1.0.1's none
+@pytest.mark.legacy_tau2
 def test_a_missing_expected_action_is_listed_at_its_place(llm_server):
     llm_server.add(text("My flight was delayed; I'm ethan_martin_2396."))
     episode = Episode(domain="airline", task_id="27", user_llm=_route(llm_server))
@@ -147,6 +153,8 @@ def test_a_missing_expected_action_is_listed_at_its_place(llm_server):
     assert change.path.startswith("users.ethan_martin_2396.payment_methods.certificate_")
 
 
+# τ² 0.2's airline/27 expects a $150 certificate, 1.0.1's none
+@pytest.mark.legacy_tau2
 def test_an_extra_write_is_the_first_divergent_write():
     task = catalog.get_tau2_task("airline", "27")
     messages = [

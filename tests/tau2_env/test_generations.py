@@ -55,3 +55,10 @@ def test_a_domain_the_catalogue_leaves_out_is_named_with_why():
 def test_banking_knowledge_is_never_built_with_its_embedding_retrieval():
     assert "alltools" in catalog.skipped_domains()["banking_knowledge"]
     assert {"airline", "retail", "telecom"} <= set(catalog.domain_names())
+
+
+def test_a_termination_reason_of_the_other_generation_is_refused_by_name():
+    assert tau2_gen.termination_reason("user_stop").value == "user_stop"
+    other = "judge_stop" if tau2_gen.GENERATION == "1" else "context_window_exceeded"
+    with pytest.raises(ValueError, match=rf"'{other}' is not a termination reason of τ²"):
+        tau2_gen.termination_reason(other)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import httpx
+import pytest
 from websockets.asyncio.client import connect
 
 from tau2_env import Tau2Env
@@ -38,6 +39,8 @@ def test_text_is_read_as_taus_gym_reads_it():
     assert text_action("call me (maybe)")["tool_name"] == "respond_to_user"
 
 
+# τ² 0.2's airline/27 expects a $150 certificate, 1.0.1's none
+@pytest.mark.legacy_tau2
 async def test_a_text_only_policy_plays_the_golden_episode_to_reward_1(asgi_server, llm_server):
     gold_script(llm_server)
     async with Tau2Env(base_url=asgi_server.url) as env:

@@ -24,6 +24,8 @@ VISITOR_TOKEN = "hf_visitor_token_mcp_22222222"
 GOLD_USER = "ethan_martin_2396"
 
 
+# τ² 0.2's airline/27 expects a $150 certificate, 1.0.1's none
+@pytest.mark.legacy_tau2
 async def test_the_sdk_client_plays_a_golden_episode_to_reward_1(asgi_server, llm_server):
     gold_script(llm_server)
     url = f"{asgi_server.url}/agent/mcp?domain=airline&task_id=27"

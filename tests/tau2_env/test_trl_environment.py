@@ -244,6 +244,8 @@ def _gold_row() -> dict:
     return row
 
 
+# τ² 0.2's airline/27 expects a $150 certificate, 1.0.1's none
+@pytest.mark.legacy_tau2
 def test_the_environment_plays_a_golden_episode_to_reward_1(
     trainer_env, llm_server, alice, heard_headers
 ):

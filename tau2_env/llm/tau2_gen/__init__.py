@@ -26,6 +26,7 @@ if tau2_generation() == "0.2":
         build_user,
         evaluate,
         run_config_default,
+        termination_reason,
         user_tools,
     )
 else:
@@ -42,6 +43,7 @@ else:
         build_user,
         evaluate,
         run_config_default,
+        termination_reason,
         user_tools,
     )
 
@@ -58,5 +60,6 @@ __all__ = [
     "build_user",
     "evaluate",
     "run_config_default",
+    "termination_reason",
     "user_tools",
 ]

@@ -37,6 +37,7 @@ __all__ = [
     "build_user",
     "evaluate",
     "run_config_default",
+    "termination_reason",
     "user_tools",
 ]
 
@@ -60,6 +61,19 @@ def run_config_default(field: str) -> Any:
     """``tau2 run``'s default for ``field`` of its ``RunConfig``."""
     info = RunConfig.model_fields[field]
     return info.default_factory() if info.default_factory is not None else info.default
+
+
+def termination_reason(value: str) -> TerminationReason:
+    """τ²'s termination reason named ``value`` (as results files write it). Raises
+    ``ValueError`` for one τ² 0.2 does not have, such as 1.x's ``timeout`` or
+    ``context_window_exceeded``."""
+    try:
+        return TerminationReason(value)
+    except ValueError:
+        known = ", ".join(r.value for r in TerminationReason)
+        raise ValueError(
+            f"{value!r} is not a termination reason of τ² 0.2 (known: {known})"
+        ) from None
 
 
 def user_tools(*, environment: Any, task: Task) -> Any:

@@ -41,6 +41,7 @@ __all__ = [
     "build_user",
     "evaluate",
     "run_config_default",
+    "termination_reason",
     "user_tools",
 ]
 
@@ -74,6 +75,18 @@ def run_config_default(field: str) -> Any:
     1.x's ``RunConfig`` is a union of the text and voice configs)."""
     info = TextRunConfig.model_fields[field]
     return info.default_factory() if info.default_factory is not None else info.default
+
+
+def termination_reason(value: str) -> TerminationReason:
+    """τ²'s termination reason named ``value`` (as results files write it). Raises
+    ``ValueError`` for one τ² 1.x does not have, such as 0.2's judge_stop."""
+    try:
+        return TerminationReason(value)
+    except ValueError:
+        known = ", ".join(r.value for r in TerminationReason)
+        raise ValueError(
+            f"{value!r} is not a termination reason of τ² 1.x (known: {known})"
+        ) from None
 
 
 def user_tools(*, environment: Any, task: Task) -> Any:
