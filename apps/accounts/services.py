@@ -15,6 +15,7 @@ from social_django.models import UserSocialAuth
 from apps.accounts import crypto
 from apps.accounts.backends import SCOPES
 from apps.accounts.models import HFCredential
+from apps.accounts.selectors import dev_login_enabled
 
 logger = logging.getLogger(__name__)
 
@@ -98,26 +99,63 @@ def credential_rotate_keys() -> int:
     return changed
 
 
-def user_grant_staff(*, hf_username: str, superuser: bool = True, revoke: bool = False):
-    """Make the person who signed in as ``hf_username`` staff (and superuser), or undo it.
+def user_grant_staff(*, username: str, superuser: bool = True, revoke: bool = False):
+    """Make ``username`` staff (and superuser), or undo it: the person who signed in with
+    Hugging Face as ``username`` (case-insensitive), else — only where the developer
+    sign-in exists (:func:`~apps.accounts.selectors.dev_login_enabled`: DEBUG and
+    TAU2_DEV_LOGIN, a laptop) — the developer account ``dev-<name>`` of that exact name.
+    In production nobody can sign in as a developer account, and none is made staff.
 
-    Returns the user; raises ``LookupError`` when nobody by that name has signed in yet.
+    Returns the user; raises ``LookupError`` saying why when there is no such person.
     """
-    social = (
-        UserSocialAuth.objects.select_related("user")
-        .filter(provider="huggingface", extra_data__username__iexact=hf_username)
-        .first()
-    )
-    if social is None:
-        raise LookupError(
-            f"Nobody has signed in as {hf_username!r} with Hugging Face yet: "
-            "ask them to sign in once, then run this again."
-        )
-    user = social.user
+    user = _hf_user(username) or (_dev_user(username) if dev_login_enabled() else None)
+    if user is None:
+        raise LookupError(_nobody(username))
     user.is_staff = not revoke
     user.is_superuser = (not revoke) and superuser
     user.save(update_fields=["is_staff", "is_superuser"])
     return user
+
+
+def _hf_user(username: str):
+    social = (
+        UserSocialAuth.objects.select_related("user")
+        .filter(provider="huggingface", extra_data__username__iexact=username)
+        .first()
+    )
+    return social.user if social is not None else None
+
+
+def _dev_user(username: str):
+    """The developer account named ``username`` (``dev-<name>``) that signed in once; an
+    account that signed in with Hugging Face is never one."""
+    if not username.startswith(DEV_USERNAME_PREFIX):
+        return None
+    return (
+        get_user_model()
+        .objects.filter(username=username)
+        .exclude(social_auth__provider="huggingface")
+        .first()
+    )
+
+
+def _nobody(username: str) -> str:
+    if dev_login_enabled():
+        return (
+            f"Nobody has signed in as {username!r}: neither with Hugging Face nor as that "
+            f"developer account ({DEV_USERNAME_PREFIX}<name>, as the page header shows it). "
+            "Ask them to sign in once, then run this again."
+        )
+    hint = (
+        " Developer accounts are made staff only where the developer sign-in is on "
+        "(DEBUG and TAU2_DEV_LOGIN)."
+        if username.startswith(DEV_USERNAME_PREFIX)
+        else ""
+    )
+    return (
+        f"Nobody has signed in as {username!r} with Hugging Face yet: "
+        f"ask them to sign in once, then run this again.{hint}"
+    )
 
 
 def dev_user_get_or_create(*, name: str):

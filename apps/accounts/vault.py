@@ -38,7 +38,8 @@ __all__ = ["SignInRequired", "hf_token_for"]
 ANONYMOUS = "Sign in with Hugging Face first: conversations run on your own Hugging Face credits."
 NO_CREDENTIAL = (
     "This account has no Hugging Face token (it did not sign in with Hugging Face). "
-    "Please sign in with Hugging Face to use your credits."
+    "Please sign in with Hugging Face for what runs on Hugging Face; a model on a "
+    "connection needs no Hugging Face sign-in."
 )
 REVOKED = (
     "Your Hugging Face sign-in was revoked or has run out. Please sign in with Hugging Face again."

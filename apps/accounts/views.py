@@ -12,11 +12,12 @@ from apps.accounts.access import signin_url
 from apps.accounts.selectors import dev_login_enabled, signin_missing_settings
 
 REASONS = {
-    "start": "Starting a run or a play session uses your own Hugging Face credits, "
-    "so it needs you to sign in with Hugging Face first.",
+    "start": "Starting a run or a play session needs you to sign in: a model on Hugging Face "
+    "runs on your own Hugging Face credits (a Hugging Face sign-in), a model on a connection "
+    "on that connection's key.",
     "runs": "On this deployment the team's runs are visible to signed-in people only.",
-    "admin": "The admin is for staff: sign in with a Hugging Face account that was made staff "
-    "(python manage.py grant_staff <hf_username>).",
+    "admin": "The admin is for staff: sign in with an account that was made staff "
+    "(python manage.py grant_staff <username>).",
     "token": "Your Hugging Face sign-in needs renewing before you can start anything.",
 }
 
@@ -66,7 +67,8 @@ def dev_login(request):
     login(request, user, backend="django.contrib.auth.backends.ModelBackend")
     messages.info(
         request,
-        f"Signed in as {user.username} without Hugging Face: runs need a Hugging Face sign-in.",
+        f"Signed in as {user.username} without Hugging Face: models on your connections run; "
+        "models on Hugging Face's router need a Hugging Face sign-in.",
     )
     return redirect(_safe_next(request, request.POST.get("next")))
 

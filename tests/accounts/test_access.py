@@ -121,7 +121,7 @@ def test_starting_sends_charlie_to_a_sign_in_page_that_says_why(alice):
         response["Location"] == "/accounts/sign-in/?next=%2Fruns%2Fnew%2F%3Ftask%3D3&reason=start"
     )
     page = Client().get(response["Location"]).content.decode()  # charlie's browser
-    assert "uses your own Hugging Face credits" in page
+    assert "runs on your own Hugging Face credits (a Hugging Face sign-in)" in page
     assert 'name="next" value="/runs/new/?task=3"' in page
 
     request.user = alice
