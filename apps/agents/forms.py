@@ -1,11 +1,13 @@
 """The new-key form of ``/accounts/keys/``: a name, and optionally the sessions the key
-may hold at once (within the server's maximum)."""
+may hold at once (within the server's maximum); the playground's customer picker."""
 
 from __future__ import annotations
 
 from django import forms
 from django.conf import settings
 from django.core.validators import MaxValueValidator
+
+from apps.connections.picker import RouteField, for_user
 
 
 class ApiKeyForm(forms.Form):
@@ -27,3 +29,22 @@ class ApiKeyForm(forms.Form):
         field.validators.append(MaxValueValidator(most))
         bounds = f"Sessions at once: a whole number from 1 to {most} (this server's maximum)."
         field.error_messages.update(min_value=bounds, max_value=bounds, invalid=bounds)
+
+
+class PlaygroundForm(forms.Form):
+    """The playground's customer: the one model picker, as every form that starts a run
+    has it. The page never posts it: ``static/js/agents_playground.js`` sends its value as
+    the reset's ``user_model``, which the agent faces check (``credentials.customer_route``).
+    Pass ``user``."""
+
+    user_model = RouteField(
+        role="customer",
+        label="Customer model",
+        required=False,
+        optional=True,
+        empty_label="The server's default customer (on Hugging Face, on your token)",
+    )
+
+    def __init__(self, *args, user=None, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        for_user(self, user)

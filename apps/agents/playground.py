@@ -6,10 +6,14 @@ on it can read and that a frame log would show. So instead a WebSocket to ``/ws`
 ``Origin`` is this site's own — the check the site's own sockets get, which a page of
 another site cannot pass (``tau2site.middleware.BrowserSessions`` makes it and binds
 the session with :func:`browser_session`) — and that carries Django's session cookie
-of a signed-in person plays on that person's Hugging Face token from the vault. Its
-sessions belong to that browser session and count against the person's cap (with their
-keys); signing out ends them. Nothing new is stored and no secret reaches the page.
-Like any episode without a studio key, it is not recorded as a run.
+of a signed-in person plays for that person: a customer they pick on one of their
+connections runs on its key, one on Hugging Face's router (or the server's default
+customer) on their own Hugging Face token from the vault — a person without a usable
+Hugging Face sign-in (a laptop's developer sign-in) plays with customers on connections
+only (:class:`Owner`). Its sessions belong to that browser session and count against the
+person's cap (with their keys); signing out ends them. Nothing new is stored and no
+secret reaches the page. Like any episode without a studio key, it is not recorded as a
+run.
 
 A key or a token the client presents itself (``Authorization``, ``reset(hf_token=…)``)
 wins over the session, as everywhere else.
@@ -20,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
+from dataclasses import dataclass, field
 from importlib import import_module
 from types import SimpleNamespace
 
@@ -30,10 +35,12 @@ from django.db import close_old_connections
 from apps.accounts.vault import SignInRequired, hf_credential_check, hf_token_for
 
 __all__ = [
+    "Owner",
     "browser_session",
     "browser_session_key",
+    "owner_of",
     "session_check",
-    "session_owner_token",
+    "session_owner",
     "session_user_id",
 ]
 
@@ -72,18 +79,40 @@ def session_user_id(session_key: str) -> int | None:
     return user.pk if user is not None else None
 
 
-def session_check(session_key: str) -> None:
-    """Whether a browser session still plays (its person signed in, their Hugging Face
-    sign-in standing); raises the vault's ``SignInRequired``. Reads the database."""
+def session_check(session_key: str, *, hf: bool = True) -> None:
+    """Whether a browser session still plays (its person signed in and, with ``hf``,
+    their Hugging Face sign-in standing: a session opened without one does not depend on
+    it); raises the vault's ``SignInRequired``. Reads the database."""
     user_id = session_user_id(session_key)
     if user_id is None:
         raise SignInRequired("You signed out (or your session expired).")
-    hf_credential_check(user_id=user_id)
+    if hf:
+        hf_credential_check(user_id=user_id)
 
 
-def session_owner_token(session_key: str) -> tuple[int, str] | None:
-    """(the person's id, their Hugging Face token) for a signed-in, active person's
-    session, ``None`` for no such session (expired, signed out, anonymous). Raises the
-    vault's ``SignInRequired`` when the person must sign in again. Reads the database."""
+@dataclass(frozen=True)
+class Owner:
+    """The person an agent face plays for: ``user_id``, and their Hugging Face token —
+    ``None`` when they have no usable Hugging Face sign-in (a developer sign-in, a
+    revoked one), ``no_token`` then saying why (the vault's message): their customer may
+    run on their connections only."""
+
+    user_id: int
+    hf_token: str | None = field(repr=False)
+    no_token: str = ""
+
+
+def owner_of(user) -> Owner:
+    """``user`` as an :class:`Owner`: with their Hugging Face token when the vault gives
+    one (refreshing it if due), else why not. Reads the database, may call Hugging Face."""
+    try:
+        return Owner(user_id=user.pk, hf_token=hf_token_for(user=user))
+    except SignInRequired as exc:
+        return Owner(user_id=user.pk, hf_token=None, no_token=str(exc))
+
+
+def session_owner(session_key: str) -> Owner | None:
+    """The :class:`Owner` of a signed-in, active person's session, ``None`` for no such
+    session (expired, signed out, anonymous). Reads the database."""
     user = _session_user(session_key)
-    return None if user is None else (user.pk, hf_token_for(user=user))
+    return None if user is None else owner_of(user)

@@ -20,7 +20,7 @@ from django.views.decorators.http import require_http_methods, require_POST
 
 from apps.accounts.access import signin_required_to_start
 from apps.agents import services as key_services
-from apps.agents.forms import ApiKeyForm
+from apps.agents.forms import ApiKeyForm, PlaygroundForm
 from apps.agents.models import ApiKey
 from apps.agents.selectors import api_keys_for
 from apps.tasks.selectors import domain_list
@@ -178,6 +178,7 @@ def playground(request):
         "agents/playground.html",
         {
             "domains": domains,
+            "form": PlaygroundForm(user=request.user),
             "default_domain": settings.TAU2_DOMAIN,
             "default_split": settings.TAU2_SPLIT,
         },

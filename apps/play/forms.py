@@ -33,8 +33,9 @@ class PlayStartForm(forms.Form):
         label="Customer model",
         required=False,
         optional=True,
-        empty_label="The server's default customer",
-        help_text="Who plays the customer: on Hugging Face (your own token) or a connection.",
+        empty_label="The server's default customer (on Hugging Face, on your token)",
+        help_text="Who plays the customer: on Hugging Face (your own token) or a connection "
+        "(its key).",
     )
     max_steps = integer_field(
         Run,

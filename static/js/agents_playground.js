@@ -295,6 +295,10 @@
     var seed = form.elements.seed.value.trim();
     if (taskId) data.task_id = taskId;
     if (seed) data.seed = parseInt(seed, 10);
+    // The customer, from the one model picker (includes/model_picker.html): empty is the
+    // server's default customer, on the person's own Hugging Face token.
+    var customer = form.elements.user_model;
+    if (customer && customer.value) data.user_model = customer.value;
     busy = true;
     rewardLine.hidden = true;
     result.hidden = true;
@@ -304,7 +308,8 @@
       var problem = errorOf(frame);
       if (problem) throw new Error(problem);
       var meta = frame.data.observation.metadata || {};
-      say("Task " + meta.task_id + " (" + meta.domain + ", " + meta.split + ") — customer: " +
+      say("Task " + meta.task_id + " (" + meta.domain + ", " + meta.split + ")" +
+        (meta.user_model ? " · customer model " + meta.user_model : "") + " — customer: " +
         (meta.user_message || "…"));
       if (meta.user_message) add(bubble("customer", meta.user_message));
       policy.querySelector("pre").textContent = meta.policy || "";

@@ -2,7 +2,9 @@
 tool and a write from forms built from their schemas, sees the raw frames, talks to the
 customer with respond_to_user and ends with done — the conversation is drawn as it
 goes and τ²'s reward with its breakdown at the end, as on a run page. The socket runs
-on her own session: no token in the page."""
+on her own session: no token in the page. dana, signed in with the laptop's developer
+sign-in (no Hugging Face token), picks her own endpoint's model as the customer in the
+one model picker and plays on that connection's key."""
 
 from __future__ import annotations
 
@@ -11,8 +13,15 @@ import re
 import pytest
 from playwright.sync_api import expect
 
+from apps.accounts.services import dev_user_get_or_create
 from apps.agents.credentials import install
 from tests.support.browser import page_signed_in_as
+from tests.support.connections import (
+    CONNECTION_KEY,
+    CONNECTION_MODEL,
+    openai_compatible_connection,
+)
+from tests.support.llm_server import text
 from tests.support.people import ALICE_TOKEN
 from tests.support.scripts import gold_script
 
@@ -113,3 +122,35 @@ def test_a_copy_button_copies_its_snippet_as_printed(page, base_url, alice):
     copied = page.evaluate("navigator.clipboard.readText()")
     assert copied == page.get_by_test_id("snippet-mcp-config").text_content()
     assert f"{base_url}/agent/mcp?" in copied
+
+
+def test_dana_without_hugging_face_picks_her_connections_customer(
+    page, base_url, llm_server, connections_cleared, monkeypatch
+):
+    install()
+    monkeypatch.setenv("HF_TOKEN", "hf_server_own_token_never_for_dana")  # the server's own
+    dana = dev_user_get_or_create(name="dana")
+    mine = openai_compatible_connection(llm_server, by=dana, owner=dana, name="Dana's vLLM")
+    llm_server.responder = lambda request: text("Hello from my own endpoint.")
+    page_signed_in_as(page, dana, base_url)
+    status = page.get_by_test_id("pg-status")
+
+    page.goto("/agents/playground/")
+    picker = page.get_by_test_id("customer-picker")
+    expect(picker).to_be_visible()
+    page.get_by_test_id("pg-task").fill("27")
+    page.get_by_test_id("pg-reset").click()  # the server's default customer first
+    expect(status).to_contain_text("This account has no Hugging Face token", timeout=SLOW)
+    expect(status).to_contain_text("choose a customer on one of your connections")
+    assert llm_server.chat_requests() == []
+
+    picker.select_option(f"@{mine.slug}/{CONNECTION_MODEL}")
+    page.get_by_test_id("pg-reset").click()
+    expect(status).to_contain_text(f"customer model Dana's vLLM:{CONNECTION_MODEL}", timeout=SLOW)
+    expect(status).to_contain_text("Hello from my own endpoint.")
+    expect(page.get_by_test_id("pg-frames")).to_contain_text(
+        f'"user_model": "@{mine.slug}/{CONNECTION_MODEL}"'
+    )
+    expect(page.get_by_test_id("pg-tool-respond_to_user")).to_be_visible(timeout=SLOW)
+    assert {r.token for r in llm_server.chat_requests()} == {CONNECTION_KEY}
+    assert CONNECTION_KEY not in page.content()
