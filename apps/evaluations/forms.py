@@ -10,7 +10,9 @@ from django.conf import settings
 from django.utils.http import urlencode
 
 from apps.bounds import integer_field
+from apps.connections.models import Connection
 from apps.connections.picker import LLMArgsMixin, RouteField, for_user, judge_field
+from apps.connections.selectors import can_manage
 from apps.evaluations import selectors
 from apps.evaluations.estimates import CostEstimate, evaluation_cost_estimate
 from apps.evaluations.models import Evaluation
@@ -212,7 +214,10 @@ class Preview:
 
     ``errors`` are the reasons it cannot say (yet); ``estimate`` is ``None`` until an
     agent model is chosen; ``planner`` (the expected 95% half-width of pass^1) once the
-    tasks and the trials are known.
+    tasks and the trials are known. ``connection``: the one the agent model runs on
+    (``None``: Hugging Face's router), so that advice on an unpriced model fits where it
+    runs — its prices are entered on the connection (``may_price``: by this person), not
+    chosen among the router's providers.
     """
 
     plan: Plan | None
@@ -221,6 +226,8 @@ class Preview:
     estimate: CostEstimate | None
     errors: list[str]
     planner: Planner | None = None
+    connection: Connection | None = None
+    may_price: bool = False
 
     @property
     def runs(self) -> int | None:
@@ -249,6 +256,7 @@ def preview_for(form: EvaluationForm) -> Preview:
     planner = None
     if plan is not None and trials is not None and plan.count:
         planner = selectors.trials_planner(domain=plan.domain, tasks=plan.count, trials=trials)
+    connection = model.connection if model is not None else None
     return Preview(
         planner=planner,
         plan=plan,
@@ -256,4 +264,7 @@ def preview_for(form: EvaluationForm) -> Preview:
         model_label=f"{model.value} · {model.where} · {model.price_label}" if model else "",
         estimate=estimate,
         errors=errors,
+        connection=connection,
+        may_price=connection is not None
+        and can_manage(form.fields["agent_model"].user, connection),
     )
