@@ -240,16 +240,18 @@ def _db(read):
 
 def start_evaluation(user, name: str):
     from apps.evaluations import services
+    from apps.runs.spec import RunSpec, Side
 
     return services.evaluation_create(
         user=user,
-        domain="airline",
-        split="test",
-        agent_model=harness.AGENT_MODEL,
-        user_model=harness.USER_MODEL,
+        spec=RunSpec(
+            agent=Side(harness.AGENT_MODEL),
+            customer=Side(harness.USER_MODEL),
+            max_steps=30,
+            seed=300,
+        ),
+        tasks=services.TaskChoice(domain="airline", split="test"),
         num_trials=TRIALS,
-        seed=300,
-        max_steps=30,
         concurrency=8,
         name=name,
     )

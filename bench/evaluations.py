@@ -189,19 +189,16 @@ def run_evaluation(
     from apps.evaluations.models import Evaluation
     from apps.inference.selectors import offer_price
     from apps.runs.models import Run, RunEvent
+    from apps.runs.spec import RunSpec, Side
 
     person = make_people(f"eval-c{concurrency}", 1)[0]
     prices = offer_price(model_id=AGENT_MODEL.split(":")[0], provider=AGENT_MODEL.split(":")[1])
     evaluation = services.evaluation_create(
         user=get_user_model().objects.get(pk=person.user_id),
-        domain="airline",
-        split="test",
-        agent_model=AGENT_MODEL,
+        spec=RunSpec(agent=Side(AGENT_MODEL), customer=Side(USER_MODEL), max_steps=30, seed=300),
+        tasks=services.TaskChoice(domain="airline", split="test"),
         agent_prices=prices,
-        user_model=USER_MODEL,
         num_trials=trials,
-        seed=300,
-        max_steps=30,
         concurrency=concurrency,
         name=f"bench c{concurrency}",
     )

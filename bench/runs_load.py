@@ -117,16 +117,14 @@ def create_run(user_id: int, prices) -> int:
     from django.contrib.auth import get_user_model
 
     from apps.runs.services import run_create
+    from apps.runs.spec import RunSpec, Side
     from apps.tasks.models import Task
 
     task = Task.objects.get(domain_id=TASK[0], task_id=TASK[1])
     run = run_create(
         user=get_user_model().objects.get(pk=user_id),
         task=task,
-        agent_model=AGENT_MODEL,
-        user_model=USER_MODEL,
-        max_steps=30,
-        seed=7,
+        spec=RunSpec(agent=Side(AGENT_MODEL), customer=Side(USER_MODEL), max_steps=30, seed=7),
         agent_prices=prices,
     )
     return run.pk

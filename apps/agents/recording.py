@@ -57,6 +57,7 @@ from apps.runs.events import LostRun, events_publish, judge_fields
 from apps.runs.lifecycle import run_finish
 from apps.runs.models import Run
 from apps.runs.services import customer_prices, run_provenance
+from apps.runs.spec import RunSpec, Side, spec_columns
 from apps.tasks.models import Task
 from tau2_env import config
 from tau2_env.engine.episodes import DEFAULT_MAX_STEPS, Episode, TerminationReason
@@ -182,21 +183,22 @@ def agent_run_build(*, user_id: int, key_id: str, agent: str, opening: Opening) 
         )
         return None
     now = timezone.now()
-    user_connection = _connection_of(opening.user_origin)
+    spec = RunSpec(
+        agent=Side(agent, llm=False),
+        customer=Side(opening.user_model, _connection_of(opening.user_origin)),
+        max_steps=DEFAULT_MAX_STEPS,
+        seed=opening.seed,
+    )
     return Run(
+        **spec_columns(spec, seed_field="given_seed"),
+        **customer_prices(spec.customer),
         kind=Run.Kind.AGENT,
-        user_connection=user_connection,
-        **customer_prices(user_connection=user_connection, user_model=opening.user_model),
         status=Run.Status.RUNNING,
         task=task,
         domain=opening.domain,
         created_by_id=user_id,
-        agent_model=agent,
-        user_model=opening.user_model,
         user_provider=opening.user_provider[:32],
-        max_steps=DEFAULT_MAX_STEPS,
         seed=opening.seed,
-        given_seed=opening.seed,
         started_at=now,
         # Calling its customer's connection from now on: a run in flight while it is open.
         dispatched_at=now,
@@ -205,17 +207,13 @@ def agent_run_build(*, user_id: int, key_id: str, agent: str, opening: Opening) 
         attempts=1,
         provenance=run_provenance(
             task=task,
+            spec=spec,
             agent={
                 "implementation": f"an outside agent over {FACES.get(opening.face, opening.face)}",
                 "model": agent,
                 "face": opening.face,
                 "api_key": key_id,
             },
-            user_model=opening.user_model,
-            max_steps=DEFAULT_MAX_STEPS,
-            seed=opening.seed,
-            agent_prices=None,
-            user_connection=user_connection,
         ),
     )
 

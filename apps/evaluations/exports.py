@@ -12,6 +12,7 @@ import io
 import re
 from collections import defaultdict
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 from django.db.models import Q
@@ -19,10 +20,10 @@ from django.urls import reverse
 
 from apps.evaluations import selectors
 from apps.evaluations.models import Evaluation
-from apps.runs.exports import llm_args_export, tau2_info, tau2_llm, tau2_simulation, tau2_tasks
+from apps.runs.exports import tau2_info, tau2_simulation, tau2_tasks
 from apps.runs.models import Run, RunEvent
+from apps.runs.spec import RunSpec
 from tau2_env.engine.episodes import IMPLEMENTATIONS
-from tau2_env.llm.llm_args import DEFAULT_AGENT_ARGS, DEFAULT_USER_ARGS
 
 EXPORT_VERSION = 1
 
@@ -123,15 +124,26 @@ def _connection_name(connection) -> str | None:
     return connection.name if connection is not None else None
 
 
+def public_spec(evaluation: Evaluation) -> RunSpec:
+    """The evaluation's spec as it may leave the server: each side's τ² llm_args (τ²'s
+    default on rows from before they could be chosen) never hold a key or an endpoint
+    (an imported file's are scrubbed again)."""
+    spec = evaluation.spec
+    return replace(
+        spec,
+        agent=replace(spec.agent, llm_args=scrub(dict(spec.agent.llm_args or {}))),
+        customer=replace(spec.customer, llm_args=scrub(dict(spec.customer.llm_args or {}))),
+    )
+
+
 def agent_llm_args(evaluation: Evaluation) -> dict[str, Any]:
-    """The agent's τ² llm_args (τ²'s default on rows from before they could be chosen),
-    never a key or an endpoint (an imported file's are scrubbed again)."""
-    return scrub(llm_args_export(evaluation.agent_llm_args, default=DEFAULT_AGENT_ARGS))
+    """The agent's τ² llm_args, as :func:`public_spec` has them."""
+    return dict(public_spec(evaluation).agent.llm_args or {})
 
 
 def user_llm_args(evaluation: Evaluation) -> dict[str, Any]:
-    """The customer's τ² llm_args, as :func:`agent_llm_args`."""
-    return scrub(llm_args_export(evaluation.user_llm_args, default=DEFAULT_USER_ARGS))
+    """The customer's τ² llm_args, as :func:`public_spec` has them."""
+    return dict(public_spec(evaluation).customer.llm_args or {})
 
 
 def _messages_by_run(run_ids: list[int]) -> dict[int, list[dict[str, Any]]]:
@@ -177,15 +189,9 @@ def evaluation_export_tau2(evaluation: Evaluation) -> dict[str, Any]:
     messages = _messages_by_run([run.pk for run in runs])
     imported = evaluation.status == Evaluation.Status.IMPORTED
     info = tau2_info(
+        spec=public_spec(evaluation),
         domain=evaluation.domain,
-        agent_llm=tau2_llm(connection=evaluation.agent_connection, model=evaluation.agent_model),
-        agent_llm_args=agent_llm_args(evaluation),
-        user_llm=tau2_llm(connection=evaluation.user_connection, model=evaluation.user_model),
-        user_llm_args=user_llm_args(evaluation),
         num_trials=evaluation.num_trials,
-        max_steps=evaluation.max_steps,
-        max_errors=evaluation.max_errors,
-        seed=evaluation.seed,
         tau2_version=(evaluation.provenance or {}).get("tau2_version", ""),
         studio={
             "evaluation_id": evaluation.pk,

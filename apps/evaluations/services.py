@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, defaultdict
+from dataclasses import dataclass
 from decimal import Decimal
 
 from django.conf import settings
@@ -41,71 +42,63 @@ from apps.runs import budgets, queue
 from apps.runs.models import MAX_TRIALS, Run
 from apps.runs.services import (
     model_run_build,
-    model_run_validate,
     prices_for_storage,
     run_in_mode,
     run_stop,
+    spec_validate,
 )
+from apps.runs.spec import RunSpec, spec_columns
 from apps.tasks.models import Task
 from apps.tasks.selectors import catalogue_latest
-from tau2_env import config
-from tau2_env.config import DEFAULT_MAX_STEPS
 from tau2_env.engine import catalog, episodes
-from tau2_env.engine.evaluation import DEFAULT_SEED, trial_seeds
-from tau2_env.llm.llm_args import DEFAULT_AGENT_ARGS, DEFAULT_USER_ARGS
+from tau2_env.engine.evaluation import trial_seeds
 
 logger = logging.getLogger(__name__)
 
 IN_FLIGHT = budgets.IN_FLIGHT  # single runs and open agent episodes count too
 
 
+@dataclass(frozen=True)
+class TaskChoice:
+    """The tasks an evaluation runs: ``task_ids`` of ``domain`` (None or empty: every
+    task of ``split``); ``query``: the explorer search they came from, if any."""
+
+    domain: str
+    split: str = ""
+    task_ids: list[str] | None = None
+    query: str = ""
+
+
 def evaluation_create(
     *,
     user,
-    domain: str,
-    split: str = "",
-    task_ids: list[str] | None = None,
-    query: str = "",
-    agent_model: str,
+    spec: RunSpec,
+    tasks: TaskChoice,
     agent_prices: tuple | None = None,
-    user_model: str | None = None,
     num_trials: int = 1,
-    seed: int | None = DEFAULT_SEED,
-    max_steps: int = DEFAULT_MAX_STEPS,
-    max_errors: int = 10,
     concurrency: int = 8,
     name: str = "",
-    agent_connection=None,
-    user_connection=None,
-    agent_llm_args: dict | None = None,
-    user_llm_args: dict | None = None,
-    judge_model: str = "",
-    judge_connection=None,
-    mode: str = Run.Mode.DEFAULT,
 ) -> Evaluation:
-    """Create an evaluation of ``agent_model`` over ``task_ids`` (default: all of
-    ``split``) × ``num_trials`` and start it. Each side runs on its connection (None:
-    Hugging Face's router, on ``user``'s token) with its τ² ``llm_args`` (None: τ²'s
-    default).
+    """Create an evaluation of ``spec`` over ``tasks`` × ``num_trials`` and start it.
+    Each side runs on its connection (None: Hugging Face's router, on ``user``'s token).
 
-    ``mode`` is the paper's ablation (``Run.Mode``): its runs are played by τ²'s agent
-    and user of that mode, as ``tau2 run --agent … --user …``; like ``tau2 run`` it
-    leaves out the tasks that agent refuses (Oracle plan: no expected action; No-User:
-    no ticket), and No-User is refused on a domain τ² cannot run without a user.
+    ``spec.mode`` is the paper's ablation (``Run.Mode``): its runs are played by τ²'s
+    agent and user of that mode, as ``tau2 run --agent … --user …``; like ``tau2 run``
+    it leaves out the tasks that agent refuses (Oracle plan: no expected action;
+    No-User: no ticket), and No-User is refused on a domain τ² cannot run without a user.
 
     Raises ``SignInRequired`` (from the vault) before anything is stored when a side is
     on the router and ``user`` has no usable token, and ``ValidationError`` for anything
     else wrong — a side on a budgeted connection with no price, or whose estimated cost
     is more than the budget (the connection's, or ``user``'s on it) has left this month.
     """
-    if agent_connection is None or user_connection is None:
+    if spec.agent.connection is None or spec.customer.connection is None:
         hf_token_for(user=user)
-    agent_llm_args = dict(DEFAULT_AGENT_ARGS) if agent_llm_args is None else agent_llm_args
-    user_llm_args = dict(DEFAULT_USER_ARGS) if user_llm_args is None else user_llm_args
-    agent_model = model_run_validate(agent_model=agent_model, max_steps=max_steps)
+    spec = spec_validate(spec)
+    domain, split, mode = tasks.domain, tasks.split, spec.mode
     if not 1 <= num_trials <= MAX_TRIALS:
         raise ValidationError({"num_trials": f"Between 1 and {MAX_TRIALS} trials."})
-    if not 1 <= max_errors <= 1000:
+    if not 1 <= spec.max_errors <= 1000:
         raise ValidationError({"max_errors": "The error limit must be between 1 and 1000."})
     if concurrency < 1:
         raise ValidationError({"concurrency": "At least one run at a time."})
@@ -119,14 +112,14 @@ def evaluation_create(
     splits = catalog.get_domain(domain).splits
     if split and split not in splits:
         raise ValidationError({"split": f"{domain} has no split {split!r}."})
-    if task_ids:
-        ids = list(dict.fromkeys(str(t).strip() for t in task_ids if str(t).strip()))
+    if tasks.task_ids:
+        ids = list(dict.fromkeys(str(t).strip() for t in tasks.task_ids if str(t).strip()))
     elif split:
         ids = list(splits[split])
     else:
         raise ValidationError({"task_ids": "Choose a split or some tasks."})
-    tasks = {t.task_id: t for t in Task.objects.filter(domain_id=domain, task_id__in=ids)}
-    missing = [t for t in ids if t not in tasks]
+    rows = {t.task_id: t for t in Task.objects.filter(domain_id=domain, task_id__in=ids)}
+    missing = [t for t in ids if t not in rows]
     if missing:
         shown = ", ".join(missing[:5]) + (" …" if len(missing) > 5 else "")
         raise ValidationError({"task_ids": f"No task {shown} in {domain}."})
@@ -144,57 +137,33 @@ def evaluation_create(
             raise ValidationError(
                 {"mode": f"τ²'s {Run.Mode(mode).label} agent runs none of these tasks."}
             )
-    seed = DEFAULT_SEED if seed is None else seed
-    seeds = trial_seeds(seed, num_trials)
-    user_model = (user_model or "").strip() or config.provider_settings().model
+    seeds = trial_seeds(spec.seed, num_trials)
     prices = prices_for_storage(agent_prices)
     _refuse_over_budget(
-        user=user,
-        domain=domain,
-        runs=len(ids) * num_trials,
-        agent_connection=agent_connection,
-        agent_model=agent_model,
-        agent_prices=prices,
-        user_connection=user_connection,
-        user_model=user_model,
+        user=user, domain=domain, runs=len(ids) * num_trials, spec=spec, agent_prices=prices
     )
     latest = catalogue_latest()
+    agent, customer = spec.agent, spec.customer
     with transaction.atomic():
         evaluation = Evaluation.objects.create(
+            **spec_columns(spec, seed_field="seed"),
             name=name.strip()[:200],
             created_by=user,
             domain=domain,
             split=split,
             full_split=bool(split) and set(ids) == set(splits.get(split, ())),
-            query=query[:500],
+            query=tasks.query[:500],
             task_ids=ids,
-            agent_model=agent_model,
-            agent_provider=(
-                agent_model.split(":", 1)[1]
-                if ":" in agent_model and agent_connection is None
-                else ""
-            ),
-            user_model=user_model,
-            agent_connection=agent_connection,
-            user_connection=user_connection,
-            agent_llm_args=agent_llm_args,
-            user_llm_args=user_llm_args,
-            judge_model=judge_model or "",
-            judge_connection=judge_connection if judge_model else None,
-            mode=mode,
             num_trials=num_trials,
-            seed=seed,
             trial_seeds=seeds,
-            max_steps=max_steps,
-            max_errors=max_errors,
             concurrency=concurrency,
             provenance={
                 "tau2_version": catalog.tau2_version(),
                 "task_set_hash": latest.task_set_hash if latest else catalog.catalogue_hash(),
                 "agent_prices": list(prices) if prices else None,
                 "source": "studio",
-                "agent": side_provenance(connection=agent_connection, model=agent_model),
-                "user": side_provenance(connection=user_connection, model=user_model),
+                "agent": side_provenance(connection=agent.connection, model=agent.model),
+                "user": side_provenance(connection=customer.connection, model=customer.model),
                 # The tasks tau2 run in this mode leaves out (its agent refuses them).
                 **({"mode_left_out": left_out} if left_out else {}),
             },
@@ -204,24 +173,13 @@ def evaluation_create(
             run_in_mode(
                 model_run_build(
                     user=user,
-                    task=tasks[task_id],
-                    agent_model=agent_model,
-                    user_model=user_model,
-                    max_steps=max_steps,
-                    seed=seed,
+                    task=rows[task_id],
+                    spec=spec,
                     trial=trial,
                     trial_seed=seeds[trial],
                     prices=prices,
-                    max_errors=max_errors,
                     evaluation=evaluation,
-                    agent_connection=agent_connection,
-                    user_connection=user_connection,
-                    agent_llm_args=agent_llm_args,
-                    user_llm_args=user_llm_args,
-                    judge_model=judge_model,
-                    judge_connection=judge_connection,
-                ),
-                mode,
+                )
             )
             for trial in range(num_trials)
             for task_id in ids
@@ -231,15 +189,7 @@ def evaluation_create(
 
 
 def _refuse_over_budget(
-    *,
-    user,
-    domain: str,
-    runs: int,
-    agent_connection: Connection | None,
-    agent_model: str,
-    agent_prices: tuple | None,
-    user_connection: Connection | None,
-    user_model: str,
+    *, user, domain: str, runs: int, spec: RunSpec, agent_prices: tuple | None
 ) -> None:
     """Raise ``ValidationError`` (on the side's field) when a side is on a budgeted
     connection that has no price for its model, or when the LOW end of the evaluation's
@@ -248,6 +198,8 @@ def _refuse_over_budget(
     as the evaluation's page estimates them (``evaluation_cost_estimate``); a customer on
     a budgeted connection from the customer's tokens in the team's runs
     (``budgets.side_cost_range``)."""
+    agent_connection, agent_model = spec.agent.connection, spec.agent.model
+    user_connection, user_model = spec.customer.connection, spec.customer.model
     sides = []
     if agent_connection is not None and agent_connection.budgeted:
         priced = None

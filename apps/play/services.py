@@ -12,6 +12,7 @@ in the request.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -29,12 +30,12 @@ from apps.runs import defaults, queue
 from apps.runs.events import events_publish, judge_fields, status_publish
 from apps.runs.lifecycle import execution_id, run_finish
 from apps.runs.models import Run, RunEvent
-from apps.runs.services import customer_prices, run_provenance
+from apps.runs.services import customer_prices, run_provenance, user_provider
+from apps.runs.spec import RunSpec, Side, spec_columns
 from apps.tasks.models import Task
 from tau2_env import config
 from tau2_env.engine import episodes
 from tau2_env.llm import gateway
-from tau2_env.llm.llm_args import DEFAULT_USER_ARGS
 
 HUMAN_AGENT = "human"
 # What a session's end stores besides the run's own fields (``run_finish``).
@@ -65,25 +66,27 @@ def _tool_lease() -> timedelta:
     return timedelta(seconds=settings.TAU2_RUN_LEASE_SECONDS)
 
 
-def play_provenance(
-    *,
-    task: Task,
-    user_model: str,
-    max_steps: int,
-    seed: int | None,
-    user_connection=None,
-    user_llm_args: dict | None = None,
-) -> dict:
+def play_spec(
+    *, customer: Side | None = None, seed: int | None = None, max_steps: int | None = None
+) -> RunSpec:
+    """A play session's spec: a person plays the agent against ``customer`` (None or no
+    model: the server's default customer, τ²'s default LLM arguments); ``max_steps``
+    None: the shared default (``apps.runs.defaults``), capped at the server's limit;
+    ``seed`` the one that picked the task, if one did."""
+    return RunSpec(
+        agent=Side(HUMAN_AGENT, llm=False),
+        customer=customer or Side(),
+        max_steps=min(max_steps or defaults.max_steps(), settings.TAU2_RUN_MAX_STEPS),
+        seed=seed,
+    )
+
+
+def play_provenance(*, task: Task, spec: RunSpec) -> dict:
     """A play session's provenance (``run_provenance``): a person plays the agent."""
     return run_provenance(
         task=task,
+        spec=spec,
         agent={"implementation": "a person (apps.play)", "model": HUMAN_AGENT},
-        user_model=user_model,
-        max_steps=max_steps,
-        seed=seed,
-        agent_prices=None,
-        user_connection=user_connection,
-        user_llm_args=user_llm_args,
     )
 
 
@@ -99,101 +102,66 @@ def play_task_pick(*, domain: str, split: str, seed: int | None) -> Task:
     return task
 
 
-def play_start(
-    *,
-    user,
-    task: Task,
-    seed: int | None = None,
-    user_model: str = "",
-    user_connection=None,
-    max_steps: int | None = None,
-) -> Run:
-    """Open a session of ``task`` for ``user`` and queue the customer's opening message.
-    The customer is ``user_model`` on ``user_connection`` (None: the router on the
-    player's own token; no model: the server's default customer); ``max_steps`` None:
-    the shared default (``apps.runs.defaults``).
+def play_start(*, user, task: Task, spec: RunSpec) -> Run:
+    """Open a session of ``task`` for ``user``, played with ``spec`` (:func:`play_spec`),
+    and queue the customer's opening message. The customer runs on its connection (None:
+    the router on the player's own token).
 
     Raises ``SignInRequired`` (from the vault) when the customer is on the router and
     ``user`` has no usable token, before anything is stored.
     """
-    if user_connection is None:
+    if spec.customer.connection is None:
         hf_token_for(user=user)  # fail here, with the vault's message, not on a worker
-    user_model = user_model or config.provider_settings().model
-    max_steps = min(max_steps or defaults.max_steps(), settings.TAU2_RUN_MAX_STEPS)
     now = timezone.now()
     with transaction.atomic():
         run = Run.objects.create(
+            **spec_columns(spec, seed_field="given_seed"),
+            **customer_prices(spec.customer),
             kind=Run.Kind.HUMAN,
             task=task,
             domain=task.domain_id,
             created_by=user,
-            agent_model=HUMAN_AGENT,
-            user_model=user_model,
-            user_connection=user_connection,
-            user_provider=user_connection.kind if user_connection is not None else "hf",
-            user_llm_args=dict(DEFAULT_USER_ARGS),
-            **customer_prices(user_connection=user_connection, user_model=user_model),
-            max_steps=max_steps,
-            seed=seed,
-            given_seed=seed,
+            user_provider=user_provider(spec.customer),
+            seed=spec.seed,
             status=Run.Status.RUNNING,
             started_at=now,
             play_phase=Phase.CUSTOMER,
             lease_expires_at=now + pending_lease(),
-            provenance=play_provenance(
-                task=task,
-                user_model=user_model,
-                user_connection=user_connection,
-                max_steps=max_steps,
-                seed=seed,
-            ),
+            provenance=play_provenance(task=task, spec=spec),
         )
         _queue_customer(run.pk, at=0)
     return run
 
 
-def play_fork_build(
-    *, run: Run, by, user_model: str, user_connection, seed, next_: RunEvent
-) -> Run:
+def play_fork_build(*, run: Run, by, spec: RunSpec, next_: RunEvent) -> Run:
     """The unsaved play session of ``by`` that takes over a fork of ``run`` before message
     ``next_`` (``apps.runs.forks.run_fork`` with ``as_play``, through the runs' fork
-    takeover hook): the customer's turn first when ``next_`` was theirs (the runs app
-    queues it once the fork is saved), else the person's. Raises ``ValidationError`` with the
-    vault's reason when ``by`` has no usable token (here, not later on a worker)."""
-    if user_connection is None:
+    takeover hook), played with ``spec``'s customer, limits and seed: the customer's
+    turn first when ``next_`` was theirs (the runs app queues it once the fork is
+    saved), else the person's. Raises ``ValidationError`` with the vault's reason when
+    ``by`` has no usable token (here, not later on a worker)."""
+    if spec.customer.connection is None:
         try:
             hf_token_for(user=by)
         except SignInRequired as exc:
             raise ValidationError(str(exc)) from exc
-    seed = run.seed if seed is None else seed
+    spec = replace(spec, agent=Side(HUMAN_AGENT, llm=False), judge=None)
     now = timezone.now()
     customer_next = next_.kind == RunEvent.Kind.CUSTOMER
     return Run(
+        **spec_columns(spec, seed_field="given_seed"),
+        **customer_prices(spec.customer),
         kind=Run.Kind.HUMAN,
         task=run.task,
         domain=run.domain,
         created_by=by,
-        agent_model=HUMAN_AGENT,
-        user_model=user_model,
-        user_connection=user_connection,
-        user_provider=user_connection.kind if user_connection is not None else "hf",
-        user_llm_args=run.user_llm_args,
-        **customer_prices(user_connection=user_connection, user_model=user_model),
-        max_steps=run.max_steps,
-        seed=seed,
-        given_seed=seed,
+        user_provider=user_provider(spec.customer),
+        seed=spec.seed,
         status=Run.Status.RUNNING,
         started_at=now,
         play_phase=Run.PlayPhase.CUSTOMER if customer_next else Run.PlayPhase.YOUR_TURN,
         lease_expires_at=now + pending_lease() if customer_next else None,
-        provenance=play_provenance(
-            task=run.task,
-            user_model=user_model,
-            user_connection=user_connection,
-            max_steps=run.max_steps,
-            seed=seed,
-            user_llm_args=run.user_llm_args,
-        ),
+        provenance=play_provenance(task=run.task, spec=spec),
     )
 
 

@@ -19,8 +19,10 @@ from apps.accounts.vault import SignInRequired
 from apps.play import selectors, services
 from apps.play.forms import PlayStartForm, SayForm, ToolForm
 from apps.runs import defaults, presenters
+from apps.runs.forms import query_text
 from apps.runs.models import Run
-from apps.runs.views.start import query_text, task_picker
+from apps.runs.selectors import task_picker
+from apps.runs.spec import Side
 
 
 def _get_session_for_player(request, pk: int) -> Run:
@@ -76,7 +78,7 @@ def _start_initial(params) -> dict:
 
 
 def _start_context(form: PlayStartForm, **extra) -> dict:
-    """The start form and its task picker (the run form's: runs.views.start.task_picker)."""
+    """The start form and its task picker (the run form's: runs.selectors.task_picker)."""
     picker = task_picker(
         domain=query_text(form["domain"].value()),
         split=query_text(form["split"].value()),
@@ -105,14 +107,12 @@ def play_new(request):
                 domain=data["domain"], split=data["split"], seed=data.get("seed")
             )
             customer = data.get("user_model")
-            run = services.play_start(
-                user=request.user,
-                task=task,
+            spec = services.play_spec(
+                customer=Side(customer.model, customer.connection) if customer else None,
                 seed=data.get("seed"),
-                user_model=customer.model if customer else "",
-                user_connection=customer.connection if customer else None,
                 max_steps=data.get("max_steps"),
             )
+            run = services.play_start(user=request.user, task=task, spec=spec)
         except ValidationError as exc:
             for field, errors in exc.message_dict.items():
                 form.add_error(field if field in form.fields else None, errors)

@@ -7,10 +7,8 @@ from django.db import transaction
 
 from apps.races.models import MAX_LANES, MIN_LANES, Race, RaceLane
 from apps.runs import services as run_services
+from apps.runs.spec import RunSpec, Side
 from apps.tasks.models import Task
-from tau2_env import config
-from tau2_env.config import DEFAULT_MAX_STEPS
-from tau2_env.engine.evaluation import DEFAULT_SEED
 
 
 def lanes_validate(agent_models: list[str]) -> list[str]:
@@ -34,59 +32,32 @@ def race_create(
     *,
     user,
     task: Task,
-    agent_models: list[str],
+    spec: RunSpec,
+    lanes: list[Side],
     agent_prices: list[tuple | None] | None = None,
-    user_model: str | None = None,
-    max_steps: int = DEFAULT_MAX_STEPS,
-    seed: int | None = None,
-    agent_connections: list | None = None,
-    user_connection=None,
-    agent_llm_args: dict | None = None,
-    user_llm_args: dict | None = None,
 ) -> Race:
-    """Queue a race of ``agent_models`` (2–4, in lane order) on ``task`` by ``user``.
+    """Queue a race on ``task`` by ``user``: one lane per agent of ``lanes`` (2–4, in
+    lane order; each a model on its route), all played with ``spec``.
 
-    Every lane is a model run made by :func:`apps.runs.services.run_create` with the same
-    customer model, step limit, seed and trial 0, so the orchestrators get one trial seed
-    and the customer opens every lane the same way. The workers get the runs once the
-    race is committed. Lane i's agent runs on ``agent_connections[i]`` (None: the
-    router), the customer on ``user_connection``; every lane has the same LLM arguments.
+    Every lane is a model run made by :func:`apps.runs.services.run_create` with
+    ``spec`` and its own agent (``spec.with_agent``: every lane has the spec's agent LLM
+    arguments) and trial 0, so the orchestrators get one trial seed and the customer
+    opens every lane the same way. Lane i is priced ``agent_prices[i]``. The workers get
+    the runs once the race is committed.
     """
-    connections = list(agent_connections or [None] * len(agent_models))
-    lanes_validate(
-        [
-            f"@{c.slug}/{m}" if c is not None else m
-            for m, c in zip(agent_models, connections, strict=True)
-        ]
-    )
-    agent_models = [m.strip() for m in agent_models]
-    for model in agent_models:
-        run_services.model_run_validate(agent_model=model, max_steps=max_steps)
-    prices = list(agent_prices or [None] * len(agent_models))
-    user_model = (user_model or "").strip() or config.provider_settings().model
-    seed = DEFAULT_SEED if seed is None else seed
+    lanes_validate([lane.value for lane in lanes])
+    specs = [run_services.spec_validate(spec.with_agent(lane)) for lane in lanes]
+    prices = list(agent_prices or [None] * len(lanes))
+    shared = specs[0]
     race = Race.objects.create(
         created_by=user,
         task=task,
-        user_model=user_model,
-        user_connection=user_connection,
-        seed=seed,
-        max_steps=max_steps,
+        user_model=shared.customer.model,
+        user_connection=shared.customer.connection,
+        seed=shared.seed,
+        max_steps=shared.max_steps,
     )
-    lanes = zip(agent_models, prices, connections, strict=True)
-    for position, (model, price, connection) in enumerate(lanes):
-        run = run_services.run_create(
-            user=user,
-            task=task,
-            agent_model=model,
-            user_model=user_model,
-            max_steps=max_steps,
-            seed=seed,
-            agent_prices=price,
-            agent_connection=connection,
-            user_connection=user_connection,
-            agent_llm_args=agent_llm_args,
-            user_llm_args=user_llm_args,
-        )
+    for position, (lane_spec, price) in enumerate(zip(specs, prices, strict=True)):
+        run = run_services.run_create(user=user, task=task, spec=lane_spec, agent_prices=price)
         RaceLane.objects.create(race=race, run=run, position=position)
     return race

@@ -9,12 +9,14 @@ from django.urls import reverse
 from django.views.decorators.http import require_safe
 
 from apps.accounts.access import can_view_runs, signin_required_to_start, signin_url
-from apps.connections.picker import connection_groups, sides_of
+from apps.connections.picker import connection_groups
 from apps.inference.selectors import model_choices
 from apps.races import selectors, services
 from apps.races.forms import RaceForm
 from apps.races.models import MAX_LANES, MIN_LANES, Race
-from apps.runs.views.start import query_text, run_form_initial, task_picker
+from apps.runs.forms import query_text, run_form_initial, spec_from
+from apps.runs.selectors import task_picker
+from apps.runs.spec import Side
 
 
 def _lane_pickers(picked: list[str]) -> list[dict]:
@@ -59,12 +61,9 @@ def race_new(request):
             race = services.race_create(
                 user=request.user,
                 task=data["task"],
-                agent_models=[m.model for m in models],
+                spec=spec_from(data, lanes=True),
+                lanes=[Side(m.model, m.connection) for m in models],
                 agent_prices=[m.prices for m in models],
-                agent_connections=[m.connection for m in models],
-                max_steps=data["max_steps"],
-                seed=data.get("seed"),
-                **sides_of(data, with_agent=False),
             )
         except ValidationError as exc:
             for field, errors in exc.message_dict.items():

@@ -9,9 +9,9 @@ from urllib.parse import urlsplit, urlunsplit
 from apps.connections.llm_routes import side_provenance
 from apps.runs import diagnosis, presenters
 from apps.runs.models import Run
+from apps.runs.spec import RunSpec
 from tau2_env.engine import catalog
 from tau2_env.engine.results import agent_info, user_info
-from tau2_env.llm.llm_args import DEFAULT_AGENT_ARGS, DEFAULT_USER_ARGS
 
 EXPORT_VERSION = 1
 
@@ -37,11 +37,11 @@ def tau2_llm(*, connection, model: str) -> str:
     return side_provenance(connection=connection, model=model)["litellm_model"]
 
 
-def llm_args_export(value: Mapping[str, Any] | None, *, default: Mapping[str, Any]) -> dict:
-    """A side's stored τ² llm_args as a results file holds them: τ²'s ``default`` for a
-    row from before they could be chosen (None). Stored arguments were checked when
-    chosen (``tau2_env.llm.llm_args``): no key, endpoint or header can be among them."""
-    return dict(default) if value is None else dict(value)
+def _copy(llm_args: Mapping[str, Any] | None) -> dict[str, Any]:
+    """A side's τ² llm_args as an export holds them (a spec's, τ²'s default filled in).
+    Stored arguments were checked when chosen (``tau2_env.llm.llm_args``): no key,
+    endpoint or header can be among them."""
+    return dict(llm_args or {})
 
 
 def public_url(url: str) -> str:
@@ -73,6 +73,7 @@ def public_provenance(provenance: Mapping[str, Any] | None) -> dict[str, Any]:
 
 def run_export(run: Run) -> dict[str, Any]:
     """Everything about a run that can leave the server — never a token or key."""
+    spec = run.spec
     return {
         "format": "tau2-studio.run",
         "version": EXPORT_VERSION,
@@ -87,12 +88,8 @@ def run_export(run: Run) -> dict[str, Any]:
         # Where each side ran (a connection by name, never its key) and τ²'s llm_args.
         "agent_connection": _connection_name(run.agent_connection),
         "user_connection": _connection_name(run.user_connection),
-        "agent_llm_args": (
-            llm_args_export(run.agent_llm_args, default=DEFAULT_AGENT_ARGS)
-            if run.kind == Run.Kind.MODEL
-            else None
-        ),
-        "user_llm_args": llm_args_export(run.user_llm_args, default=DEFAULT_USER_ARGS),
+        "agent_llm_args": _copy(spec.agent.llm_args) if spec.agent.llm else None,
+        "user_llm_args": _copy(spec.customer.llm_args),
         "max_steps": run.max_steps,
         "seed": run.seed,
         # A fork's parent run and the parent's message it replaced (apps.runs.forks).
@@ -159,34 +156,34 @@ def _connection_name(connection) -> str | None:
 
 def tau2_info(
     *,
+    spec: RunSpec,
     domain: str,
-    agent_llm: str | None,
-    agent_llm_args: Mapping[str, Any] | None,
-    user_llm: str,
-    user_llm_args: Mapping[str, Any],
     num_trials: int,
-    max_steps: int,
-    max_errors: int,
-    seed: int | None,
     tau2_version: str = "",
     studio: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """τ²'s ``Info`` of a results file: each side's model as τ² names it (:func:`tau2_llm`)
-    with the τ² llm_args it ran with (never a key, a token or an endpoint), limits, the
-    seed given to the run. ``agent_llm=None`` is a person playing the agent."""
+    """τ²'s ``Info`` of a results file played with ``spec``: each side's model as τ²
+    names it (:func:`tau2_llm`) with the τ² llm_args it ran with (never a key, a token
+    or an endpoint), limits, the seed given. An agent that is no model (a person, an
+    outside agent) is τ²'s ``human``."""
+    agent, customer = spec.agent, spec.customer
+    agent_llm = tau2_llm(connection=agent.connection, model=agent.model) if agent.llm else None
     return {
         "git_commit": tau2_version,
         "num_trials": num_trials,
-        "max_steps": max_steps,
-        "max_errors": max_errors,
-        "user_info": user_info(llm=user_llm, llm_args=user_llm_args),
-        "agent_info": agent_info(llm=agent_llm, llm_args=agent_llm_args),
+        "max_steps": spec.max_steps,
+        "max_errors": spec.max_errors,
+        "user_info": user_info(
+            llm=tau2_llm(connection=customer.connection, model=customer.model),
+            llm_args=customer.llm_args or {},
+        ),
+        "agent_info": agent_info(llm=agent_llm, llm_args=agent.llm_args),
         "environment_info": {
             "domain_name": domain,
             "policy": catalog.get_domain(domain).policy,
             "tool_defs": None,
         },
-        "seed": seed,
+        "seed": spec.seed,
         "tau2_studio": studio or {},
     }
 
@@ -200,22 +197,14 @@ def run_export_tau2(run: Run) -> dict[str, Any]:
     """The run in τ²-bench's own results format (``tau2.data_model.simulation.Results``)."""
     provenance = run.provenance or {}
     messages = [e.message for e in run.events.order_by("seq")]
-    model = run.kind == Run.Kind.MODEL
     return {
         "timestamp": _iso(run.created_at),
         "info": tau2_info(
+            # Its seed is the one given (as to `tau2 run --seed`); each simulation has
+            # its trial's.
+            spec=run.spec,
             domain=run.domain,
-            agent_llm=(
-                tau2_llm(connection=run.agent_connection, model=run.agent_model) if model else None
-            ),
-            agent_llm_args=llm_args_export(run.agent_llm_args, default=DEFAULT_AGENT_ARGS),
-            user_llm=tau2_llm(connection=run.user_connection, model=run.user_model),
-            user_llm_args=llm_args_export(run.user_llm_args, default=DEFAULT_USER_ARGS),
             num_trials=1,
-            max_steps=run.max_steps,
-            max_errors=run.max_errors,
-            # The seed given (as to `tau2 run --seed`); each simulation has its trial's.
-            seed=run.given_seed,
             tau2_version=provenance.get("tau2_version", ""),
             studio={
                 "run_id": run.pk,

@@ -25,6 +25,8 @@ run needs no model route, hence none of the engine.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.db import transaction
 from django.utils import timezone
@@ -35,6 +37,7 @@ from apps.runs import hooks, queue
 from apps.runs.lineage import FORKABLE, fork_compare_from, fork_context  # noqa: F401 (read here too)
 from apps.runs.models import Run, RunEvent
 from apps.runs.services import model_run_build, model_run_validate, prices_for_storage
+from apps.runs.spec import RunSpec, Side
 from tau2_env.engine.evaluation import trial_seeds
 
 
@@ -86,45 +89,22 @@ def run_fork(
     if not can_start(by):
         raise PermissionDenied("Sign in to fork runs.")
     point = fork_point(run=run, at_seq=at_seq)
-    wanted = (user_model or "").strip()
-    if wanted:
-        try:
-            customer = route_resolve(wanted, user=by, role="customer")
-        except ValueError as exc:
-            raise ValidationError({"user_model": str(exc)}) from exc
-        user_model, user_connection = customer.model, customer.connection
-    else:  # the run's own customer goes on, where it ran (if ``by`` may use it)
-        user_model, user_connection = run.user_model, run.user_connection
-        if user_connection is not None and not can_use(by, user_connection):
-            raise ValidationError(
-                {
-                    "user_model": f"You may not use the connection {user_connection.name!r}: "
-                    "pick another customer model."
-                }
-            )
+    spec = _fork_spec(run=run, by=by, user_model=user_model)
     prefix = list(run.events.filter(seq__lt=point.seq).order_by("seq"))
     takeover = hooks.fork_takeover() if as_play else None
     if as_play and takeover is None:
         raise ValidationError("Taking a fork over as play is not available on this server.")
     with transaction.atomic():
         if takeover is not None:
+            # The person plays the parent's trial (its orchestrator's seed) unless told.
             fork = takeover(
                 run=run,
                 by=by,
-                user_model=user_model,
-                user_connection=user_connection,
-                seed=seed,
+                spec=replace(spec, seed=run.seed if seed is None else seed),
                 next_=point,
             )
         else:
-            fork = _model_fork(
-                run=run,
-                by=by,
-                agent_model=agent_model,
-                user_model=user_model,
-                user_connection=user_connection,
-                seed=seed,
-            )
+            fork = _model_fork(run=run, by=by, spec=spec, agent_model=agent_model, seed=seed)
         fork.parent, fork.fork_seq = run, point.seq
         fork.provenance = {**fork.provenance, "fork": {"parent": run.pk, "at_seq": point.seq}}
         fork.n_messages = len(prefix)
@@ -139,9 +119,34 @@ def run_fork(
     return fork
 
 
-def _model_fork(*, run: Run, by, agent_model, user_model: str, user_connection, seed) -> Run:
-    """A model run that continues ``run``: ``agent_model`` (a picker's value; default the
-    run's own, where it ran) with the run's LLM arguments."""
+def _fork_spec(*, run: Run, by, user_model: str | None) -> RunSpec:
+    """The spec a fork of ``run`` goes on with: ``run``'s, its customer ``user_model``
+    (a picker's value; empty: the run's own, where it ran, if ``by`` may use it) with
+    the run's customer LLM arguments."""
+    spec = run.spec
+    wanted = (user_model or "").strip()
+    if wanted:
+        try:
+            customer = route_resolve(wanted, user=by, role="customer")
+        except ValueError as exc:
+            raise ValidationError({"user_model": str(exc)}) from exc
+        side = Side(customer.model, customer.connection, spec.customer.llm_args)
+        return replace(spec, customer=side)
+    connection = spec.customer.connection
+    if connection is not None and not can_use(by, connection):
+        raise ValidationError(
+            {
+                "user_model": f"You may not use the connection {connection.name!r}: "
+                "pick another customer model."
+            }
+        )
+    return spec
+
+
+def _model_fork(*, run: Run, by, spec: RunSpec, agent_model, seed) -> Run:
+    """A model run that continues ``run`` with ``spec``: ``agent_model`` (a picker's
+    value; default the run's own, where it ran) with the run's LLM arguments (τ²'s
+    default when a person or an outside agent played it)."""
     chosen = agent_model or (run.agent_value if run.kind == Run.Kind.MODEL else "")
     if not chosen:
         raise ValidationError({"agent_model": "Pick the agent model that continues it."})
@@ -149,26 +154,21 @@ def _model_fork(*, run: Run, by, agent_model, user_model: str, user_connection, 
         model = route_resolve(chosen, user=by)
     except ValueError as exc:
         raise ValidationError({"agent_model": str(exc)}) from exc
-    model_run_validate(agent_model=model.model, max_steps=run.max_steps)
+    args = spec.agent.llm_args if run.kind == Run.Kind.MODEL else None
+    # Its customer judges, as a fork's always has (forks are of default-mode runs only).
+    spec = replace(spec, agent=Side(model.model, model.connection, args), judge=None)
+    model_run_validate(agent_model=model.model, max_steps=spec.max_steps)
     if seed is None:  # the parent's own trial of its seed: the orchestrator gets run.seed
-        given, trial, trial_seed = run.given_seed, run.seed_trial, run.seed
+        trial, trial_seed = run.seed_trial, run.seed
     else:
-        given, trial, trial_seed = seed, 0, trial_seeds(seed, 1)[0]
+        spec, trial, trial_seed = replace(spec, seed=seed), 0, trial_seeds(seed, 1)[0]
     fork = model_run_build(
         user=by,
         task=run.task,
-        agent_model=model.model,
-        agent_connection=model.connection,
-        user_model=user_model,
-        user_connection=user_connection,
-        agent_llm_args=run.agent_llm_args if run.kind == Run.Kind.MODEL else None,
-        user_llm_args=run.user_llm_args,
-        max_steps=run.max_steps,
-        seed=given,
+        spec=spec,
         trial=trial,
         trial_seed=trial_seed,
         prices=prices_for_storage(model.prices),
-        max_errors=run.max_errors,
     )
     fork.dispatched_at = timezone.now()
     return fork

@@ -1,3 +1,11 @@
+"""The forms that start runs and label them, and what turns a start form's answers into
+one :class:`~apps.runs.spec.RunSpec` (:func:`spec_from`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
 from django import forms
 from django.conf import settings
 
@@ -5,8 +13,71 @@ from apps.bounds import integer_field
 from apps.connections.picker import LLMArgsMixin, RouteField, for_user, judge_field
 from apps.runs import defaults
 from apps.runs.models import MAX_TRIALS, ReviewLabel, Run, RunEvent
+from apps.runs.spec import RunSpec, Side
 from apps.tasks import selectors as task_selectors
 from apps.tasks.models import Task
+
+# Querystring → form field: what a link to the form may preselect.
+PREFILLS = {
+    "domain": "domain",
+    "split": "split",
+    "task": "task_id",
+    "model": "agent_model",
+    "user_model": "user_model",
+    "max_steps": "max_steps",
+    "seed": "seed",
+    "trial": "trial",
+}
+# τ²'s LLM arguments a link may preselect too ("run it again with another model").
+_ARGPREFILLS = tuple(
+    f"{side}_{name}"
+    for side in ("agent", "user")
+    for name in ("temperature", "top_p", "max_tokens", "reasoning_effort", "extras")
+)
+
+
+def query_text(value) -> str:
+    """A submitted value as a query may use it: no NUL byte, at most 255 characters."""
+    return str(value or "").replace("\x00", "").strip()[:255]
+
+
+def run_form_initial(params) -> dict:
+    """The run form's initial values (the race form's too): what a link preselects
+    (:data:`PREFILLS`, :data:`ARG_PREFILLS`) over the server's domain and customer."""
+    given = {field: query_text(params.get(name)) for name, field in PREFILLS.items()}
+    given.update({name: str(params.get(name) or "")[:4096] for name in _ARGPREFILLS})
+    return {
+        "domain": settings.TAU2_DOMAIN,
+        "user_model": defaults.customer_model(),
+        **{field: value for field, value in given.items() if value},
+    }
+
+
+def _side(route, llm_args: dict[str, Any] | None = None) -> Side:
+    """A picker's route (a ``ResolvedRoute``; None: left empty) as a spec's side."""
+    if route is None:
+        return Side(llm_args=llm_args)
+    return Side(route.model, route.connection, llm_args)
+
+
+def spec_from(data: Mapping[str, Any], *, lanes: bool = False) -> RunSpec:
+    """The :class:`RunSpec` a start form's cleaned ``data`` asks for (the run form, a
+    race's, an evaluation's): each side's picker and LLM arguments, the judge, the
+    limits, the seed and the mode it has; what it leaves empty, the spec's default.
+    ``lanes``: a race's, whose agent models are its lanes (the spec's agent holds only
+    their LLM arguments)."""
+    given = {
+        name: data[name]
+        for name in ("max_steps", "max_errors", "seed", "mode")
+        if data.get(name) not in (None, "")
+    }
+    judge = data.get("judge_model")
+    return RunSpec(
+        agent=_side(None if lanes else data.get("agent_model"), data.get("agent_llm_args")),
+        customer=_side(data.get("user_model"), data.get("user_llm_args")),
+        judge=_side(judge) if judge is not None else None,
+        **given,
+    )
 
 
 class RunForm(LLMArgsMixin, forms.Form):

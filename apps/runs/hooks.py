@@ -18,6 +18,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from apps.runs.models import Run, RunEvent
+from apps.runs.spec import RunSpec
 
 logger = logging.getLogger(__name__)
 
@@ -52,18 +53,10 @@ def run_settled(run: Run) -> None:
 
 class ForkTakeover(Protocol):
     """Builds the unsaved run that continues ``run`` before its message ``next_``, by
-    the person ``by`` (raising ``ValidationError`` when they cannot, e.g. no token)."""
+    the person ``by``, played with ``spec`` (its customer, limits and seed; the person
+    plays the agent), raising ``ValidationError`` when they cannot (e.g. no token)."""
 
-    def __call__(
-        self,
-        *,
-        run: Run,
-        by,
-        user_model: str,
-        user_connection,
-        seed: int | None,
-        next_: RunEvent,
-    ) -> Run: ...
+    def __call__(self, *, run: Run, by, spec: RunSpec, next_: RunEvent) -> Run: ...
 
 
 _takeover: ForkTakeover | None = None

@@ -1,4 +1,5 @@
-"""Reads of runs: the history, one run, its events."""
+"""Reads of runs: the history, one run, its events; the task picker of the forms that
+start one (run, race, play)."""
 
 from __future__ import annotations
 
@@ -6,11 +7,18 @@ from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
+from django.conf import settings
 from django.db.models import Count, Exists, Max, OuterRef, Q, QuerySet
 from django.http import Http404
+from django.urls import reverse
+from django.utils.http import url_has_allowed_host_and_scheme, urlencode
 
 from apps.runs.groups import run_groups
 from apps.runs.models import ReviewLabel, Run, RunEvent
+from apps.tasks import selectors as task_selectors
+from apps.tasks.cards import TaskCard, task_cards
+from apps.tasks.models import Domain, Task
+from apps.tasks.selectors import TaskFilters
 
 # A reward at or above this counts as solved (τ² rewards are 0 or 1, stored as floats).
 SOLVED = 0.999
@@ -221,3 +229,84 @@ def run_get(*, pk: int) -> Run:
 def run_events(*, run_id: int, after: int = -1) -> QuerySet[RunEvent]:
     """The run's events with ``seq`` greater than ``after``, in order."""
     return RunEvent.objects.filter(run_id=run_id, seq__gt=after).order_by("seq")
+
+
+PICKER_SIZE = 50
+
+
+@dataclass(frozen=True)
+class TaskPicker:
+    """The picker under the task field: the domain (with its splits for the split list),
+    the split listed, what was typed, the first matching tasks (and their cards: what
+    tells them apart) and how many match."""
+
+    domain: Domain | None
+    split: str
+    q: str
+    tasks: list[Task]
+    count: int
+    link_query: str  # the form's other choices, kept by the no-JS links of the list
+    exact: bool = False  # what was typed is a task id of the domain (listed first)
+    form_url: str = ""  # the form the no-JS links go back to (run, race, play)
+
+    @property
+    def cards(self) -> list[TaskCard]:
+        return task_cards(self.tasks)
+
+
+def _split_listed(domain: Domain, wanted: str, task_id: str) -> str:
+    """``wanted`` if the domain has it; else the default split (or base, or the largest),
+    preferring one that holds ``task_id`` when that names a task."""
+    splits = [s.name for s in domain.splits.all()]  # largest first
+    if wanted in splits:
+        return wanted
+    order = list(dict.fromkeys([settings.TAU2_SPLIT, "base", *splits]))
+    order = [s for s in order if s in splits]
+    if task_id:
+        holding = set(
+            Task.objects.filter(domain_id=domain.name, task_id=task_id).values_list(
+                "splits__name", flat=True
+            )
+        )
+        order = [s for s in order if s in holding] + order
+    return order[0] if order else ""
+
+
+def picker_form_url(value: str) -> str:
+    """The form a picker's links lead back to: a path of this site, else the run form."""
+    if value.startswith("/") and url_has_allowed_host_and_scheme(value, allowed_hosts=None):
+        return value.split("?", 1)[0]
+    return reverse("runs:new")
+
+
+def task_picker(
+    *, domain: str, split: str, q: str, keep: dict | None = None, form_url: str = ""
+) -> TaskPicker:
+    """The tasks of ``domain``/``split`` whose title, reason, id or tools contain every word
+    of ``q`` (as on the explorer), in τ²'s order; the task whose id is ``q`` comes first,
+    whatever its split. Its links lead back to ``form_url`` (default: the run form)."""
+    form_url = picker_form_url(form_url)
+    row = next((d for d in task_selectors.domain_list() if d.name == domain), None)
+    if row is None:
+        return TaskPicker(
+            domain=None, split="", q=q, tasks=[], count=0, link_query="", form_url=form_url
+        )
+    split = _split_listed(row, split, q)
+    matches = task_selectors.task_list(filters=TaskFilters(domain=row.name, split=split, q=q))
+    tasks = list(task_selectors.task_card_fields(matches)[:PICKER_SIZE])
+    count = matches.count()
+    exact = task_selectors.task_card_fields(Task.objects.filter(domain=row, task_id=q)).first()
+    if exact is not None:
+        tasks = [exact, *(t for t in tasks if t.pk != exact.pk)][:PICKER_SIZE]
+        count += 0 if matches.filter(pk=exact.pk).exists() else 1
+    link = {"domain": row.name, "split": split, **{k: v for k, v in (keep or {}).items() if v}}
+    return TaskPicker(
+        domain=row,
+        split=split,
+        q=q,
+        tasks=tasks,
+        count=count,
+        link_query=urlencode(link),
+        exact=exact is not None,
+        form_url=form_url,
+    )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from decimal import Decimal
 
 from django.conf import settings
@@ -12,47 +13,45 @@ from apps.connections.llm_routes import connection_value, prices_of, route_resol
 from apps.inference.selectors import resolve_agent_model
 from apps.runs import queue
 from apps.runs.events import status_publish
-from apps.runs.models import DEFAULT_MAX_ERRORS, DEFAULT_MAX_STEPS, Run
+from apps.runs.models import Run
+from apps.runs.spec import RunSpec, Side, spec_columns
 from apps.tasks.models import Task
 from apps.tasks.selectors import catalogue_latest
-from tau2_env import config
 from tau2_env.engine import catalog
-from tau2_env.engine.evaluation import DEFAULT_SEED, trial_seeds
-from tau2_env.llm.llm_args import DEFAULT_AGENT_ARGS, DEFAULT_USER_ARGS
+from tau2_env.engine.evaluation import trial_seeds
 
 
 def run_provenance(
     *,
     task: Task,
-    agent: dict,
-    user_model: str,
-    max_steps: int,
-    seed,
-    agent_prices,
+    spec: RunSpec,
+    agent: dict | None = None,
+    agent_prices=None,
     trial: int | None = None,
     trial_seed: int | None = None,
-    max_errors: int = DEFAULT_MAX_ERRORS,
-    user_connection=None,
-    user_llm_args: dict | None = None,
-    judge: dict | None = None,
 ) -> dict:
     """Where a run's result comes from: τ² version, task set, who played which side, args.
 
-    ``seed`` is the seed given (as to ``tau2 run --seed``); ``trial_seed`` the one trial
-    ``trial`` derives from it, which the orchestrator got. ``agent`` says who played the
-    agent (with its ``llm_args`` when a model did); the customer's side is
-    ``user_model`` on ``user_connection`` (None: the router) with ``user_llm_args``
-    (None: τ²'s default). ``args.temperature`` is the agent's, when it has one. Never a
-    key or token.
+    ``spec.seed`` is the seed given (as to ``tau2 run --seed``); ``trial_seed`` the one
+    trial ``trial`` derives from it, which the orchestrator got. ``agent`` says who
+    played the agent when no model did (a person, an outside agent); else it is
+    ``spec.agent`` with its ``llm_args``. ``args.temperature`` is the agent's, when it
+    has one. Never a key or token.
     """
     latest = catalogue_latest()
-    user_llm_args = dict(DEFAULT_USER_ARGS) if user_llm_args is None else user_llm_args
-    args = {"max_steps": max_steps, "seed": seed}
+    if agent is None:
+        agent = {
+            "implementation": "tau2.agent.llm_agent.LLMAgent",
+            **side_provenance(connection=spec.agent.connection, model=spec.agent.model),
+            "llm_args": spec.agent.llm_args,
+        }
+    args = {"max_steps": spec.max_steps, "seed": spec.seed}
     agent_args = agent.get("llm_args")
     if agent_args is not None and "temperature" in agent_args:
         args["temperature"] = agent_args["temperature"]
     if trial is not None:
-        args.update(trial=trial, trial_seed=trial_seed, max_errors=max_errors)
+        args.update(trial=trial, trial_seed=trial_seed, max_errors=spec.max_errors)
+    customer = spec.customer
     return {
         "tau2_version": catalog.tau2_version(),
         "task_set_hash": latest.task_set_hash if latest else catalog.catalogue_hash(),
@@ -61,28 +60,34 @@ def run_provenance(
         "agent": agent,
         "user": {
             "implementation": "tau2.user.user_simulator.UserSimulator",
-            **side_provenance(connection=user_connection, model=user_model),
-            "llm_args": user_llm_args,
+            **side_provenance(connection=customer.connection, model=customer.model),
+            "llm_args": customer.llm_args,
         },
         # τ²'s NL judge: its own model, or (None) the customer's route.
-        "judge": judge,
+        "judge": _judge(spec.judge),
         "args": args,
         "agent_prices": list(agent_prices) if agent_prices else None,
     }
 
 
-def customer_prices(*, user_connection, user_model: str) -> dict:
+def customer_prices(customer: Side) -> dict:
     """A new run's customer prices as ``Run`` fields: fixed now from the connection's
-    price of ``user_model``; none for the router (looked up at the first message,
+    price of the customer's model; none for the router (looked up at the first message,
     ``apps.runs.events.customer_prices``)."""
-    if user_connection is None:
+    if customer.connection is None:
         return {}
-    prices = prices_of(connection=user_connection, model=user_model)
+    prices = prices_of(connection=customer.connection, model=customer.model)
     return {
         "user_prices_fixed": True,
         "user_price_input": prices[0] if prices else None,
         "user_price_output": prices[1] if prices else None,
     }
+
+
+def user_provider(customer: Side) -> str:
+    """Where the customer runs, as ``Run.user_provider`` says it: its connection's kind,
+    or ``hf`` (the router)."""
+    return customer.connection.kind if customer.connection is not None else "hf"
 
 
 def model_run_validate(*, agent_model: str, max_steps: int) -> str:
@@ -97,60 +102,39 @@ def model_run_validate(*, agent_model: str, max_steps: int) -> str:
     return agent_model
 
 
+def spec_validate(spec: RunSpec) -> RunSpec:
+    """``spec`` for a model run: its agent model stripped and a seed (τ²'s default if it
+    has none); raises ``ValidationError`` as :func:`model_run_validate` does."""
+    model = model_run_validate(agent_model=spec.agent.model, max_steps=spec.max_steps)
+    return replace(spec, agent=replace(spec.agent, model=model)).seeded()
+
+
 def model_run_build(
     *,
     user,
     task: Task,
-    agent_model: str,
-    user_model: str,
-    max_steps: int,
-    seed: int,
+    spec: RunSpec,
     trial: int,
     trial_seed: int,
     prices: tuple | None,
-    max_errors: int = DEFAULT_MAX_ERRORS,
     evaluation=None,
-    agent_connection=None,
-    user_connection=None,
-    agent_llm_args: dict | None = None,
-    user_llm_args: dict | None = None,
-    judge_model: str = "",
-    judge_connection=None,
 ) -> Run:
-    """An unsaved model run of ``task`` (trial ``trial`` of ``seed``, run with ``trial_seed``).
-
-    Each side runs on its connection (None: Hugging Face's router) with its τ²
-    ``llm_args`` (None: τ²'s default, ``{"temperature": 0.0}``). A customer on a
-    connection is priced now, from the connection's price of that model.
+    """An unsaved model run of ``task`` played with ``spec`` (trial ``trial`` of
+    ``spec.seed``, run with ``trial_seed``). A customer on a connection is priced now,
+    from the connection's price of that model.
     """
     price_in, price_out = (
         Decimal(str(p)) if p is not None else None for p in prices or (None, None)
     )
-    agent_llm_args = dict(DEFAULT_AGENT_ARGS) if agent_llm_args is None else agent_llm_args
-    user_llm_args = dict(DEFAULT_USER_ARGS) if user_llm_args is None else user_llm_args
-    customer = customer_prices(user_connection=user_connection, user_model=user_model)
     return Run(
-        agent_connection=agent_connection,
-        user_connection=user_connection,
-        judge_model=judge_model or "",
-        judge_connection=judge_connection if judge_model else None,
-        agent_llm_args=agent_llm_args,
-        user_llm_args=user_llm_args,
-        **customer,
+        **spec_columns(spec, seed_field="given_seed"),
+        **customer_prices(spec.customer),
         kind=Run.Kind.MODEL,
         task=task,
         domain=task.domain_id,
         created_by=user,
-        agent_model=agent_model,
-        agent_provider=(
-            agent_model.split(":", 1)[1] if ":" in agent_model and not agent_connection else ""
-        ),
-        user_model=user_model,
-        user_provider=user_connection.kind if user_connection is not None else "hf",
-        max_steps=max_steps,
-        max_errors=max_errors,
+        user_provider=user_provider(spec.customer),
         seed=trial_seed,
-        given_seed=seed,
         seed_trial=trial,
         agent_price_input=price_in,
         agent_price_output=price_out,
@@ -158,32 +142,21 @@ def model_run_build(
         trial=trial if evaluation is not None else None,
         provenance=run_provenance(
             task=task,
-            agent={
-                "implementation": "tau2.agent.llm_agent.LLMAgent",
-                **side_provenance(connection=agent_connection, model=agent_model),
-                "llm_args": agent_llm_args,
-            },
-            user_model=user_model,
-            max_steps=max_steps,
-            seed=seed,
+            spec=spec,
             agent_prices=prices,
             trial=trial,
             trial_seed=trial_seed,
-            max_errors=max_errors,
-            user_connection=user_connection,
-            user_llm_args=user_llm_args,
-            judge=_judge(judge_connection, judge_model),
         ),
     )
 
 
-def _judge(connection, model: str) -> dict | None:
+def _judge(judge: Side | None) -> dict | None:
     """The NL judge's side in a provenance: ``None`` when it is the customer's."""
-    if not model:
+    if judge is None:
         return None
     return {
         "implementation": "tau2 NL-assertion judge",
-        **side_provenance(connection=connection, model=model),
+        **side_provenance(connection=judge.connection, model=judge.model),
     }
 
 
@@ -198,13 +171,12 @@ MODE_CLASSES = {
 }
 
 
-def run_in_mode(run: Run, mode: str) -> Run:
-    """``run`` (unsaved) in ``mode``: the mode, and its provenance naming τ²'s classes."""
-    run.mode = mode
-    agent_class, user_class = MODE_CLASSES[Run.Mode(mode)]
+def run_in_mode(run: Run) -> Run:
+    """``run`` (unsaved) in its spec's mode: its provenance names τ²'s classes of it."""
+    agent_class, user_class = MODE_CLASSES[Run.Mode(run.mode)]
     run.provenance["agent"]["implementation"] = agent_class
     run.provenance["user"]["implementation"] = user_class
-    run.provenance["mode"] = mode
+    run.provenance["mode"] = run.mode
     return run
 
 
@@ -216,105 +188,64 @@ def run_create(
     *,
     user,
     task: Task,
-    agent_model: str,
-    user_model: str | None = None,
-    max_steps: int = DEFAULT_MAX_STEPS,
-    seed: int | None = None,
+    spec: RunSpec,
     agent_prices: tuple | None = None,
     trial: int = 0,
-    max_errors: int = DEFAULT_MAX_ERRORS,
-    agent_connection=None,
-    user_connection=None,
-    agent_llm_args: dict | None = None,
-    user_llm_args: dict | None = None,
-    judge_model: str = "",
-    judge_connection=None,
-    mode: str = Run.Mode.DEFAULT,
 ) -> Run:
-    """Queue a model run of ``task`` by ``user``. The worker gets only the run's id.
-    ``mode`` is the paper's ablation (``Run.Mode``), as an evaluation's runs have it.
+    """Queue a model run of ``task`` by ``user``, played with ``spec``. The worker gets
+    only the run's id. Each side on its connection (None: Hugging Face's router, on
+    ``user``'s token).
 
-    Each side on its connection (None: Hugging Face's router, on ``user``'s token) with
-    its τ² ``llm_args`` (None: τ²'s default); see :func:`model_run_build`.
-
-    The run is trial ``trial`` (0 unless it repeats an evaluation's trial) of ``seed``
-    (``tau2 run``'s default 300 when none is given): the orchestrator gets the seed
-    ``tau2 run --seed <seed>`` would derive for that trial.
+    The run is trial ``trial`` (0 unless it repeats an evaluation's trial) of
+    ``spec.seed``: the orchestrator gets the seed ``tau2 run --seed <seed>`` would
+    derive for that trial.
     """
-    agent_model = model_run_validate(agent_model=agent_model, max_steps=max_steps)
-    user_model = (user_model or "").strip() or config.provider_settings().model
-    seed = DEFAULT_SEED if seed is None else seed
+    spec = spec_validate(spec)
     run = model_run_build(
         user=user,
         task=task,
-        agent_model=agent_model,
-        user_model=user_model,
-        max_steps=max_steps,
-        seed=seed,
+        spec=spec,
         trial=trial,
-        trial_seed=trial_seeds(seed, trial + 1)[trial],
+        trial_seed=trial_seeds(spec.seed, trial + 1)[trial],
         prices=prices_for_storage(agent_prices),
-        max_errors=max_errors,
-        agent_connection=agent_connection,
-        user_connection=user_connection,
-        agent_llm_args=agent_llm_args,
-        user_llm_args=user_llm_args,
-        judge_model=judge_model,
-        judge_connection=judge_connection,
     )
-    run_in_mode(run, mode)
+    run_in_mode(run)
     run.dispatched_at = timezone.now()
     run.save()
     queue.run_enqueue(run.pk)
     return run
 
 
-def run_settings_of(run: Run) -> dict:
-    """What running ``run`` again repeats: its task, agent and customer models, step limit,
-    the seed it was given, its trial of that seed and its error limit (so the orchestrator
-    gets the same trial seed)."""
-    return {
-        "task": run.task,
-        "agent_model": run.agent_model,
-        "user_model": run.user_model,
-        "max_steps": run.max_steps,
-        "seed": run.given_seed,
-        "trial": run.seed_trial,
-        "max_errors": run.max_errors,
-        "agent_connection": run.agent_connection,
-        "user_connection": run.user_connection,
-        "agent_llm_args": run.agent_llm_args,
-        "user_llm_args": run.user_llm_args,
-        "judge_model": run.judge_model,
-        "judge_connection": run.judge_connection,
-        "mode": run.mode,
-    }
-
-
 def run_rerun(*, run: Run, by) -> Run:
-    """A new run by ``by`` of a finished model run, with the same settings and seed; the old
-    run is left as it is. The agent model is priced as the catalogue prices it now.
+    """A new run by ``by`` of a finished model run, with the same spec, seed and trial;
+    the old run is left as it is. The agent model is priced as the catalogue prices it
+    now.
 
     Raises ``ValidationError`` when ``run`` is a play session or still going, or when its
     agent model can no longer run (gone from the catalogue, provider down).
     """
     if run.kind != Run.Kind.MODEL or not run.is_final:
         raise ValidationError("Only a finished model run can be run again.")
-    kept = run_settings_of(run)
-    agent_model = kept.pop("agent_model")
-    if run.agent_connection is not None:
-        try:
-            resolved = route_resolve(
-                connection_value(slug=run.agent_connection.slug, model=agent_model), user=by
-            )
-        except ValueError as exc:
-            raise ValidationError({"agent_model": str(exc)}) from exc
-        return run_create(user=by, agent_model=agent_model, agent_prices=resolved.prices, **kept)
+    spec = run.spec
+    agent = spec.agent
     try:
-        model = resolve_agent_model(agent_model)
+        if agent.connection is not None:
+            resolved = route_resolve(
+                connection_value(slug=agent.connection.slug, model=agent.model), user=by
+            )
+            prices = resolved.prices
+        else:
+            model = resolve_agent_model(agent.model)
+            agent, prices = replace(agent, model=model.value), model.prices
     except ValueError as exc:
         raise ValidationError({"agent_model": str(exc)}) from exc
-    return run_create(user=by, agent_model=model.value, agent_prices=model.prices, **kept)
+    return run_create(
+        user=by,
+        task=run.task,
+        spec=replace(spec, agent=agent),
+        agent_prices=prices,
+        trial=run.seed_trial,
+    )
 
 
 def run_stop(*, run: Run, by) -> Run:

@@ -9,6 +9,7 @@ from playwright.sync_api import expect
 
 from apps.runs.models import Run
 from apps.runs.services import run_create
+from apps.runs.spec import RunSpec, Side
 from apps.tasks.models import Task
 from tests.runs.conftest import AGENT_MODEL, agent_models, finished, gold_script, wait_for  # noqa: F401
 from tests.support.browser import page_signed_in_as
@@ -24,7 +25,9 @@ def test_alice_forks_her_run_here_and_the_fork_page_shows_its_lineage(
 ):
     gold_script(llm_server)
     task = Task.objects.get(domain_id="airline", task_id="27")
-    parent = run_create(user=alice, task=task, agent_model=AGENT_MODEL, max_steps=30, seed=7)
+    parent = run_create(
+        user=alice, task=task, spec=RunSpec(agent=Side(AGENT_MODEL), max_steps=30, seed=7)
+    )
     parent = wait_for(parent, finished, what="the parent run")
     assert parent.reward == 1.0, parent.error
     page = page_signed_in_as(page, alice, base_url)

@@ -12,6 +12,7 @@ from playwright.sync_api import expect
 
 from apps.runs.models import Run
 from apps.runs.services import run_create
+from apps.runs.spec import RunSpec, Side
 from apps.tasks.models import Task
 from tests.runs.conftest import (  # noqa: F401
     AGENT_MODEL,
@@ -58,7 +59,9 @@ def test_a_run_watched_to_its_end_shows_what_a_reload_shows(
     release = held_before_its_last_message(llm_server)
     stella = staff_member("stella")
     task = Task.objects.get(domain_id="airline", task_id="27")
-    run = run_create(user=alice, task=task, agent_model=AGENT_MODEL, max_steps=30, seed=300)
+    run = run_create(
+        user=alice, task=task, spec=RunSpec(agent=Side(AGENT_MODEL), max_steps=30, seed=300)
+    )
     page = page_signed_in_as(page, stella, base_url)
 
     try:
@@ -104,7 +107,9 @@ def test_a_label_being_written_when_the_run_ends_is_kept(
     release = held_before_its_last_message(llm_server)
     stella = staff_member("stella")
     task = Task.objects.get(domain_id="airline", task_id="27")
-    run = run_create(user=alice, task=task, agent_model=AGENT_MODEL, max_steps=30, seed=300)
+    run = run_create(
+        user=alice, task=task, spec=RunSpec(agent=Side(AGENT_MODEL), max_steps=30, seed=300)
+    )
     page = page_signed_in_as(page, stella, base_url)
     try:
         page.goto(f"/runs/{run.pk}/")
@@ -135,7 +140,9 @@ def test_each_message_has_one_menu_that_links_forks_and_labels_it(
     gold_script(llm_server)
     stella = staff_member("stella")
     task = Task.objects.get(domain_id="airline", task_id="27")
-    run = run_create(user=alice, task=task, agent_model=AGENT_MODEL, max_steps=30, seed=300)
+    run = run_create(
+        user=alice, task=task, spec=RunSpec(agent=Side(AGENT_MODEL), max_steps=30, seed=300)
+    )
     run = wait_for(run, finished)
     page = page_signed_in_as(page, stella, base_url)
     page.context.grant_permissions(["clipboard-read", "clipboard-write"])

@@ -24,12 +24,18 @@ from apps.connections.models import Connection
 from apps.evaluations import selectors
 from apps.evaluations.estimates import evaluation_cost_estimate
 from apps.evaluations.models import Evaluation
-from apps.evaluations.services import IN_FLIGHT, evaluation_create, evaluation_retry_failed
-from apps.play.services import play_retry, play_start
+from apps.evaluations.services import (
+    IN_FLIGHT,
+    TaskChoice,
+    evaluation_create,
+    evaluation_retry_failed,
+)
+from apps.play.services import play_retry, play_spec, play_start
 from apps.runs import budgets
 from apps.runs.models import Run
 from apps.runs.runner import run_execute
 from apps.runs.services import model_run_build
+from apps.runs.spec import RunSpec, Side
 from apps.tasks.models import Task
 from tau2_env.engine.evaluation import trial_seeds
 from tests.support import connections as with_connections
@@ -302,15 +308,15 @@ def queued_on(connection, *, user, n: int = 1, customer=None) -> list[int]:
         model_run_build(
             user=user,
             task=task,
-            agent_model=MODEL,
-            user_model=MODEL if customer else ROUTER_MODEL,
-            max_steps=30,
-            seed=300,
+            spec=RunSpec(
+                agent=Side(MODEL, connection),
+                customer=Side(MODEL if customer else ROUTER_MODEL, customer),
+                max_steps=30,
+                seed=300,
+            ),
             trial=0,
             trial_seed=trial_seeds(300, 1)[0],
             prices=("1", "2"),
-            agent_connection=connection,
-            user_connection=customer,
         )
         for _ in range(n)
     )
@@ -417,12 +423,9 @@ def test_a_budgeted_connection_refuses_a_model_it_has_no_price_for(staff, alice,
     with pytest.raises(ValidationError) as refused:
         evaluation_create(
             user=alice,
-            domain="airline",
-            task_ids=["27"],
-            agent_model=MODEL,
+            spec=RunSpec(agent=Side(MODEL, vllm), customer=Side(ROUTER_MODEL)),
+            tasks=TaskChoice(domain="airline", task_ids=["27"]),
             agent_prices=None,
-            agent_connection=vllm,
-            user_model=ROUTER_MODEL,
         )
     assert "set a price for scripted-agent on the Connections page" in str(
         refused.value.message_dict["agent_model"]
@@ -440,7 +443,7 @@ def test_a_play_sessions_customer_waits_while_the_month_is_spent_and_answers_onc
     llm_server.responder = lambda request: "Hi, I'd like a certificate, please."
     task = Task.objects.get(domain_id="airline", task_id="27")
 
-    run = play_start(user=alice, task=task, user_model=MODEL, user_connection=vllm)
+    run = play_start(user=alice, task=task, spec=play_spec(customer=Side(MODEL, vllm)))
     run = wait_for(run, lambda r: r.worker == "" and r.error, what="the refused turn")
 
     assert run.status == Run.Status.RUNNING and run.events.count() == 0
@@ -468,7 +471,7 @@ def test_a_play_sessions_customer_on_a_budgeted_connection_needs_a_price(
     )
     task = Task.objects.get(domain_id="airline", task_id="27")
 
-    run = play_start(user=alice, task=task, user_model=MODEL, user_connection=vllm)
+    run = play_start(user=alice, task=task, spec=play_spec(customer=Side(MODEL, vllm)))
     run = wait_for(run, lambda r: r.worker == "" and r.error, what="the refused turn")
 
     assert "set a price for scripted-agent on the Connections page" in run.error
@@ -494,12 +497,9 @@ def test_an_evaluation_that_may_cost_more_than_is_left_is_refused_with_the_numbe
     with pytest.raises(ValidationError) as refused:
         evaluation_create(
             user=alice,
-            domain="airline",
-            split="test",  # 20 tasks
-            agent_model=MODEL,
+            spec=RunSpec(agent=Side(MODEL, vllm), customer=Side(ROUTER_MODEL)),
+            tasks=TaskChoice(domain="airline", split="test"),  # 20 tasks
             agent_prices=PRICES,
-            agent_connection=vllm,
-            user_model=ROUTER_MODEL,
         )
 
     # The evaluation's own estimate (no completed runs to go by): 50k–400k input and
@@ -543,12 +543,9 @@ def test_a_run_that_crosses_the_budget_stops_with_its_messages_and_is_retried_on
     llm_server.responder = responder
     evaluation = evaluation_create(
         user=alice,
-        domain="airline",
-        task_ids=["27"],
-        agent_model=MODEL,
+        spec=RunSpec(agent=Side(MODEL, vllm), customer=Side(ROUTER_MODEL)),
+        tasks=TaskChoice(domain="airline", task_ids=["27"]),
         agent_prices=PRICES,
-        agent_connection=vllm,
-        user_model=ROUTER_MODEL,
     )
     evaluation = wait_until(evaluation, lambda e: e.status == Evaluation.Status.COMPLETED)
 
@@ -602,12 +599,9 @@ def test_an_evaluation_never_has_more_runs_in_flight_on_a_connection_than_it_all
     llm_server.responder = responder
     evaluation = evaluation_create(
         user=alice,
-        domain="airline",
-        task_ids=["27"],
-        agent_model=MODEL,
+        spec=RunSpec(agent=Side(MODEL, vllm), customer=Side(ROUTER_MODEL)),
+        tasks=TaskChoice(domain="airline", task_ids=["27"]),
         agent_prices=PRICES,
-        agent_connection=vllm,
-        user_model=ROUTER_MODEL,
         num_trials=6,
         concurrency=6,
     )

@@ -20,6 +20,7 @@ from apps.evaluations.models import Evaluation
 from apps.runs.exports import tau2_llm
 from apps.runs.models import Run, RunEvent
 from apps.runs.services import model_run_build
+from apps.runs.spec import RunSpec, Side
 from apps.tasks.models import Task
 from tests.support.connections import (  # noqa: F401 - fixtures
     CONNECTION_KEY,
@@ -61,17 +62,15 @@ def finished_run(alice, *, connection=None, agent_args=None, user_args=None, **f
     run = model_run_build(
         user=alice,
         task=task,
-        agent_model=fields.pop("agent_model", CONNECTION_MODEL),
-        user_model=fields.pop("user_model", CONNECTION_MODEL),
-        max_steps=30,
-        seed=300,
+        spec=RunSpec(
+            agent=Side(fields.pop("agent_model", CONNECTION_MODEL), connection, agent_args),
+            customer=Side(fields.pop("user_model", CONNECTION_MODEL), connection, user_args),
+            max_steps=30,
+            seed=300,
+        ),
         trial=0,
         trial_seed=626729,
         prices=None,
-        agent_connection=connection,
-        user_connection=connection,
-        agent_llm_args=agent_args,
-        user_llm_args=user_args,
     )
     run.status = Run.Status.COMPLETED
     run.termination_reason = "user_stop"

@@ -33,6 +33,7 @@ import tests.support.llm_server as scripted_openai
 from apps.connections.services import ConnectionFields, connection_create
 from apps.runs.models import Run
 from apps.runs.services import run_create
+from apps.runs.spec import RunSpec, Side
 from apps.tasks.models import Task
 from tests.support import anthropic_server
 from tests.support.anthropic_server import AnthropicLLM, AnthropicRequest
@@ -118,14 +119,12 @@ def product_run(user, *, connection, agent_model: str, user_model: str, agent_ar
     run = run_create(
         user=user,
         task=Task.objects.get(domain_id=GOLD_TASK[0], task_id=GOLD_TASK[1]),
-        agent_model=agent_model,
-        user_model=user_model,
-        max_steps=MAX_STEPS,
-        seed=SEED,
-        agent_connection=connection,
-        user_connection=connection,
-        agent_llm_args=dict(agent_args),
-        user_llm_args=dict(user_args),
+        spec=RunSpec(
+            agent=Side(agent_model, connection, dict(agent_args)),
+            customer=Side(user_model, connection, dict(user_args)),
+            max_steps=MAX_STEPS,
+            seed=SEED,
+        ),
     )
     return wait_for(run, finished, timeout=120)
 

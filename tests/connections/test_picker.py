@@ -16,6 +16,7 @@ from apps.evaluations.models import Evaluation
 from apps.runs.models import Run
 from apps.runs.runner import run_execute
 from apps.runs.services import model_run_build
+from apps.runs.spec import RunSpec, Side
 from apps.tasks.models import Task
 from tau2_env.engine.evaluation import trial_seeds
 from tests.support.agents import agent_runs_of
@@ -262,17 +263,16 @@ def test_the_nl_judge_runs_on_the_model_picked_for_it(llm_server, alice, vllm, s
     run = model_run_build(
         user=alice,
         task=task,
-        agent_model=AGENT,
-        user_model=CUSTOMER,
-        max_steps=10,
-        seed=300,
+        spec=RunSpec(
+            agent=Side(AGENT, vllm),
+            customer=Side(CUSTOMER, vllm),
+            judge=Side("judge-model", judge_host),
+            max_steps=10,
+            seed=300,
+        ),
         trial=0,
         trial_seed=trial_seeds(300, 1)[0],
         prices=None,
-        agent_connection=vllm,
-        user_connection=vllm,
-        judge_model="judge-model",
-        judge_connection=judge_host,
     )
     run.save()
     assert run_execute(run_id=run.pk, worker="test-judge") == Run.Status.COMPLETED

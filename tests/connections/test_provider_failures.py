@@ -23,6 +23,7 @@ from django.utils.html import escape
 from apps.connections.services import ConnectionFields, connection_create
 from apps.runs.models import Run
 from apps.runs.services import run_create
+from apps.runs.spec import RunSpec, Side
 from apps.tasks.models import Task
 from tau2_env.llm import gateway
 from tests.support import anthropic_server
@@ -121,11 +122,7 @@ def run_on(alice, connection, *, model: str = CONNECTION_MODEL) -> Run:
     run = run_create(
         user=alice,
         task=Task.objects.get(domain_id=GOLD_TASK[0], task_id=GOLD_TASK[1]),
-        agent_model=model,
-        user_model=model,
-        max_steps=20,
-        agent_connection=connection,
-        user_connection=connection,
+        spec=RunSpec(agent=Side(model, connection), customer=Side(model, connection), max_steps=20),
     )
     return wait_for(run, finished, timeout=90)
 

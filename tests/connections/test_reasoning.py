@@ -20,6 +20,7 @@ from websockets.sync.client import connect
 from apps.runs.models import Run, RunEvent
 from apps.runs.presenters import reasoning_of
 from apps.runs.services import run_create
+from apps.runs.spec import RunSpec, Side
 from apps.tasks.models import Task
 from tests.support.connections import (  # noqa: F401 - fixtures
     CONNECTION_KEY,
@@ -74,15 +75,13 @@ def start(alice, connection) -> Run:
     return run_create(
         user=alice,
         task=Task.objects.get(domain_id=GOLD_TASK[0], task_id=GOLD_TASK[1]),
-        agent_model=CONNECTION_MODEL,
-        user_model=CONNECTION_MODEL,
-        agent_connection=connection,
-        user_connection=connection,
+        spec=RunSpec(
+            agent=Side(CONNECTION_MODEL, connection, AGENT_ARGS),
+            customer=Side(CONNECTION_MODEL, connection, USER_ARGS),
+            max_steps=30,
+            seed=7,
+        ),
         agent_prices=PRICES,
-        agent_llm_args=AGENT_ARGS,
-        user_llm_args=USER_ARGS,
-        max_steps=30,
-        seed=7,
     )
 
 

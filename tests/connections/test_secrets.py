@@ -43,6 +43,7 @@ from apps.connections.services import ConnectionFields, connection_create
 from apps.runs.models import Run
 from apps.runs.runner import run_execute
 from apps.runs.services import model_run_build, run_create
+from apps.runs.spec import RunSpec, Side
 from apps.tasks.models import Task
 from tau2_env.engine.evaluation import trial_seeds
 from tests.support.scripts import GOLD_TASK, finished, gold_script, wait_for
@@ -284,11 +285,7 @@ def test_a_run_on_a_connection_leaves_its_key_in_no_dump_redis_page_export_or_ta
         run = run_create(
             user=alice,
             task=Task.objects.get(domain_id=GOLD_TASK[0], task_id=GOLD_TASK[1]),
-            agent_model=MODEL,
-            user_model=MODEL,
-            max_steps=20,
-            agent_connection=lab,
-            user_connection=lab,
+            spec=RunSpec(agent=Side(MODEL, lab), customer=Side(MODEL, lab), max_steps=20),
         )
         run = wait_for(run, finished, timeout=120)
     finally:
@@ -342,15 +339,10 @@ def test_the_workers_code_logs_no_secret_at_debug(
     run = model_run_build(
         user=alice,
         task=Task.objects.get(domain_id=GOLD_TASK[0], task_id=GOLD_TASK[1]),
-        agent_model=MODEL,
-        user_model=MODEL,
-        max_steps=20,
-        seed=300,
+        spec=RunSpec(agent=Side(MODEL, lab), customer=Side(MODEL, lab), max_steps=20, seed=300),
         trial=0,
         trial_seed=trial_seeds(300, 1)[0],
         prices=None,
-        agent_connection=lab,
-        user_connection=lab,
     )
     run.save()  # not queued: this test is its worker
 

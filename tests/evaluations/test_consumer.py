@@ -21,6 +21,7 @@ from apps.evaluations import services
 from apps.evaluations.events import EvaluationMessage, group_name
 from apps.evaluations.models import Evaluation
 from apps.runs.models import Run
+from apps.runs.spec import RunSpec, Side
 from tests.support.scripts import AGENT_MODEL
 from tests.support.websockets import WebsocketCommunicator, session_headers
 
@@ -35,7 +36,10 @@ def workers_full(settings):
 @pytest.fixture
 def evaluation(alice) -> Evaluation:
     return services.evaluation_create(
-        user=alice, domain="airline", task_ids=["27", "2"], agent_model=AGENT_MODEL, num_trials=2
+        user=alice,
+        spec=RunSpec(agent=Side(AGENT_MODEL)),
+        tasks=services.TaskChoice(domain="airline", task_ids=["27", "2"]),
+        num_trials=2,
     )
 
 

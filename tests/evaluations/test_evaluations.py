@@ -10,6 +10,7 @@ from apps.evaluations import selectors, services
 from apps.evaluations.models import Evaluation
 from apps.evaluations.summary import EvaluationSummary
 from apps.runs.models import Run
+from apps.runs.spec import RunSpec, Side
 from tau2_env.engine.evaluation import compute_metrics, trial_seeds
 from tests.support.people import ALICE_TOKEN
 from tests.support.scripts import AGENT_MODEL, gold_script
@@ -33,11 +34,9 @@ def test_an_evaluation_runs_every_task_and_trial_with_tau2s_seeds(celery_worker,
     gold_script(llm_server)  # solves airline/27; on task 2 the same moves are wrong
     evaluation = services.evaluation_create(
         user=alice,
-        domain="airline",
-        task_ids=["27", "2"],
-        agent_model=AGENT_MODEL,
+        spec=RunSpec(agent=Side(AGENT_MODEL), seed=300),
+        tasks=services.TaskChoice(domain="airline", task_ids=["27", "2"]),
         num_trials=2,
-        seed=300,
         concurrency=2,
     )
     assert evaluation.runs.count() == 4 and evaluation.trial_seeds == trial_seeds(300, 2)

@@ -24,6 +24,7 @@ from apps.evaluations import services
 from apps.evaluations.models import Evaluation
 from apps.runs.models import Run
 from apps.runs.services import run_create
+from apps.runs.spec import RunSpec, Side
 from apps.tasks.models import Task
 from tau2_env.engine.evaluation import trial_seeds
 from tests.support import processes
@@ -111,12 +112,9 @@ def all_final(evaluation: Evaluation) -> bool:
 def evaluate(user, *, task_ids=("27",), trials=1, concurrency=8) -> Evaluation:
     return services.evaluation_create(
         user=user,
-        domain="airline",
-        task_ids=list(task_ids),
-        agent_model=AGENT_MODEL,
+        spec=RunSpec(agent=Side(AGENT_MODEL), seed=300, max_steps=30),
+        tasks=services.TaskChoice(domain="airline", task_ids=list(task_ids)),
         num_trials=trials,
-        seed=300,
-        max_steps=30,
         concurrency=concurrency,
     )
 
@@ -220,8 +218,7 @@ def test_a_single_run_starts_within_seconds_while_an_evaluation_fills_the_queue(
     run = run_create(
         user=bob,
         task=Task.objects.get(domain_id="airline", task_id="27"),
-        agent_model=AGENT_MODEL,
-        max_steps=30,
+        spec=RunSpec(agent=Side(AGENT_MODEL), max_steps=30),
     )
     wait_for(run, lambda r: r.status != Run.Status.QUEUED and r.events.exists(), timeout=30)
     waited = time.monotonic() - asked

@@ -30,8 +30,9 @@ import tests.support.llm_server as scripted_openai
 from apps.connections.services import ConnectionFields, connection_create
 from apps.evaluations.exports import evaluation_export, evaluation_export_tau2
 from apps.evaluations.models import Evaluation
-from apps.evaluations.services import evaluation_create
+from apps.evaluations.services import TaskChoice, evaluation_create
 from apps.runs.models import Run
+from apps.runs.spec import RunSpec, Side
 from tau2_env.engine import results as tau2_results
 from tests.support.evaluations import wait_for_evaluation
 from tests.support.llm_server import RecordedRequest, tool_call
@@ -131,20 +132,18 @@ def product_evaluation(user, llm, *, domain: str, task_id: str, mode: str) -> Ev
             models=["lab-agent-7b", "lab-customer-7b"],
         ),
     )
-    evaluation = evaluation_create(
-        user=user,
-        domain=domain,
-        task_ids=[task_id],
-        agent_model="lab-agent-7b",
-        user_model="lab-customer-7b",
-        agent_connection=lab,
-        user_connection=lab,
-        agent_llm_args=dict(AGENT_ARGS),
-        user_llm_args=dict(USER_ARGS),
-        num_trials=1,
+    spec = RunSpec(
+        agent=Side("lab-agent-7b", lab, dict(AGENT_ARGS)),
+        customer=Side("lab-customer-7b", lab, dict(USER_ARGS)),
         seed=SEED,
         max_steps=MAX_STEPS,
         mode=mode,
+    )
+    evaluation = evaluation_create(
+        user=user,
+        spec=spec,
+        tasks=TaskChoice(domain=domain, task_ids=[task_id]),
+        num_trials=1,
     )
     return wait_for_evaluation(evaluation, lambda e: e.is_final)
 
@@ -298,13 +297,10 @@ def test_no_user_is_refused_on_a_domain_tau2_cannot_run_without_a_user(alice, ll
     with pytest.raises(ValidationError) as refused:
         evaluation_create(
             user=alice,
-            domain="airline",
-            task_ids=["27"],
-            agent_model="lab-agent-7b",
-            user_model="lab-agent-7b",
-            agent_connection=lab,
-            user_connection=lab,
-            mode="no_user",
+            spec=RunSpec(
+                agent=Side("lab-agent-7b", lab), customer=Side("lab-agent-7b", lab), mode="no_user"
+            ),
+            tasks=TaskChoice(domain="airline", task_ids=["27"]),
         )
     assert refused.value.message_dict["mode"] == [
         "τ²-bench cannot run airline without a user: Airline domain does not support solo mode."
@@ -371,13 +367,12 @@ def test_oracle_plan_leaves_out_the_tasks_tau2s_gt_agent_refuses(alice, llm_serv
     with pytest.raises(_RolledBack), transaction.atomic():
         evaluation = evaluation_create(
             user=alice,
-            domain="airline",
-            split="test",
-            agent_model="lab-agent-7b",
-            user_model="lab-agent-7b",
-            agent_connection=lab,
-            user_connection=lab,
-            mode="oracle_plan",
+            spec=RunSpec(
+                agent=Side("lab-agent-7b", lab),
+                customer=Side("lab-agent-7b", lab),
+                mode="oracle_plan",
+            ),
+            tasks=TaskChoice(domain="airline", split="test"),
         )
         assert evaluation.mode == "oracle_plan"
         assert not set(refused) & set(evaluation.task_ids)

@@ -21,6 +21,7 @@ from django.utils import timezone
 from apps.evaluations import services
 from apps.evaluations.models import Evaluation
 from apps.runs.models import Run
+from apps.runs.spec import RunSpec, Side
 from apps.tasks.models import Task
 from tests.support.scripts import AGENT_MODEL
 
@@ -69,9 +70,8 @@ def errors(response) -> str:
 def evaluation_of(user, *, task_ids=("27", "2"), num_trials=2) -> Evaluation:
     return services.evaluation_create(
         user=user,
-        domain="airline",
-        task_ids=list(task_ids),
-        agent_model=AGENT_MODEL,
+        spec=RunSpec(agent=Side(AGENT_MODEL)),
+        tasks=services.TaskChoice(domain="airline", task_ids=list(task_ids)),
         num_trials=num_trials,
     )
 
@@ -380,7 +380,10 @@ def test_the_page_reads_a_big_evaluation_in_a_fixed_number_of_queries(
     small = evaluation_of(alice, task_ids=("27",), num_trials=1)
     telecom = list(Task.objects.filter(domain_id="telecom").values_list("task_id", flat=True)[:300])
     big = services.evaluation_create(
-        user=alice, domain="telecom", task_ids=telecom, agent_model=AGENT_MODEL, num_trials=4
+        user=alice,
+        spec=RunSpec(agent=Side(AGENT_MODEL)),
+        tasks=services.TaskChoice(domain="telecom", task_ids=telecom),
+        num_trials=4,
     )
     assert big.runs.count() == 1200
     # 12, and 3 for the breakdowns on a first view (runs, tasks, the modes compared).

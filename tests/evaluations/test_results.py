@@ -18,6 +18,7 @@ from django.test import Client, override_settings
 from apps.evaluations import selectors
 from apps.evaluations.summary import EvaluationSummary
 from apps.runs.models import Run
+from apps.runs.spec import RunSpec, Side
 from tau2_env.engine.evaluation import trial_seeds
 from tests.support.evaluations import conversation, stored_evaluation, wait_for_evaluation
 from tests.support.people import ALICE_TOKEN, BOB_TOKEN
@@ -206,11 +207,9 @@ def test_an_evaluation_the_worker_ran_downloads_as_a_tau2_file_with_the_same_pas
     gold_script(llm_server)
     evaluation = services.evaluation_create(
         user=alice,
-        domain="airline",
-        task_ids=["27", "2"],
-        agent_model=AGENT_MODEL,
+        spec=RunSpec(agent=Side(AGENT_MODEL), seed=300),
+        tasks=services.TaskChoice(domain="airline", task_ids=["27", "2"]),
         num_trials=2,
-        seed=300,
         concurrency=2,
     )
     evaluation = wait_for_evaluation(evaluation, lambda e: e.status == Evaluation.Status.COMPLETED)

@@ -14,6 +14,7 @@ from apps.races.selectors import NO_CALLS_YET
 from apps.races.services import race_create
 from apps.runs.compare import NO_CALLS
 from apps.runs.models import Run
+from apps.runs.spec import RunSpec, Side
 from apps.tasks.models import Task
 from tests.support.races import EXTRA, FAST
 from tests.support.scripts import GOLD_TASK, refresh_agent_models
@@ -28,7 +29,9 @@ def agent_models(committed_db, llm_server):
 def race(alice, monkeypatch):
     monkeypatch.setattr("apps.runs.queue.run_enqueue", lambda run_id, **_: None)
     task = Task.objects.get(domain_id=GOLD_TASK[0], task_id=GOLD_TASK[1])
-    return race_create(user=alice, task=task, agent_models=[FAST, EXTRA], seed=5)
+    return race_create(
+        user=alice, task=task, spec=RunSpec(agent=Side(), seed=5), lanes=[Side(FAST), Side(EXTRA)]
+    )
 
 
 def lanes_note(client, race) -> str:

@@ -16,6 +16,7 @@ from apps.races.models import Race
 from apps.races.selectors import finish_order, race_runs
 from apps.races.services import race_create
 from apps.runs.models import Run
+from apps.runs.spec import RunSpec, Side
 from apps.tasks.models import Task
 from tests.support.people import person, signed_in
 from tests.support.races import CUSTOMER, EXTRA, FAST, WRONG, race_script, start_race
@@ -139,9 +140,16 @@ def test_a_race_needs_two_to_four_known_different_models(committed_db, alice, al
     assert not Race.objects.exists() and not Run.objects.exists()
     task = Task.objects.get(domain_id=GOLD_TASK[0], task_id=GOLD_TASK[1])
     with pytest.raises(ValidationError, match="5 were picked"):
-        race_create(user=alice, task=task, agent_models=[FAST, EXTRA, WRONG, "a/b", "c/d"])
+        race_create(
+            user=alice,
+            task=task,
+            spec=RunSpec(agent=Side()),
+            lanes=[Side(m) for m in (FAST, EXTRA, WRONG, "a/b", "c/d")],
+        )
     with pytest.raises(ValidationError, match="1 was picked"):
-        race_create(user=alice, task=task, agent_models=[FAST, " "])
+        race_create(
+            user=alice, task=task, spec=RunSpec(agent=Side()), lanes=[Side(FAST), Side(" ")]
+        )
     assert not Race.objects.exists() and not Run.objects.exists()
 
 
@@ -152,7 +160,9 @@ def test_who_starts_and_who_sees_a_race(committed_db, alice, alice_client, bob_c
     staff.is_staff = True
     staff.save(update_fields=["is_staff"])
     task = Task.objects.get(domain_id=GOLD_TASK[0], task_id=GOLD_TASK[1])
-    race = race_create(user=alice, task=task, agent_models=[FAST, EXTRA], seed=5)
+    race = race_create(
+        user=alice, task=task, spec=RunSpec(agent=Side(), seed=5), lanes=[Side(FAST), Side(EXTRA)]
+    )
     anonymous = Client()
     assert anonymous.get("/races/")["Location"].startswith("/accounts/sign-in/")
     assert anonymous.get("/races/new/")["Location"].startswith("/accounts/sign-in/")

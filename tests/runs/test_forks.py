@@ -14,6 +14,7 @@ from django.test import Client
 
 from apps.runs.models import Run
 from apps.runs.services import run_create
+from apps.runs.spec import RunSpec, Side
 from tau2_env.engine.evaluation import trial_seeds
 from tests.runs.conftest import (
     AGENT_MODEL,
@@ -38,7 +39,9 @@ def gold_run(user) -> Run:
     from apps.tasks.models import Task
 
     task = Task.objects.get(domain_id=GOLD_TASK[0], task_id=GOLD_TASK[1])
-    run = run_create(user=user, task=task, agent_model=AGENT_MODEL, max_steps=30, seed=7)
+    run = run_create(
+        user=user, task=task, spec=RunSpec(agent=Side(AGENT_MODEL), max_steps=30, seed=7)
+    )
     run = wait_for(run, finished, what="the parent run")
     assert run.status == Run.Status.COMPLETED and run.reward == 1.0, run.error
     kinds = list(run.events.order_by("seq").values_list("kind", flat=True))

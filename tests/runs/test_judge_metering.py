@@ -17,6 +17,7 @@ from apps.inference.pricing import cost_usd
 from apps.runs.models import Run
 from apps.runs.runner import run_execute
 from apps.runs.services import model_run_build
+from apps.runs.spec import RunSpec, Side
 from apps.tasks.models import Task
 from tau2_env.engine.evaluation import trial_seeds
 from tau2_env.llm import gateway
@@ -62,20 +63,20 @@ def judged(llm_server, monkeypatch):
     llm_server.responder = responder
 
 
-def _run(alice, vllm, **judge) -> Run:
+def _run(alice, vllm, judge: Side | None = None) -> Run:
     run = model_run_build(
         user=alice,
         task=Task.objects.get(domain_id="retail", task_id="105"),
-        agent_model=AGENT,
-        user_model=CUSTOMER,
-        max_steps=10,
-        seed=300,
+        spec=RunSpec(
+            agent=Side(AGENT, vllm),
+            customer=Side(CUSTOMER, vllm),
+            judge=judge,
+            max_steps=10,
+            seed=300,
+        ),
         trial=0,
         trial_seed=trial_seeds(300, 1)[0],
         prices=("1", "2"),
-        agent_connection=vllm,
-        user_connection=vllm,
-        **judge,
     )
     run.save()
     assert run_execute(run_id=run.pk, worker="test-judge-meter") == Run.Status.COMPLETED
@@ -97,7 +98,7 @@ def test_the_judges_tokens_and_cost_are_recorded_at_its_own_models_price(
         api_key="sk-judge-host-0123456789",
         models=[("judge-model", (Decimal("3"), Decimal("15")))],
     )
-    run = _run(alice, vllm, judge_model="judge-model", judge_connection=judge_host)
+    run = _run(alice, vllm, judge=Side("judge-model", judge_host))
     calls = _judge_requests(llm_server)
     assert calls and run.reward_info["nl_assertions"]
     assert (run.judge_prompt_tokens, run.judge_completion_tokens) == (
@@ -145,7 +146,7 @@ def test_a_judge_on_the_customers_route_is_priced_at_the_customers_prices(
 def test_an_unpriced_judge_is_metered_but_never_said_free(
     llm_server, judged, alice, alice_client, vllm
 ):
-    run = _run(alice, vllm, judge_model="some-org/unlisted-judge")
+    run = _run(alice, vllm, judge=Side("some-org/unlisted-judge"))
     assert run.judge_prompt_tokens and run.judge_cost_usd is None
     page = alice_client.get(f"/runs/{run.pk}/").content.decode()
     assert page[page.index('data-testid="cost-judge"') :][:80].startswith(

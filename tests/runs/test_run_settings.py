@@ -11,7 +11,8 @@ import pytest
 from django.apps import apps as django_apps
 
 from apps.runs.models import DEFAULT_MAX_ERRORS, Run
-from apps.runs.services import run_create, run_settings_of
+from apps.runs.services import run_create
+from apps.runs.spec import RunSpec, Side
 from apps.tasks.models import Task
 from tests.support.scripts import AGENT_MODEL, GOLD_TASK
 
@@ -51,8 +52,10 @@ def test_every_step_limit_defaults_to_tau2s_own():
     assert defaults.MAX_STEPS == TAU2_DEFAULT
     for model in (Run, Race, Evaluation):
         assert model._meta.get_field("max_steps").default == TAU2_DEFAULT, model
+    # Every service takes one RunSpec, whose default is τ²'s.
+    assert RunSpec(agent=Side("org/model")).max_steps == TAU2_DEFAULT
     for service in (run_create, race_create, evaluation_create):
-        assert inspect.signature(service).parameters["max_steps"].default == TAU2_DEFAULT
+        assert "spec" in inspect.signature(service).parameters
 
 
 @pytest.mark.django_db
@@ -60,10 +63,8 @@ def test_a_new_run_keeps_its_settings_in_columns(alice, task):
     run = run_create(
         user=alice,
         task=task,
-        agent_model=AGENT_MODEL,
-        seed=7,
+        spec=RunSpec(agent=Side(AGENT_MODEL), seed=7, max_errors=4),
         trial=2,
-        max_errors=4,
         agent_prices=(Decimal("0.27"), Decimal("1.1")),
     )
     run.refresh_from_db()
@@ -73,8 +74,9 @@ def test_a_new_run_keeps_its_settings_in_columns(alice, task):
     # What running it again repeats comes from the columns, even with provenance gone.
     Run.objects.filter(pk=run.pk).update(provenance={})
     run.refresh_from_db()
-    kept = run_settings_of(run)
-    assert (kept["seed"], kept["trial"], kept["max_errors"]) == (7, 2, 4)
+    spec = run.spec
+    assert (spec.seed, run.seed_trial, spec.max_errors) == (7, 2, 4)
+    assert spec.agent == Side(AGENT_MODEL, None, {"temperature": 0.0})
 
 
 @pytest.mark.django_db

@@ -15,6 +15,7 @@ from django.test import Client, override_settings
 
 from apps.runs import services
 from apps.runs.models import Run
+from apps.runs.spec import RunSpec, Side
 from apps.tasks.models import Task
 from tau2_env.engine.evaluation import trial_seeds
 from tests.support.scripts import AGENT_MODEL, finished, gold_script, wait_for
@@ -41,14 +42,12 @@ def finished_run(user, *, status=Run.Status.COMPLETED, seed=7, trial=0, agent=AG
     run = services.model_run_build(
         user=user,
         task=Task.objects.get(domain_id="airline", task_id="27"),
-        agent_model=agent,
-        user_model=CUSTOMER_MODEL,
-        max_steps=30,
-        seed=seed,
+        spec=RunSpec(
+            agent=Side(agent), customer=Side(CUSTOMER_MODEL), max_steps=30, max_errors=5, seed=seed
+        ),
         trial=trial,
         trial_seed=trial_seeds(seed, trial + 1)[trial],
         prices=None,
-        max_errors=5,
     )
     run.status = status
     if status == Run.Status.FAILED:

@@ -13,6 +13,7 @@ from django.utils import timezone
 from apps.evaluations import services as evaluation_services
 from apps.evaluations.models import Evaluation
 from apps.runs.models import Run
+from apps.runs.spec import RunSpec, Side
 from apps.runs.tasks import execute_run
 from tests.support import processes
 from tests.support.scripts import AGENT_MODEL, finished, gold_script, queued_run, wait_for
@@ -56,7 +57,10 @@ def test_an_evaluation_whose_runs_nobody_handed_out_goes_on_once_a_worker_starts
     gold_script(llm_server)
     settings.TAU2_EVAL_MAX_IN_FLIGHT = 0  # the dispatch at creation hands out nothing
     evaluation = evaluation_services.evaluation_create(
-        user=alice, domain="airline", task_ids=["27"], agent_model=AGENT_MODEL, num_trials=2
+        user=alice,
+        spec=RunSpec(agent=Side(AGENT_MODEL)),
+        tasks=evaluation_services.TaskChoice(domain="airline", task_ids=["27"]),
+        num_trials=2,
     )
     assert not evaluation.runs.filter(dispatched_at__isnull=False).exists()
 

@@ -11,10 +11,10 @@ from django.views.decorators.http import require_POST
 
 from apps.accounts.access import can_control, can_start, can_view_runs, signin_url
 from apps.accounts.vault import SignInRequired
-from apps.connections.picker import sides_of
 from apps.evaluations import presenters, selectors, services
 from apps.evaluations.forms import EvaluationForm, preview_for
 from apps.evaluations.models import Evaluation
+from apps.runs.forms import spec_from
 from apps.tasks.selectors import TaskFilters
 
 # Settings a link may prefill (the explorer's query, a task page's ids) besides the tasks.
@@ -108,19 +108,14 @@ def _start(user, data: dict) -> Evaluation:
     plan, model = data["plan"], data["agent_model"]  # model: a ResolvedRoute
     return services.evaluation_create(
         user=user,
-        domain=plan.domain,
-        split=plan.split,
-        task_ids=plan.task_ids,
-        query=plan.query,
+        spec=spec_from(data),
+        tasks=services.TaskChoice(
+            domain=plan.domain, split=plan.split, task_ids=plan.task_ids, query=plan.query
+        ),
         agent_prices=model.prices,
-        **sides_of(data),
         num_trials=data["num_trials"],
-        seed=data.get("seed"),
-        max_steps=data["max_steps"],
-        max_errors=data["max_errors"],
         concurrency=data["concurrency"],
         name=data.get("name", ""),
-        mode=data.get("mode") or "default",
     )
 
 
