@@ -60,6 +60,6 @@ def test_a_reaped_claim_stores_no_finding_the_current_one_does(llm_server, alice
     labels = ReviewLabel.objects.filter(run=run).count()
     assert labels == len(FINDINGS["findings"])
     assert not autoreview._finish(
-        stale, status=AutoReview.Status.DONE, usage=autoreview.llm.Usage()
+        stale, status=AutoReview.Status.DONE, usage=autoreview.gateway.Usage()
     )
     assert ReviewLabel.objects.filter(run=run).count() == labels
