@@ -8,6 +8,7 @@ as small HTML fragments.
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from decimal import Decimal
@@ -23,6 +24,7 @@ from apps.evaluations import selectors
 from apps.evaluations.estimates import dollars
 from apps.evaluations.models import Evaluation
 from apps.evaluations.summary import EvaluationSummary
+from apps.runs import endings
 from apps.runs.models import Run
 from apps.tasks.models import Split
 from tau2_env.engine.catalog import task_set_version
@@ -212,10 +214,25 @@ def metrics_context(evaluation: Evaluation, summary: EvaluationSummary) -> dict[
         "terminations": sorted(
             summary.termination_reasons.items(), key=lambda item: (-item[1], item[0])
         ),
+        "loops": loops_view(evaluation),
         "mean_duration": duration_label(summary.mean_duration_s),
         "mean_cost": _money(summary.mean_total_cost_usd),
         "mean_agent_cost": _money(summary.mean_cost_usd),
     }
+
+
+def loops_view(evaluation: Evaluation) -> list[dict[str, Any]]:
+    """``[{"label", "count"}]``: the evaluation's ended runs whose conversation loops, by
+    how many of their last messages repeat (``apps.runs.endings``, a mark read from the
+    stored messages; τ²'s reasons above are as τ² gave them), longest first."""
+    ended = Run.objects.filter(evaluation=evaluation, status__in=Run.FINAL).values_list(
+        "pk", flat=True
+    )
+    counts = Counter(endings.looped_runs(ended).values())
+    return [
+        {"label": endings.loop_label(n), "count": c}
+        for n, c in sorted(counts.items(), reverse=True)
+    ]
 
 
 def duration_label(seconds: float | None) -> str:

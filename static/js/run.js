@@ -110,6 +110,12 @@
     if (!el || el.dataset.finished || !el.dataset.started) return;
     const seconds = Math.max(0, (Date.now() - Date.parse(el.dataset.started)) / 1000);
     el.textContent = `${Math.round(seconds)} s`;
+    // And how long Stop has waited for the call in flight.
+    const waits = document.querySelector("#run-status [data-testid=stop-waits][data-since] .since");
+    if (waits) {
+      const since = Date.parse(waits.parentElement.dataset.since);
+      waits.textContent = `${Math.round(Math.max(0, (Date.now() - since) / 1000))} s`;
+    }
   }, 1000);
 
   absolutise(document);

@@ -1,0 +1,30 @@
+"""How a run ended, for its status line: ``{{ run|limit_ending }}``, ``{{ run|run_loop }}``
+(``apps.runs.endings``) and ``{{ run|in_flight }}``, the call a Stop waits for."""
+
+from django import template
+from django.utils import timezone
+
+from apps.runs import endings
+from apps.runs.models import Run
+
+register = template.Library()
+
+
+@register.filter
+def limit_ending(run: Run) -> str:
+    return endings.limit_ending(run)
+
+
+@register.filter
+def run_loop(run: Run) -> str:
+    return endings.loop_label(endings.run_loop(run))
+
+
+@register.filter
+def in_flight(run: Run) -> dict | None:
+    """``{"side", "since", "seconds"}`` of the call ``run`` waits for, or ``None``."""
+    call = endings.in_flight(run)
+    if call is None:
+        return None
+    seconds = max(0, round((timezone.now() - call.since).total_seconds()))
+    return {"side": call.side, "since": call.since, "seconds": seconds}
