@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from functools import partial
 
 from channels.db import database_sync_to_async
@@ -29,7 +31,14 @@ class EvaluationConsumer(AsyncJsonWebsocketConsumer):
     ``?version=`` is the page's version; the state on connect is sent whole whatever it
     is (a retry can move the version down and up again to the same number with other
     cells), so a page coming back resumes without a gap.
+
+    Every ``KEEPALIVE_SECONDS`` it checks the state itself (a message lost while Redis
+    was busy is caught here, not by the page reopening its socket) and, when nothing
+    changed, sends ``{"type": "keepalive"}``: a page's watchdog (30 s) and a proxy's idle
+    timeout never see a quiet socket, so a healthy page never reconnects.
     """
+
+    KEEPALIVE_SECONDS: float = 15.0
 
     async def connect(self):
         self.evaluation_id = int(self.scope["url_route"]["kwargs"]["pk"])
@@ -41,11 +50,23 @@ class EvaluationConsumer(AsyncJsonWebsocketConsumer):
         await self.accept()
         self.sent: tuple[int, str] | None = None  # (version, status) last sent
         self.cells: list | None = None
+        self.head: dict | None = None
         await self._send_state()
+        self.keepalive = asyncio.ensure_future(self._keep_alive())
 
     async def disconnect(self, code):
+        keepalive = getattr(self, "keepalive", None)
+        if keepalive is not None:
+            keepalive.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await keepalive
         if hasattr(self, "group"):
             await self.channel_layer.group_discard(self.group, self.channel_name)
+
+    async def _keep_alive(self):
+        while True:
+            await asyncio.sleep(self.KEEPALIVE_SECONDS)
+            await self._send_state(only_if_changed=True)
 
     async def evaluation_update(self, message):
         stale = self.sent is not None and message["version"] <= self.sent[0]
@@ -74,11 +95,16 @@ class EvaluationConsumer(AsyncJsonWebsocketConsumer):
         evaluation = Evaluation.objects.filter(pk=self.evaluation_id).first()
         return presenters.evaluation_state(evaluation).message() if evaluation else None
 
-    async def _send_state(self):
+    async def _send_state(self, *, only_if_changed: bool = False):
         state = await self._state()
         if state is None:  # deleted meanwhile
             await self.close(code=4404)
             return
+        head = {k: v for k, v in state.items() if k not in ("matrix", "charts")}
+        if only_if_changed and head == self.head:
+            await self.send_json({"type": "keepalive"})
+            return
+        self.head = head
         cells = state["matrix"]["cells"]
         if self.cells is not None and len(self.cells) == len(cells):
             pairs = enumerate(zip(self.cells, cells, strict=True))

@@ -11,6 +11,7 @@ import json
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -123,6 +124,11 @@ def _compute(evaluation: Evaluation) -> LiveState:
         "metrics_html": render_to_string(
             "includes/evaluation_metrics.html", metrics_context(evaluation, summary)
         ),
+        # The paper's breakdowns, computed with the rest: the page replaces them with
+        # every state, as a reload would show them.
+        "breakdowns_html": render_to_string(
+            "evaluations/_breakdowns.html", {"evaluation": evaluation}
+        ),
     }
     data = {"matrix": matrix, "charts": charts_payload(evaluation, summary, matrix["tasks"])}
     return LiveState(head=head, data_json=json.dumps(data, separators=(",", ":")))
@@ -176,6 +182,13 @@ def progress_context(evaluation: Evaluation, summary: EvaluationSummary) -> dict
             if count or key in ("completed", "running", "queued", "failed")
         ],
         "eta": duration_label(summary.eta_seconds),
+        # When the ETA ends, for the page to count it down between states (the state is
+        # kept while nothing changes; its text would stand still).
+        "eta_at": (
+            (summary.computed_at + timedelta(seconds=summary.eta_seconds)).isoformat()
+            if summary.eta_seconds is not None
+            else ""
+        ),
         "cost": _money(summary.total_cost_usd),  # every priced call: agent, customer, judge
         "agent_cost": _money(summary.cost_usd),
         "customer_cost": _money(summary.user_cost_usd),

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter, defaultdict
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 from statistics import mean
 from typing import Any
@@ -246,6 +248,21 @@ def reward_by_basis(runs: list[dict[str, Any]]) -> tuple[dict[str, float], int, 
     return {k: mean(v) for k, v in sorted(values.items())}, len(scored), without
 
 
+def _eta_seconds(
+    now: datetime, pace: float, lanes: int, started: list[datetime], waiting: int
+) -> int:
+    """Seconds until the last run ends at the runs' real pace (``pace``: their mean
+    duration so far): each running run ends ``pace`` after it started (now, if it is
+    already past that), and the ``waiting`` others follow on whichever of the ``lanes``
+    frees first. It counts from ``now``, so the page can count it down (``eta_at``)."""
+    ends = sorted(max(0.0, (s - now).total_seconds() + pace) for s in started)[:lanes]
+    ends += [0.0] * (lanes - len(ends))
+    heapq.heapify(ends)
+    for _ in range(max(0, waiting)):
+        heapq.heappush(ends, heapq.heappop(ends) + pace)
+    return round(max(ends))
+
+
 def evaluation_summary(
     evaluation: Evaluation, runs: list[dict[str, Any]] | None = None
 ) -> EvaluationSummary:
@@ -283,12 +300,16 @@ def evaluation_summary(
     # page); a run handed to the workers and waiting for one is still queued.
     running = statuses[Run.Status.RUNNING]
     eta = None
+    now = timezone.now()
     if durations and final < planned and evaluation.status == Evaluation.Status.RUNNING:
         in_flight = running + sum(
             1 for r in runs if r["status"] == Run.Status.QUEUED and r["dispatched_at"]
         )
         lanes = max(1, min(evaluation.concurrency, in_flight))
-        eta = round((planned - final) * mean(durations) / lanes)
+        started = [
+            r["started_at"] for r in runs if r["status"] == Run.Status.RUNNING and r["started_at"]
+        ]
+        eta = _eta_seconds(now, mean(durations), lanes, started, planned - final - len(started))
     by_task: dict[str, list[float]] = defaultdict(list)
     for run in scored:
         by_task[run["task__task_id"]].append(run["reward"] or 0.0)
@@ -342,7 +363,7 @@ def evaluation_summary(
                 key=lambda row: (-row.reward, task_order(row.task_id)),
             )
         ),
-        computed_at=timezone.now(),
+        computed_at=now,
         scored_runs=metrics.runs,
         failures_counted=sum(1 for r in runs if is_scored(r) and r["status"] == Run.Status.FAILED),
         left_out={key: left_out[key] for key in LEFT_OUT if left_out[key]},

@@ -159,6 +159,8 @@
     root.dataset.retryable = String(state.retryable);
     replace("evaluation-progress", state.progress_html);
     replace("evaluation-metrics", state.metrics_html);
+    if (state.breakdowns_html) replace("evaluation-breakdowns", state.breakdowns_html);
+    tickEta();
     if (state.matrix) { matrix = state.matrix; drawMatrix(); }
     else if (state.patch && state.patch.length) patchMatrix(state.patch);
     charts = state.charts;
@@ -170,6 +172,25 @@
     }
   }
 
+  // --- The ETA counts down between states from when it ends (`data-eta-at`, the runs'
+  // real pace as the server read it), in the words presenters.duration_label uses.
+  function durationLabel(seconds) {
+    seconds = Math.round(seconds);
+    if (seconds < 90) return `${seconds} s`;
+    const minutes = Math.round(seconds / 60);
+    if (minutes < 90) return `${minutes} min`;
+    return `${Math.floor(minutes / 60)} h ${minutes % 60} min`;
+  }
+
+  function tickEta() {
+    const eta = document.querySelector('[data-testid="eta"][data-eta-at]');
+    if (!eta || !eta.dataset.etaAt) return;
+    const left = (Date.parse(eta.dataset.etaAt) - Date.now()) / 1000;
+    eta.textContent = left >= 1
+      ? `about ${durationLabel(left)} left`
+      : "taking longer than the runs' pace so far";
+  }
+
   function catchUp() {
     fetch(root.dataset.stateUrl, { headers: { Accept: "application/json" } })
       .then((response) => (response.ok ? response.json() : null))
@@ -179,6 +200,8 @@
 
   drawMatrix();
   drawCharts();
+  tickEta();
+  setInterval(tickEta, 1000);
   window.tau2Evaluation = {
     get version() { return version; },
     get passChart() { return passChart; },

@@ -4,7 +4,9 @@
 // socket is down the page keeps what it shows and one notice says it is reconnecting.
 (() => {
   // A quiet socket may have missed a message (e.g. the final status while Redis was busy):
-  // reopening it after this long makes the server send again what the page lacks.
+  // reopening it after this long makes the server send again what the page lacks. A
+  // server that sends `{"type": "keepalive"}` more often (the evaluation page's, every
+  // 15 s) keeps a healthy socket from ever being reopened; such frames reach no page.
   const QUIET_MS = 30000;
   // A drop that reopens within this long (the watchdog's, a resume) shows no notice.
   const NOTICE_AFTER_MS = 1000;
@@ -92,7 +94,9 @@
           setDown(self, false);
           if (onOpen) onOpen();
         }
-        onMessage(JSON.parse(msg.data));
+        const data = JSON.parse(msg.data);
+        if (data && data.type === "keepalive") return;
+        onMessage(data);
         if (done()) socket.close();
       };
       socket.onclose = () => {

@@ -242,3 +242,47 @@ async def test_an_evaluation_is_never_seen_completed_without_its_summary(evaluat
     assert completing and all('"summary"' in s for s in completing), completing
     stored = await database_sync_to_async(Evaluation.objects.get)(pk=evaluation.pk)
     assert stored.status == Evaluation.Status.COMPLETED and stored.summary["successes"] == 3
+
+
+# --- The page equals its reload, and a quiet socket stays open ----------------------------
+
+
+async def test_the_last_state_equals_a_reload_breakdowns_included(evaluation, bob_client):
+    """Issue 33: the breakdowns stayed "n = 0 tasks, 0 runs" on the live page after
+    the last run until a reload; they now come with every state."""
+    async with watching(evaluation, client=bob_client) as (socket, first):
+        for task_id, trial in (("27", 0), ("27", 1), ("2", 0)):
+            await finish(evaluation, task_id, trial)
+        last = await finish(evaluation, "2", 1, reward=0.0)
+        await database_sync_to_async(services.evaluation_run_settled)(run_id=last)
+        done = await socket.receive_json_from(timeout=TIMEOUT)
+    reload = await database_sync_to_async(bob_client.get)(f"/evaluations/{evaluation.pk}/state/")
+    page = await database_sync_to_async(bob_client.get)(f"/evaluations/{evaluation.pk}/")
+    again = reload.json()
+    assert done["final"] is True
+    for field in ("version", "status", "progress_html", "metrics_html", "breakdowns_html"):
+        assert done[field] == again[field], field
+    assert done["breakdowns_html"] in page.content.decode()
+    assert "n = 2 tasks, 4 runs" in done["breakdowns_html"]
+    assert "n = 0 tasks" in first["breakdowns_html"]
+
+
+async def test_a_quiet_socket_gets_keepalives_and_is_never_closed(
+    evaluation, bob_client, monkeypatch
+):
+    """Issue 33: a page whose evaluation had nothing new for 30 s closed its socket (its
+    watchdog) and reopened it — 30 reconnects in 17 minutes. The server now speaks every
+    ``KEEPALIVE_SECONDS`` (shortened here), so the page's 30 s watchdog never trips; a
+    quiet period several keepalives long passes on one socket."""
+    from apps.evaluations.consumers import EvaluationConsumer
+
+    monkeypatch.setattr(EvaluationConsumer, "KEEPALIVE_SECONDS", 0.3)
+    async with watching(evaluation, client=bob_client) as (socket, _):
+        frames = [await socket.receive_json_from(timeout=TIMEOUT) for _ in range(4)]
+        assert {f["type"] for f in frames} == {"keepalive"}
+        # A run ends and its message is lost (never announced): the next tick sends it.
+        run_id = await finish(evaluation, "27", 0)
+        while (frame := await socket.receive_json_from(timeout=TIMEOUT))["type"] != "state":
+            pass
+        assert frame["version"] == 1 and frame["patch"] == [[2, [run_id, "c", 1.0]]]
+        assert (await socket.receive_json_from(timeout=TIMEOUT))["type"] == "keepalive"

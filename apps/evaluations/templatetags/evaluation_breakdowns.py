@@ -14,8 +14,9 @@ register = template.Library()
 @register.simple_tag
 def evaluation_breakdowns(evaluation, state=None, data="") -> list[computed.Breakdown]:
     """The breakdowns, computed once per change of the page's live state (``state`` and
-    ``data``: what the page shows of its runs), else afresh."""
-    if state is None:
+    ``data``: what the page shows of its runs), else (none given: the live state is
+    being computed) afresh."""
+    if not state:
         return computed.evaluation_breakdowns(evaluation)
     return computed.evaluation_breakdowns_kept(evaluation, stamp=f"{sorted(state.items())}{data}")
 
