@@ -182,6 +182,14 @@ def progress_context(evaluation: Evaluation, summary: EvaluationSummary) -> dict
             if count or key in ("completed", "running", "queued", "failed")
         ],
         "eta": duration_label(summary.eta_seconds),
+        # Queued runs the dispatcher has handed to the workers, waiting for a free one:
+        # the dispatcher filled the evaluation's concurrency, every worker is busy (issue
+        # 33's "1 running · 2 queued" at concurrency 2 said neither).
+        "waiting_for_worker": Run.objects.filter(
+            evaluation_id=evaluation.pk, status=Run.Status.QUEUED, dispatched_at__isnull=False
+        ).count()
+        if summary.queued
+        else 0,
         # When the ETA ends, for the page to count it down between states (the state is
         # kept while nothing changes; its text would stand still).
         "eta_at": (

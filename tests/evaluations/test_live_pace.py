@@ -97,3 +97,12 @@ def test_the_page_counts_the_eta_down_from_when_it_ends(evaluation):
     # the free lane takes the other 2 (0 → 60 → 120).
     assert summary.eta_seconds == 150
     assert abs((ends - summary.computed_at).total_seconds() - 150) < 1
+
+
+def test_the_progress_says_which_queued_runs_wait_for_a_free_worker(evaluation):
+    services.evaluations_dispatch()  # 2 handed out, no worker has started them
+    first = evaluation.runs.filter(dispatched_at__isnull=False).order_by("id").first()
+    Run.objects.filter(pk=first.pk).update(status=Run.Status.RUNNING, started_at=timezone.now())
+    html = presenters.evaluation_state(evaluation).head["progress_html"]
+    assert "1 running" in html and "5 queued" in html
+    assert "(1 of them waiting for a free worker)" in html
