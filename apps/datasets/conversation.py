@@ -29,7 +29,6 @@ from typing import Any, TypedDict
 
 # isort: off
 from tau2_env.llm._tau2 import registry  # noqa: F401  (τ² through its quiet import, first)
-from tau2.agent.base import is_valid_agent_history_message
 from tau2.agent.llm_agent import AGENT_INSTRUCTION, SYSTEM_PROMPT
 from tau2.data_model.message import SystemMessage
 from tau2.utils.llm_utils import to_litellm_messages
@@ -38,6 +37,7 @@ from tau2.utils.llm_utils import to_litellm_messages
 
 from tau2_env.engine import catalog
 from tau2_env.engine.episodes import messages_from_json
+from tau2_env.llm.tau2_gen import is_valid_agent_history_message
 
 # A reward at or above this passes (τ² rewards are 0 or 1, stored as floats).
 PASSING = 0.999

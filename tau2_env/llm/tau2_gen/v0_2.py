@@ -13,7 +13,7 @@ from typing import Any
 # isort: off
 # τ² only through tau2_env.llm._tau2 first (quiet import, local litellm price list).
 from tau2_env.llm._tau2 import registry  # noqa: F401
-from tau2.agent.base import BaseAgent
+from tau2.agent.base import BaseAgent, is_valid_agent_history_message
 from tau2.agent.llm_agent import LLMAgent, LLMGTAgent, LLMSoloAgent
 from tau2.data_model.simulation import RewardInfo, RunConfig, SimulationRun, TerminationReason
 from tau2.data_model.tasks import Task
@@ -36,6 +36,7 @@ __all__ = [
     "build_solo_environment",
     "build_user",
     "evaluate",
+    "is_valid_agent_history_message",
     "run_config_default",
     "termination_reason",
     "user_tools",

@@ -17,7 +17,7 @@ from typing import Any
 # isort: off
 # τ² only through tau2_env.llm._tau2 first (quiet import, local litellm price list).
 from tau2_env.llm._tau2 import registry  # noqa: F401
-from tau2.agent.base_agent import HalfDuplexAgent
+from tau2.agent.base_agent import HalfDuplexAgent, is_valid_agent_history_message
 from tau2.agent.llm_agent import LLMAgent, LLMGTAgent, LLMSoloAgent
 from tau2.data_model.simulation import RewardInfo, SimulationRun, TerminationReason, TextRunConfig
 from tau2.data_model.tasks import Task
@@ -40,6 +40,7 @@ __all__ = [
     "build_solo_environment",
     "build_user",
     "evaluate",
+    "is_valid_agent_history_message",
     "run_config_default",
     "termination_reason",
     "user_tools",
