@@ -1,5 +1,6 @@
-"""The JSON API's root, ``/api/``: the tasks' and the evaluations' endpoints and their
-OpenAPI schema. It composes several apps, so it lives here."""
+"""The JSON API's root, ``/api/``: the tasks' and the evaluations' endpoints (reads,
+and starting and controlling evaluations) and their OpenAPI schema.
+It composes several apps, so it lives here."""
 
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
@@ -19,4 +20,8 @@ urlpatterns = [
     path("tasks/<slug:domain>/<path:task_id>/", api.TaskDetail.as_view(), name="task"),
     path("evaluations/", evaluations_api.EvaluationList.as_view(), name="evaluations"),
     path("evaluations/<int:pk>/", evaluations_api.EvaluationDetail.as_view(), name="evaluation"),
+    path("evaluations/<int:pk>/pause/", evaluations_api.EvaluationPause.as_view(), name="pause"),
+    path("evaluations/<int:pk>/resume/", evaluations_api.EvaluationResume.as_view(), name="resume"),
+    path("evaluations/<int:pk>/stop/", evaluations_api.EvaluationStop.as_view(), name="stop"),
+    path("evaluations/<int:pk>/retry/", evaluations_api.EvaluationRetry.as_view(), name="retry"),
 ]

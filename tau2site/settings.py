@@ -277,10 +277,14 @@ REST_FRAMEWORK = {
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.AllowAny"],
-    # The session of a signed-in person only: nobody has a password here (Hugging Face
-    # signs people in), and HTTP Basic looked up any username it was sent — with a NUL
-    # in it, a 500.
-    "DEFAULT_AUTHENTICATION_CLASSES": ["rest_framework.authentication.SessionAuthentication"],
+    # A studio key (Authorization: Bearer tau2s_…, scoped: read, or read and start), or
+    # the session of a signed-in person: nobody has a password here (Hugging Face signs
+    # people in), and HTTP Basic looked up any username it was sent — with a NUL in it, a
+    # 500.
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        "apps.agents.api_auth.StudioKeyAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
     "DEFAULT_PAGINATION_CLASS": "apps.tasks.pagination.Pagination",  # limit at most 1,000
     "PAGE_SIZE": 100,
     "UNAUTHENTICATED_USER": None,
@@ -288,8 +292,9 @@ REST_FRAMEWORK = {
 SPECTACULAR_SETTINGS = {
     "TITLE": "τ²-bench studio API",
     "DESCRIPTION": (
-        "Read-only access to τ²-bench's domains and tasks, the agent models, and the "
-        "team's evaluations with τ²'s metrics."
+        "τ²-bench's domains and tasks, the agent models, and the team's evaluations with "
+        "τ²'s metrics; with a studio key that may start, start an evaluation and pause, "
+        "resume, stop or retry it."
     ),
     "VERSION": "1",
     "SERVE_INCLUDE_SCHEMA": False,

@@ -98,6 +98,11 @@ def _key_owner(raw: str) -> tuple[Owner, str, int | None]:
         key = api_key_resolve(raw=raw)
     except ApiKeyRefused as exc:
         raise access.CredentialsRefused(str(exc)) from None
+    if not key.may_start:
+        raise access.CredentialsRefused(
+            "This API key may only read the JSON API: an episode needs a key that may "
+            "read and start (make one on /accounts/keys/)."
+        )
     return owner_of(key.user), key.key_id, key.max_sessions
 
 

@@ -7,11 +7,13 @@ from django import forms
 from django.conf import settings
 from django.core.validators import MaxValueValidator
 
+from apps.agents.models import ApiKey
 from apps.connections.picker import RouteField, for_user
 
 
 class ApiKeyForm(forms.Form):
-    """A name, and ``max_sessions`` (empty: the key shares its owner's default cap)."""
+    """A name, ``max_sessions`` (empty: the key shares its owner's default cap) and
+    ``scope`` (empty: read and start)."""
 
     name = forms.CharField(
         max_length=100,
@@ -21,6 +23,15 @@ class ApiKeyForm(forms.Form):
         },
     )
     max_sessions = forms.IntegerField(required=False, min_value=1)
+    scope = forms.ChoiceField(
+        choices=ApiKey.Scope.choices,
+        required=False,
+        error_messages={"invalid_choice": "A key may read, or read and start."},
+    )
+
+    def clean_scope(self) -> str:
+        """Empty (an older page, a script): read and start, as keys always could."""
+        return self.cleaned_data.get("scope") or ApiKey.Scope.START
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)

@@ -20,7 +20,16 @@ class ApiKey(models.Model):
     such a key's sessions count against its own cap alone. Without one (``None``) they
     count with its owner's other keys and browser sessions against
     ``TAU2_SESSIONS_PER_CLIENT``.
+
+    ``scope``: what the key may do as its owner. ``start`` (read and start): play
+    episodes on the agent faces, read the JSON API, and start and control evaluations
+    through it; every key made before scopes existed has it, so none lost what it could
+    do. ``read``: the JSON API's reads only (the faces refuse it: an episode spends).
     """
+
+    class Scope(models.TextChoices):
+        READ = "read", "read only"
+        START = "start", "read and start"
 
     user = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="api_keys"
@@ -38,6 +47,12 @@ class ApiKey(models.Model):
         blank=True,
         help_text="Sessions at once, set when the key is made; empty: the per-person default.",
     )
+    scope = models.CharField(
+        max_length=8,
+        choices=Scope.choices,
+        default=Scope.START,
+        help_text="read: the JSON API's reads; start: also episodes and evaluations.",
+    )
 
     class Meta:
         ordering = ["-created_at", "-id"]
@@ -53,6 +68,9 @@ class ApiKey(models.Model):
                 condition=models.Q(max_sessions__isnull=True) | models.Q(max_sessions__gte=1),
                 name="apikey_max_sessions_at_least_one",
             ),
+            models.CheckConstraint(
+                condition=models.Q(scope__in=["read", "start"]), name="apikey_scope_known"
+            ),
         ]
 
     def __str__(self) -> str:
@@ -64,6 +82,11 @@ class ApiKey(models.Model):
     @property
     def is_revoked(self) -> bool:
         return self.revoked_at is not None
+
+    @property
+    def may_start(self) -> bool:
+        """True when the key may start work (episodes, evaluations), not only read."""
+        return self.scope == self.Scope.START
 
     @property
     def shown_prefix(self) -> str:

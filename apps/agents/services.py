@@ -30,9 +30,12 @@ def _key_hash(raw: str) -> str:
     return hashlib.sha256(raw.encode()).hexdigest()
 
 
-def api_key_create(*, user, name: str, max_sessions: int | None = None) -> tuple[ApiKey, str]:
+def api_key_create(
+    *, user, name: str, max_sessions: int | None = None, scope: str = ApiKey.Scope.START
+) -> tuple[ApiKey, str]:
     """A new key of ``user`` named ``name``, holding at most ``max_sessions`` sessions at
-    once (``None``: it shares its owner's ``TAU2_SESSIONS_PER_CLIENT``); returns the row
+    once (``None``: it shares its owner's ``TAU2_SESSIONS_PER_CLIENT``), that may
+    ``scope`` (``ApiKey.Scope``: read, or read and start); returns the row
     and the key itself, which exists nowhere else (only its hash is kept): show it once.
     Raises ``ValidationError`` for an empty or long name, a cap below 1 or above
     ``TAU2_SESSIONS_PER_KEY_MAX``, or when the person has too many keys."""
@@ -44,6 +47,8 @@ def api_key_create(*, user, name: str, max_sessions: int | None = None) -> tuple
         raise ValidationError(
             {"max_sessions": f"Sessions at once: from 1 to {most} (this server's maximum)."}
         )
+    if scope not in ApiKey.Scope.values:
+        raise ValidationError({"scope": "A key may read, or read and start."})
     if ApiKey.objects.filter(user=user, revoked_at__isnull=True).count() >= API_KEYS_PER_PERSON:
         raise ValidationError(
             {"name": f"You have {API_KEYS_PER_PERSON} keys: revoke one you no longer use first."}
@@ -56,8 +61,11 @@ def api_key_create(*, user, name: str, max_sessions: int | None = None) -> tuple
         key_id=key_id,
         secret_hash=_key_hash(raw),
         max_sessions=max_sessions,
+        scope=scope,
     )
-    logger.info("User %s created API key %s (sessions: %s)", user.pk, key_id, max_sessions)
+    logger.info(
+        "User %s created API key %s (sessions: %s, scope: %s)", user.pk, key_id, max_sessions, scope
+    )
     return key, raw
 
 

@@ -221,6 +221,7 @@ def api_keys(request):
             user=request.user,
             name=form.cleaned_data["name"],
             max_sessions=form.cleaned_data["max_sessions"],
+            scope=form.cleaned_data["scope"],
         )
     except ValidationError as exc:
         for field, errors in exc.message_dict.items():

@@ -1,22 +1,49 @@
 """Evaluations in the JSON API: the list (with the history's filters) and one evaluation
-with τ²'s metrics. Same rule as the pages: for people who may see the team's runs."""
+with τ²'s metrics, for people who may see the team's runs, as on the pages; starting one
+(the form's fields, checked with the form's messages, once per ``Idempotency-Key``) and
+pause / resume / stop / retry the failed runs, for a person — or a studio key that may
+start, acting as its owner — as the page's buttons do."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+from django.core.exceptions import ValidationError
 from django.db.models import Count
 from django.urls import reverse
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema, extend_schema_field
-from rest_framework import generics, serializers
+from drf_spectacular.utils import (
+    OpenApiParameter,
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+)
+from rest_framework import generics, serializers, status
+from rest_framework.exceptions import PermissionDenied
 from rest_framework.permissions import BasePermission
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
 
-from apps.accounts.access import can_view_runs
-from apps.evaluations import selectors
+from apps.accounts.access import can_control, can_start, can_view_runs
+from apps.accounts.grants import may_start
+from apps.accounts.vault import SignInRequired
+from apps.evaluations import selectors, services
 from apps.evaluations.breakdowns import evaluation_breakdowns
 from apps.evaluations.exports import scrub
+from apps.evaluations.forms import EvaluationForm
 from apps.evaluations.models import Evaluation
 from apps.evaluations.selectors import EvaluationFilters
 from apps.evaluations.summary import EvaluationSummary
+from apps.runs.forms import spec_from
+from tau2_env.engine.evaluation import bootstrap_pass_hat_k
+
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+READ_ONLY_KEY = (
+    "This API key may only read: starting or controlling an evaluation needs a key that "
+    "may read and start (make one on /accounts/keys/)."
+)
 
 
 class CanViewRuns(BasePermission):
@@ -24,6 +51,20 @@ class CanViewRuns(BasePermission):
 
     def has_permission(self, request, view) -> bool:
         return can_view_runs(request.user)
+
+
+class CanStart(BasePermission):
+    """A signed-in person (a browser session, or a key acting as its owner) whose key,
+    if any, may start; reads (GET) need only :class:`CanViewRuns`."""
+
+    def has_permission(self, request, view) -> bool:
+        if request.method in ("GET", "HEAD", "OPTIONS"):
+            return can_view_runs(request.user)
+        if not can_start(request.user):
+            raise PermissionDenied("Sign in, or send a studio key, to start an evaluation.")
+        if not may_start(request.auth):
+            raise PermissionDenied(READ_ONLY_KEY)
+        return True
 
 
 def _absolute(serializer: serializers.Serializer, path: str) -> str:
@@ -94,6 +135,7 @@ class EvaluationSerializer(serializers.ModelSerializer):
 
 class EvaluationDetailSerializer(EvaluationSerializer):
     metrics = serializers.SerializerMethodField()
+    pass_hat_k_intervals = serializers.SerializerMethodField()
     breakdowns = serializers.SerializerMethodField()
     provenance = serializers.SerializerMethodField()
     downloads = serializers.SerializerMethodField()
@@ -110,6 +152,7 @@ class EvaluationDetailSerializer(EvaluationSerializer):
             "concurrency",
             "provenance",
             "metrics",
+            "pass_hat_k_intervals",
             "breakdowns",
             "downloads",
         ]
@@ -118,6 +161,18 @@ class EvaluationDetailSerializer(EvaluationSerializer):
     def get_metrics(self, evaluation) -> dict:
         """Progress, τ²'s pass^k and average reward, means per run: computed now."""
         return selectors.evaluation_metrics(evaluation)
+
+    @extend_schema_field(
+        serializers.DictField(child=serializers.ListField(child=serializers.FloatField()))
+    )
+    def get_pass_hat_k_intervals(self, evaluation) -> dict[str, list[float]]:
+        """pass^k's 95% percentile bootstrap interval by k ([low, high]; tasks resampled,
+        1,000 times, seed 0, as the leaderboard's), over the runs scored so far; a k
+        above the fewest trials any task has scored is left out."""
+        rewards = selectors.rewards_by_task(selectors.evaluation_runs(evaluation))
+        ks = range(1, evaluation.num_trials + 1)
+        found = bootstrap_pass_hat_k(rewards, ks=ks, samples=1000, confidence=0.95)
+        return {str(k): [low, high] for k, (low, high) in found.items()}
 
     @extend_schema_field(serializers.ListField(child=serializers.DictField()))
     def get_breakdowns(self, evaluation) -> list[dict]:
@@ -142,6 +197,83 @@ class EvaluationDetailSerializer(EvaluationSerializer):
         }
 
 
+class EvaluationStartSerializer(serializers.Serializer):
+    """What ``POST /api/evaluations/`` takes: the fields of the evaluation form
+    (``/evaluations/new/``), checked by that form with its messages. Also accepted, as
+    on the form: ``agent_temperature``, ``agent_top_p``, ``agent_max_tokens``,
+    ``agent_reasoning_effort``, ``agent_extras`` and the same with ``user_``."""
+
+    domain = serializers.CharField(help_text="A τ² domain, e.g. airline.")
+    split = serializers.CharField(help_text="One of the domain's splits, e.g. test.")
+    task_ids = serializers.ListField(
+        child=serializers.CharField(),
+        required=False,
+        help_text="Some tasks of the domain (empty: the whole split, or what q matches).",
+    )
+    q = serializers.CharField(required=False, help_text="The task explorer's search.")
+    kind = serializers.ChoiceField(choices=["", "write", "read"], required=False)
+    agent_model = serializers.CharField(
+        help_text="A router model (org/model[:provider|:policy]) or a connection's "
+        "(@slug/model) its owner may use."
+    )
+    user_model = serializers.CharField(required=False, help_text="The simulated customer.")
+    judge_model = serializers.CharField(required=False)
+    mode = serializers.CharField(required=False, help_text="default, solo or gt.")
+    num_trials = serializers.IntegerField(required=False, help_text="k: each task k times.")
+    seed = serializers.IntegerField(required=False)
+    max_steps = serializers.IntegerField(required=False)
+    max_errors = serializers.IntegerField(required=False)
+    concurrency = serializers.IntegerField(required=False)
+    name = serializers.CharField(required=False)
+
+
+def _form_data(body: Any, *, user) -> dict[str, Any]:
+    """A JSON body as the form's data: what it leaves out, the form's defaults (as the
+    page starts with them); lists of task ids joined; ``null`` left out."""
+    data = {
+        name: str(field.initial)
+        for name, field in EvaluationForm(user=user).fields.items()
+        if field.initial not in (None, "")
+    }
+    for name, value in (body if isinstance(body, dict) else {}).items():
+        if value is None:
+            continue
+        if name == "task_ids" and isinstance(value, list):
+            value = " ".join(str(v) for v in value)
+        data[str(name)] = value if isinstance(value, str) else str(value)
+    return data
+
+
+def _errors(form_errors: dict[str, list[str]]) -> dict[str, list[str]]:
+    """The form's messages by field; the form's own (``__all__``) as DRF names them."""
+    return {
+        ("non_field_errors" if name == "__all__" else name): [str(m) for m in messages]
+        for name, messages in form_errors.items()
+    }
+
+
+def _start(user, data: dict) -> Evaluation:
+    """What the form's start button does (``views.live``), from the form's cleaned data."""
+    plan, model = data["plan"], data["agent_model"]
+    return services.evaluation_create(
+        user=user,
+        spec=spec_from(data),
+        tasks=services.TaskChoice(
+            domain=plan.domain, split=plan.split, task_ids=plan.task_ids, query=plan.query
+        ),
+        agent_prices=model.prices,
+        num_trials=data["num_trials"],
+        concurrency=data["concurrency"],
+        name=data.get("name", ""),
+    )
+
+
+def _detail(request: Request, evaluation: Evaluation, **extra) -> dict:
+    evaluation = selectors.evaluation_get(pk=evaluation.pk)
+    evaluation.runs_count = evaluation.runs.count()
+    return {**EvaluationDetailSerializer(evaluation, context={"request": request}).data, **extra}
+
+
 @extend_schema(
     parameters=[
         OpenApiParameter("domain", str, description="Only this domain."),
@@ -150,20 +282,72 @@ class EvaluationDetailSerializer(EvaluationSerializer):
         OpenApiParameter("mine", bool, description="Only the evaluations you started."),
     ]
 )
-class EvaluationList(generics.ListAPIView):
-    """The team's evaluations, newest first, with τ²'s pass^k when they last changed."""
+class EvaluationList(generics.ListCreateAPIView):
+    """The team's evaluations, newest first, with τ²'s pass^k when they last changed;
+    ``POST`` starts one."""
 
     serializer_class = EvaluationSerializer
-    permission_classes = [CanViewRuns]
+    permission_classes = [CanStart]
 
     def get_queryset(self):
         filters = EvaluationFilters.from_params(self.request.query_params)
         rows = selectors.evaluation_list(filters=filters, user=self.request.user)
         return rows.annotate(runs_count=Count("runs"))
 
+    @extend_schema(
+        request=EvaluationStartSerializer,
+        parameters=[
+            OpenApiParameter(
+                IDEMPOTENCY_HEADER,
+                str,
+                location=OpenApiParameter.HEADER,
+                description="Any string unique to this start (at most 255 characters): "
+                "the same key again answers with the evaluation it started (200) and "
+                "starts nothing.",
+            )
+        ],
+        responses={
+            201: EvaluationDetailSerializer,
+            200: OpenApiResponse(
+                EvaluationDetailSerializer, description="Started earlier with this key."
+            ),
+            400: OpenApiResponse(description="The form's messages, by field."),
+            401: OpenApiResponse(description="An unknown or revoked key."),
+            403: OpenApiResponse(description="No sign-in, or a key that may only read."),
+        },
+    )
+    def post(self, request: Request, *args, **kwargs) -> Response:
+        """Start an evaluation as the person (or the key's owner): their connections,
+        budgets and caps; checked as the form checks it, with its messages."""
+        form = EvaluationForm(_form_data(request.data, user=request.user), user=request.user)
+        if not form.is_valid():
+            return Response(_errors(form.errors), status=status.HTTP_400_BAD_REQUEST)
+        try:
+            evaluation, created = services.evaluation_create_once(
+                user=request.user,
+                idempotency_key=request.headers.get(IDEMPOTENCY_HEADER, ""),
+                create=lambda: _start(request.user, form.cleaned_data),
+            )
+        except ValidationError as exc:
+            errors = {
+                (name if name in form.fields else "non_field_errors"): messages
+                for name, messages in exc.message_dict.items()
+            }
+            return Response(errors, status=status.HTTP_400_BAD_REQUEST)
+        except SignInRequired as exc:
+            return Response({"non_field_errors": [str(exc)]}, status=status.HTTP_400_BAD_REQUEST)
+        response = Response(
+            _detail(request, evaluation),
+            status=status.HTTP_201_CREATED if created else status.HTTP_200_OK,
+        )
+        response["Location"] = reverse("api:evaluation", kwargs={"pk": evaluation.pk})
+        return response
+
 
 class EvaluationDetail(generics.RetrieveAPIView):
-    """One evaluation: its settings, where it came from and τ²'s metrics, computed now."""
+    """One evaluation: its settings, where it came from and τ²'s metrics, computed now:
+    progress, pass^k, average reward, the breakdowns with their intervals, costs, and
+    the links to its files (τ²'s results file among them)."""
 
     serializer_class = EvaluationDetailSerializer
     permission_classes = [CanViewRuns]
@@ -172,3 +356,67 @@ class EvaluationDetail(generics.RetrieveAPIView):
         evaluation = selectors.evaluation_get(pk=self.kwargs["pk"])
         evaluation.runs_count = evaluation.runs.count()
         return evaluation
+
+
+class _Control(APIView):
+    """``POST`` runs :attr:`act` on the evaluation, for its starter or staff (a key:
+    one that may start, of its starter or of staff), as the page's button does."""
+
+    permission_classes = [CanStart]
+    act: Callable[[Evaluation], Any]
+
+    def post(self, request: Request, pk: int) -> Response:
+        evaluation = selectors.evaluation_get(pk=pk)
+        if not can_control(request.user, owner_id=evaluation.created_by_id):
+            raise PermissionDenied("Only whoever started this evaluation, or staff, may do that.")
+        try:
+            result = type(self).act(evaluation)
+        except ValidationError as exc:
+            return Response({"detail": " ".join(exc.messages)}, status=400)
+        except SignInRequired as exc:  # the evaluation runs on its starter's token
+            return Response({"detail": str(exc)}, status=400)
+        extra = {"queued": result} if isinstance(result, int) else {}
+        return Response(_detail(request, evaluation, **extra))
+
+
+_CONTROL_RESPONSES = {
+    200: EvaluationDetailSerializer,
+    400: OpenApiResponse(description="Why not (e.g. the starter's sign-in expired)."),
+    403: OpenApiResponse(description="Not its starter or staff, or a key that may only read."),
+}
+
+
+@extend_schema(request=None, responses=_CONTROL_RESPONSES)
+class EvaluationPause(_Control):
+    """Pause: no new run starts; runs already going finish."""
+
+    @staticmethod
+    def act(evaluation: Evaluation) -> Evaluation:
+        return services.evaluation_pause(evaluation=evaluation)
+
+
+@extend_schema(request=None, responses=_CONTROL_RESPONSES)
+class EvaluationResume(_Control):
+    """Resume a paused evaluation (its starter's sign-in must still be usable)."""
+
+    @staticmethod
+    def act(evaluation: Evaluation) -> Evaluation:
+        return services.evaluation_resume(evaluation=evaluation)
+
+
+@extend_schema(request=None, responses=_CONTROL_RESPONSES)
+class EvaluationStop(_Control):
+    """Stop: runs not started stop at once, runs going after their current turn."""
+
+    @staticmethod
+    def act(evaluation: Evaluation) -> Evaluation:
+        return services.evaluation_stop(evaluation=evaluation)
+
+
+@extend_schema(request=None, responses=_CONTROL_RESPONSES)
+class EvaluationRetry(_Control):
+    """Queue again the runs that failed on a transient error (``queued``: how many)."""
+
+    @staticmethod
+    def act(evaluation: Evaluation) -> int:
+        return services.evaluation_retry_failed(evaluation=evaluation)

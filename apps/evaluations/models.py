@@ -184,3 +184,27 @@ class EvaluationJob(models.Model):
     @property
     def is_final(self) -> bool:
         return self.status in self.FINAL
+
+
+class StartRequest(models.Model):
+    """An ``Idempotency-Key`` a person sent with ``POST /api/evaluations/`` and the
+    evaluation it started: the same key again (a retried request) answers with that
+    evaluation and starts nothing. Unique per person, so of two requests racing with one
+    key exactly one inserts its row and starts; the other's whole transaction, its
+    evaluation included, rolls back."""
+
+    created_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+"
+    )
+    key = models.CharField(max_length=255)
+    evaluation = models.ForeignKey(Evaluation, on_delete=models.CASCADE, related_name="+")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["created_by", "key"], name="startrequest_once"),
+            models.CheckConstraint(condition=~Q(key=""), name="startrequest_has_a_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"Start request {self.key!r} → evaluation {self.evaluation_id}"

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import logging
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass
 from decimal import Decimal
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
@@ -35,7 +36,7 @@ from apps.connections.llm_routes import prices_of, side_provenance
 from apps.connections.models import Connection
 from apps.evaluations import events
 from apps.evaluations.estimates import evaluation_cost_estimate
-from apps.evaluations.models import Evaluation
+from apps.evaluations.models import Evaluation, StartRequest
 from apps.evaluations.selectors import evaluation_metrics
 from apps.inference.pricing import dollars
 from apps.runs import budgets, queue
@@ -488,3 +489,29 @@ def evaluation_retry_failed(*, evaluation: Evaluation) -> int:
             transaction.on_commit(evaluations_dispatch)
     events.evaluation_publish(evaluation_id=evaluation.pk)
     return count
+
+
+def evaluation_create_once(
+    *, user, idempotency_key: str, create: Callable[[], Evaluation]
+) -> tuple[Evaluation, bool]:
+    """``create()`` (an :func:`evaluation_create`) unless ``user`` already started one
+    with ``idempotency_key``; returns (the evaluation, whether this call created it).
+    An empty key always creates. Two calls racing with one key start one evaluation:
+    the loser's, inserted in the same transaction as its key, rolls back (its dispatch
+    was queued ``on_commit`` and never runs) and it answers with the winner's."""
+    key = (idempotency_key or "").strip()[:255]
+    if not key:
+        return create(), True
+    earlier = StartRequest.objects.filter(created_by=user, key=key).first()
+    if earlier is not None:
+        return earlier.evaluation, False
+    try:
+        with transaction.atomic():
+            evaluation = create()
+            StartRequest.objects.create(created_by=user, key=key, evaluation=evaluation)
+    except IntegrityError:
+        earlier = StartRequest.objects.filter(created_by=user, key=key).first()
+        if earlier is None:
+            raise
+        return earlier.evaluation, False
+    return evaluation, True

@@ -179,6 +179,27 @@ def test_alice_gives_a_trainers_key_a_cap_of_its_own_when_she_makes_it(
     assert f"{settings.TAU2_SESSIONS_PER_CLIENT}, shared" in page
 
 
+def test_alice_makes_a_read_only_key_that_the_faces_refuse_and_keys_may_start_by_default(
+    alice, alice_client
+):
+    response = alice_client.post("/accounts/keys/", {"name": "dashboard", "scope": "read"})
+    older = alice_client.post("/accounts/keys/", {"name": "trainer"})  # no scope: as before
+
+    reader = ApiKey.objects.get(user=alice, name="dashboard")
+    assert response.status_code == 200 and reader.scope == ApiKey.Scope.READ
+    assert ApiKey.objects.get(user=alice, name="trainer").scope == ApiKey.Scope.START
+    assert older.status_code == 200
+    with pytest.raises(access.CredentialsRefused, match="may only read"):
+        access.resolve_credentials(access.ClientRequest(hf_token=response.context["created_key"]))
+    player = access.resolve_credentials(access.ClientRequest(hf_token=older.context["created_key"]))
+    assert player.client == f"person:{alice.pk}"
+    page = alice_client.get("/accounts/keys/").content.decode()
+    assert 'data-testid="key-scope-shown">read only</td>' in page
+    assert 'data-testid="key-scope-shown">read and start</td>' in page
+    refused = alice_client.post("/accounts/keys/", {"name": "x", "scope": "admin"})
+    assert refused.status_code == 400 and not ApiKey.objects.filter(name="x").exists()
+
+
 def test_a_keys_cap_is_bounded_by_the_servers_maximum(alice, alice_client, settings):
     settings.TAU2_SESSIONS_PER_KEY_MAX = 100
 

@@ -139,8 +139,17 @@ MATRIX: dict[str, dict[str, tuple[str, str, str]]] = {
     "api/domains/<slug:domain>/": {"GET": same("200"), "POST": same("405")},
     "api/tasks/": {"GET": same("200"), "POST": same("405")},
     "api/tasks/<slug:domain>/<path:task_id>/": {"GET": same("200"), "POST": same("405")},
-    "api/evaluations/": {"GET": ("403", "200", "200"), "POST": ("403", "405", "405")},
+    # A POST starts an evaluation (an empty body: the form's messages); its controls are
+    # for its starter (alice) or staff, as the page's buttons.
+    "api/evaluations/": {"GET": ("403", "200", "200"), "POST": ("403", "400", "400")},
     "api/evaluations/<int:pk>/": {"GET": ("403", "200", "200"), "POST": ("403", "405", "405")},
+    **{
+        f"api/evaluations/<int:pk>/{action}/": {
+            "GET": ("403", "405", "405"),
+            "POST": ("403", "403", "200"),
+        }
+        for action in ("pause", "resume", "stop", "retry")
+    },
     "api/models/": {"GET": same("200"), "POST": same("405")},
     # Sign-in and out.
     "accounts/sign-in/": {"GET": same("200"), "POST": same("405")},
