@@ -119,7 +119,12 @@ def _compute(evaluation: Evaluation) -> LiveState:
         "final": evaluation.is_final,
         "retryable": summary.retryable,
         "progress_html": render_to_string(
-            "includes/evaluation_progress.html", progress_context(evaluation, summary)
+            "includes/evaluation_progress.html",
+            progress_context(
+                evaluation,
+                summary,
+                sum(1 for r in runs if r["status"] == Run.Status.QUEUED and r["dispatched_at"]),
+            ),
         ),
         "metrics_html": render_to_string(
             "includes/evaluation_metrics.html", metrics_context(evaluation, summary)
@@ -164,7 +169,10 @@ def charts_payload(
     }
 
 
-def progress_context(evaluation: Evaluation, summary: EvaluationSummary) -> dict[str, Any]:
+def progress_context(
+    evaluation: Evaluation, summary: EvaluationSummary, waiting_for_worker: int = 0
+) -> dict[str, Any]:
+    """``waiting_for_worker``: the queued runs handed to the workers (from the runs read)."""
     planned = summary.planned or 1
     segments = [
         ("completed", "done", summary.completed),
@@ -185,11 +193,7 @@ def progress_context(evaluation: Evaluation, summary: EvaluationSummary) -> dict
         # Queued runs the dispatcher has handed to the workers, waiting for a free one:
         # the dispatcher filled the evaluation's concurrency, every worker is busy (issue
         # 33's "1 running · 2 queued" at concurrency 2 said neither).
-        "waiting_for_worker": Run.objects.filter(
-            evaluation_id=evaluation.pk, status=Run.Status.QUEUED, dispatched_at__isnull=False
-        ).count()
-        if summary.queued
-        else 0,
+        "waiting_for_worker": waiting_for_worker,
         # When the ETA ends, for the page to count it down between states (the state is
         # kept while nothing changes; its text would stand still).
         "eta_at": (
