@@ -45,6 +45,9 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         self.last_seq = self._after()
         # The run page's messages carry their menu (?menu=1); the play page's do not.
         self.with_menu = self._query("menu", "") == "1"
+        # The run page asks for its calls' passing line (?calls=1); other readers of the
+        # socket (play, races, scripts) get events and statuses only, as before.
+        self.with_calls = self._query("calls", "") == "1"
         await self._catch_up()
 
     async def disconnect(self, code):
@@ -59,6 +62,13 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
 
     async def run_status(self, message):
         await self._catch_up()
+
+    async def run_call(self, message):
+        """One of the run's LLM calls started or ended: passed on as it came (not stored)."""
+        if not self.with_calls:
+            return
+        keys = ("side", "phase", "seconds", "timeout")
+        await self.send_json({"type": "call", **{key: message[key] for key in keys}})
 
     def _query(self, name: str, default: str) -> str:
         query = parse_qs(self.scope.get("query_string", b"").decode())

@@ -42,6 +42,20 @@ class StatusMessage(TypedDict):
     run_id: int
 
 
+class CallMessage(TypedDict):
+    """Sent to ``run_<id>`` as one of the run's LLM calls starts and ends (``run.call``):
+    ``side`` ("agent", "customer", "judge"), ``phase`` (``tau2_env.llm.gateway.CallNotice``),
+    its ``seconds`` so far and each attempt's ``timeout``. Not stored: a live page's
+    passing line."""
+
+    type: Literal["run.call"]
+    run_id: int
+    side: str
+    phase: str
+    seconds: float
+    timeout: float
+
+
 class LostRun(RuntimeError):
     """This worker no longer holds the run (another took it over, or it was stopped)."""
 
@@ -236,3 +250,20 @@ def events_publish(
 def status_publish(*, run_id: int) -> None:
     """Tell the run's browsers to refresh its status line (and the result, once final)."""
     _send(StatusMessage(type="run.status", run_id=run_id))
+
+
+_SIDES = {"user": "customer", "agent": "agent", "judge": "judge"}
+
+
+def call_publish(*, run_id: int, notice: gateway.CallNotice) -> None:
+    """Tell the run's browsers that one of its LLM calls started or ended."""
+    _send(
+        CallMessage(
+            type="run.call",
+            run_id=run_id,
+            side=_SIDES.get(notice.role, notice.role),
+            phase=notice.phase,
+            seconds=round(notice.seconds, 1),
+            timeout=notice.timeout,
+        )
+    )

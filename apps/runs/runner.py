@@ -30,7 +30,13 @@ from django.db import close_old_connections
 from apps.accounts.vault import SignInRequired
 from apps.connections.llm_routes import ConnectionUnavailable, route_for
 from apps.runs import budgets
-from apps.runs.events import LostRun, UnstorableMessage, events_publish, judge_fields
+from apps.runs.events import (
+    LostRun,
+    UnstorableMessage,
+    call_publish,
+    events_publish,
+    judge_fields,
+)
 from apps.runs.lifecycle import (
     INFRASTRUCTURE_ERRORS,
     RETRY,
@@ -199,7 +205,10 @@ def _drive(
         return False
 
     # Stop ends a model call in flight within seconds, not after its timeout.
-    with outbound.interruptible(heartbeat.stopped):
+    def on_call(notice: gateway.CallNotice) -> None:
+        call_publish(run_id=run.pk, notice=notice)
+
+    with outbound.interruptible(heartbeat.stopped), gateway.observe_calls(on_call):
         outcome = episode.run(on_hop=on_hop, should_stop=should_stop, backoff=_backoff)
     reason = episode.termination_reason.value if episode.termination_reason else ""
     if outcome == "stopped" and over_budget:

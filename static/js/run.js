@@ -50,6 +50,13 @@
     return ended;
   }
 
+  let call = null; // the LLM call in flight, as the socket told it
+  function tickCall() {
+    if (!call || final) return;
+    const seconds = Math.round((Date.now() - call.since) / 1000);
+    live.textContent = `${call.side}: waiting for the model's answer, ${seconds} s (each try times out after ${call.timeout} s)`;
+  }
+
   function show(data) {
     if (data.type === "event" && data.seq > lastSeq) {
       const node = fragment(data.html);
@@ -58,6 +65,11 @@
       lastSeq = data.seq;
       root.dataset.lastSeq = String(lastSeq);
       window.scrollTo({ top: document.body.scrollHeight, behavior: "smooth" });
+    } else if (data.type === "call" && !final) {
+      // One of the run's LLM calls started or ended: a passing line, ticking while it waits.
+      call = data.phase === "waiting" ? { side: data.side, timeout: data.timeout, since: Date.now() } : null;
+      live.textContent = data.phase === "failed" ? `${data.side}: the call failed after ${data.seconds} s` : "Live…";
+      tickCall();
     } else if (data.type === "status") {
       const current = document.getElementById("run-status");
       const next = fragment(data.html);
@@ -106,6 +118,7 @@
 
   // The elapsed time ticks between status updates while the run is going.
   setInterval(() => {
+    tickCall();
     const el = document.querySelector("#run-status .elapsed");
     if (!el || el.dataset.finished || !el.dataset.started) return;
     const seconds = Math.max(0, (Date.now() - Date.parse(el.dataset.started)) / 1000);
@@ -128,7 +141,7 @@
   // A reopened socket asks for what came after lastSeq (no gap) and show() skips any
   // seq it has shown already (no duplicate).
   window.LiveSocket.open({
-    path: () => `/ws/runs/${runId}/?after=${lastSeq}&menu=1`,
+    path: () => `/ws/runs/${runId}/?after=${lastSeq}&menu=1&calls=1`,
     done: () => final,
     onMessage: show,
     onOpen: () => { live.textContent = "Live…"; },

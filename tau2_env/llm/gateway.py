@@ -34,6 +34,7 @@ import logging
 import re
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -58,6 +59,7 @@ from tau2_env.llm.llm_args import ROLE_KEY, ROUTE_KEYS
 __all__ = [
     "LITELLM_PREFIXES",
     "ROLE_KEY",
+    "CallNotice",
     "Explained",
     "LLMCallError",
     "MissingCredentialsError",
@@ -69,6 +71,7 @@ __all__ = [
     "hf_route",
     "litellm_kwargs",
     "metered",
+    "observe_calls",
     "provider_words",
     "redact",
     "resolve_route",
@@ -404,6 +407,43 @@ def metered() -> Iterator[UsageMeter]:
         _meters.reset(token)
 
 
+@dataclass(frozen=True)
+class CallNotice:
+    """One LLM call's progress, told to :func:`observe_calls`' observers: ``phase`` is
+    ``"waiting"`` as it is sent, then ``"answered"`` or ``"failed"`` after ``seconds``
+    in all (litellm's retries of it included); ``timeout`` is each attempt's bound."""
+
+    role: str
+    phase: str
+    seconds: float
+    timeout: float
+
+
+_observers: contextvars.ContextVar[tuple[Callable[[CallNotice], None], ...]] = (
+    contextvars.ContextVar("tau2_llm_observers", default=())
+)
+
+
+@contextmanager
+def observe_calls(observer: Callable[[CallNotice], None]) -> Iterator[None]:
+    """Within the block, this thread's (or task's) calls through :func:`routed_completion`
+    are told to ``observer`` as they start and end; the calls themselves are unchanged.
+    An observer that raises is logged and never fails the call."""
+    token = _observers.set((*_observers.get(), observer))
+    try:
+        yield
+    finally:
+        _observers.reset(token)
+
+
+def _tell(notice: CallNotice) -> None:
+    for observer in _observers.get():
+        try:
+            observer(notice)
+        except Exception:  # a page's status line must never fail a conversation
+            logging.getLogger(__name__).exception("An LLM call observer failed")
+
+
 def _litellm_completion(call: dict[str, Any]) -> Any:
     return litellm.completion(**call)
 
@@ -439,9 +479,13 @@ def routed_completion(*args: Any, **kwargs: Any) -> Any:
     call = {k: v for k, v in kwargs.items() if k not in ROUTE_KEYS}
     call.update(litellm_kwargs(route))
     _log_redactor.remember(route)
+    started = time.monotonic()
+    _tell(CallNotice(role=role, phase="waiting", seconds=0.0, timeout=route.timeout))
     try:
         response = _send(call)
     except Exception as exc:
+        took = time.monotonic() - started
+        _tell(CallNotice(role=role, phase="failed", seconds=took, timeout=route.timeout))
         kind, message = explain_error(exc, route=route)
         raise LLMCallError(
             f"{route.describe()} failed: {message}",
@@ -457,6 +501,8 @@ def routed_completion(*args: Any, **kwargs: Any) -> Any:
             "endpoint",
             kind="bad_reply",
         )
+    took = time.monotonic() - started
+    _tell(CallNotice(role=role, phase="answered", seconds=took, timeout=route.timeout))
     for meter in _meters.get():
         meter.add(role, response)
     return response
