@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from django.db.models import F, OuterRef, Subquery
+from django.db.models import F, OuterRef, QuerySet, Subquery
 
 from apps.runs.models import Run, RunEvent
 
@@ -78,10 +78,11 @@ def run_loop(run: Run) -> int:
     return loop_length(list(reversed(tail)))
 
 
-def looped_runs(run_ids: Iterable[int]) -> dict[int, int]:
-    """``{run id: loop length}`` for the runs among ``run_ids`` whose conversation loops."""
-    ids = list(run_ids)
-    if not ids:
+def looped_runs(run_ids: Iterable[int] | QuerySet) -> dict[int, int]:
+    """``{run id: loop length}`` for the runs among ``run_ids`` whose conversation loops.
+    ``run_ids`` may be a queryset of ids: it is then read as a subquery, in the same query."""
+    ids = run_ids if isinstance(run_ids, QuerySet) else list(run_ids)
+    if not isinstance(ids, QuerySet) and not ids:
         return {}
     newest = RunEvent.objects.filter(run_id=OuterRef("run_id")).order_by("-seq").values("seq")[:1]
     rows = (
