@@ -7,10 +7,14 @@ import re
 # What legitimately differs between two renderings of one page: the CSRF token, masked
 # afresh for each response (and absent from what the socket renders: htmx sends the page's
 # own, from <body hx-headers>); while the run goes on, the elapsed seconds the page ticks and
-# the white space between elements (a message added live has none around it; none is shown).
+# the white space between elements (a message added live has none around it; none is shown);
+# and the live line, which says the LLM call in flight as the socket reports it ("customer:
+# waiting for the model's answer, 1 s"): a report kept by no row, which a reload's page
+# shows from its own socket's next report ("Live…" until then).
 _CSRF = re.compile(r'<input type="hidden" name="csrfmiddlewaretoken" value="[^"]*">')
 _ELAPSED = re.compile(r'(class="elapsed">)\d+ s(<)')
 _BETWEEN = re.compile(r">\s+<")
+_LIVE_LINE = re.compile(r'(id="live-indicator" data-testid="live">)[^<]*(<)')
 
 
 def run_body_html(page, *, running: bool = False) -> str:
@@ -20,7 +24,8 @@ def run_body_html(page, *, running: bool = False) -> str:
     html = _CSRF.sub("", page.locator("#run-page").evaluate("el => el.outerHTML"))
     if not running:
         return html
-    return _BETWEEN.sub("><", _ELAPSED.sub(r"\1… s\2", html))
+    html = _LIVE_LINE.sub(r"\1…\2", _ELAPSED.sub(r"\1… s\2", html))
+    return _BETWEEN.sub("><", html)
 
 
 def wait_until_ended_live(page) -> None:
