@@ -36,7 +36,6 @@ from apps.evaluations.forms import EvaluationForm
 from apps.evaluations.models import Evaluation
 from apps.evaluations.selectors import EvaluationFilters
 from apps.evaluations.summary import EvaluationSummary
-from apps.runs.forms import spec_from
 from tau2_env.engine.evaluation import bootstrap_pass_hat_k
 
 IDEMPOTENCY_HEADER = "Idempotency-Key"
@@ -252,22 +251,6 @@ def _errors(form_errors: dict[str, list[str]]) -> dict[str, list[str]]:
     }
 
 
-def _start(user, data: dict) -> Evaluation:
-    """What the form's start button does (``views.live``), from the form's cleaned data."""
-    plan, model = data["plan"], data["agent_model"]
-    return services.evaluation_create(
-        user=user,
-        spec=spec_from(data),
-        tasks=services.TaskChoice(
-            domain=plan.domain, split=plan.split, task_ids=plan.task_ids, query=plan.query
-        ),
-        agent_prices=model.prices,
-        num_trials=data["num_trials"],
-        concurrency=data["concurrency"],
-        name=data.get("name", ""),
-    )
-
-
 def _detail(request: Request, evaluation: Evaluation, **extra) -> dict:
     evaluation = selectors.evaluation_get(pk=evaluation.pk)
     evaluation.runs_count = evaluation.runs.count()
@@ -326,7 +309,7 @@ class EvaluationList(generics.ListCreateAPIView):
             evaluation, created = services.evaluation_create_once(
                 user=request.user,
                 idempotency_key=request.headers.get(IDEMPOTENCY_HEADER, ""),
-                create=lambda: _start(request.user, form.cleaned_data),
+                create=lambda: services.evaluation_start(user=request.user, data=form.cleaned_data),
             )
         except ValidationError as exc:
             errors = {

@@ -40,6 +40,7 @@ from apps.evaluations.models import Evaluation, StartRequest
 from apps.evaluations.selectors import evaluation_metrics
 from apps.inference.pricing import dollars
 from apps.runs import budgets, queue
+from apps.runs.forms import spec_from
 from apps.runs.models import MAX_TRIALS, Run
 from apps.runs.services import (
     model_run_build,
@@ -187,6 +188,23 @@ def evaluation_create(
         )
         transaction.on_commit(evaluations_dispatch)
     return evaluation
+
+
+def evaluation_start(*, user, data: dict) -> Evaluation:
+    """Start the evaluation the evaluation form describes (its ``cleaned_data``): what its
+    page's Start button and ``POST /api/evaluations/`` both do."""
+    plan, model = data["plan"], data["agent_model"]  # model: a ResolvedRoute
+    return evaluation_create(
+        user=user,
+        spec=spec_from(data),
+        tasks=TaskChoice(
+            domain=plan.domain, split=plan.split, task_ids=plan.task_ids, query=plan.query
+        ),
+        agent_prices=model.prices,
+        num_trials=data["num_trials"],
+        concurrency=data["concurrency"],
+        name=data.get("name", ""),
+    )
 
 
 def _refuse_over_budget(

@@ -14,7 +14,6 @@ from apps.accounts.vault import SignInRequired
 from apps.evaluations import presenters, selectors, services
 from apps.evaluations.forms import EvaluationForm, preview_for
 from apps.evaluations.models import Evaluation
-from apps.runs.forms import spec_from
 from apps.tasks.selectors import TaskFilters
 
 # Settings a link may prefill (the explorer's query, a task page's ids) besides the tasks.
@@ -92,7 +91,7 @@ def evaluation_new(request):
     preview = preview_for(form)
     if form.is_valid():
         try:
-            evaluation = _start(request.user, form.cleaned_data)
+            evaluation = services.evaluation_start(user=request.user, data=form.cleaned_data)
         except ValidationError as exc:
             for field, errors in exc.message_dict.items():
                 form.add_error(field if field in form.fields else None, errors)
@@ -102,21 +101,6 @@ def evaluation_new(request):
         else:
             return redirect(evaluation)
     return _page(request, form, preview)
-
-
-def _start(user, data: dict) -> Evaluation:
-    plan, model = data["plan"], data["agent_model"]  # model: a ResolvedRoute
-    return services.evaluation_create(
-        user=user,
-        spec=spec_from(data),
-        tasks=services.TaskChoice(
-            domain=plan.domain, split=plan.split, task_ids=plan.task_ids, query=plan.query
-        ),
-        agent_prices=model.prices,
-        num_trials=data["num_trials"],
-        concurrency=data["concurrency"],
-        name=data.get("name", ""),
-    )
 
 
 def evaluation_detail(request, pk: int):
