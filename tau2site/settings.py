@@ -78,6 +78,7 @@ INSTALLED_APPS = [
     "apps.inference",
     "apps.connections",
     "apps.workers",
+    "apps.notifications",
 ]
 
 MIDDLEWARE = [
@@ -486,6 +487,34 @@ TAU2_CONNECTION_TEST_TIMEOUT = envint("TAU2_CONNECTION_TEST_TIMEOUT", 15, minimu
 # Presses of a budgeted connection's Test each person may make in any hour (0: none): a
 # Test's call is no run, so no budget counts it; this bounds what it spends instead.
 TAU2_CONNECTION_TESTS_PER_HOUR = envint("TAU2_CONNECTION_TESTS_PER_HOUR", 10, minimum=0)
+
+# Webhooks (apps.notifications). Seconds one delivery attempt may take, the whole answer
+# included (the outbound policy's deadline): a slow receiver never holds a worker longer.
+TAU2_WEBHOOK_TIMEOUT = envfloat("TAU2_WEBHOOK_TIMEOUT", 10.0, minimum=0.1)
+# Seconds between a failed attempt and the next, in order; after the last, the delivery is
+# marked failed. The default covers a receiver down for about 18 minutes.
+def _webhook_backoff() -> list[float]:
+    raw = envlist("TAU2_WEBHOOK_BACKOFF", ["10", "30", "60", "120", "300", "600"])
+    try:
+        seconds = [float(item) for item in raw]
+    except ValueError:
+        seconds = []
+    if not seconds or any(s < 0 for s in seconds):
+        raise ImproperlyConfigured(
+            "TAU2_WEBHOOK_BACKOFF must be seconds between attempts, separated by commas "
+            f"(e.g. 10,30,60,120,300), not {','.join(raw)!r}"
+        )
+    return seconds
+
+
+TAU2_WEBHOOK_BACKOFF = _webhook_backoff()
+# The studio's address as people open it, for links in notifications (the evaluation's
+# page); empty: TAU2_AGENTS_URL, else https://SPACE_HOST, else http://localhost:8000.
+TAU2_SITE_URL = (
+    (envstr("TAU2_SITE_URL") or "").strip().rstrip("/")
+    or TAU2_AGENTS_URL
+    or (f"https://{SPACE_HOST}" if SPACE_HOST else "http://localhost:8000")
+)
 
 # --- Inference Providers catalogue (apps.inference) ---------------------------------------
 # The agent models: copied from {TAU2_HF_ROUTER_URL}/models by Celery beat every

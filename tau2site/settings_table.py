@@ -383,6 +383,36 @@ SECTIONS: tuple[Section, ...] = (
         ),
     ),
     Section(
+        "Notifications",
+        "Webhooks of evaluations' events (`apps.notifications`; see "
+        "[Notifications](notifications.md)). Their URLs and secrets live in the vault.",
+        _rows(
+            "Notifications",
+            S(
+                "TAU2_WEBHOOK_TIMEOUT",
+                "`10`",
+                "Seconds one delivery attempt may take, the whole answer included: a slow "
+                "or hanging receiver never holds a worker longer.",
+                "10",
+                "seconds per webhook delivery attempt",
+            ),
+            S(
+                "TAU2_WEBHOOK_BACKOFF",
+                "`10,30,60,120,300,600`",
+                "Seconds between a failed attempt and the next, in order; after the last "
+                "the delivery is marked failed.",
+                "10,30,60,120,300,600",
+                "waits between webhook attempts, then failed",
+            ),
+            S(
+                "TAU2_SITE_URL",
+                "`TAU2_AGENTS_URL`, else `https://SPACE_HOST`, else `http://localhost:8000`",
+                "The studio's address as people open it, for the links in notifications.",
+                None,
+            ),
+        ),
+    ),
+    Section(
         "Agent models",
         "The Inference Providers catalogue (`apps.inference`).",
         _rows(

@@ -36,6 +36,7 @@ from apps.connections.llm_routes import prices_of, side_provenance
 from apps.connections.models import Connection
 from apps.evaluations import events
 from apps.evaluations.estimates import evaluation_cost_estimate
+from apps.evaluations.hooks import EvaluationNews, evaluation_news
 from apps.evaluations.models import Evaluation, StartRequest
 from apps.evaluations.selectors import evaluation_metrics
 from apps.inference.pricing import dollars
@@ -246,16 +247,18 @@ def _refuse_over_budget(
     for connection, field, low, high in on.values():
         for room in budgets.rooms(connection=connection, user=user):
             if low > room.left:
-                raise ValidationError(
-                    {
-                        field: (
-                            f"{room.sentence()}; this evaluation's {runs} run"
-                            f"{'s' if runs != 1 else ''} are estimated to cost "
-                            f"{dollars(low)} – {dollars(high)} on it. Raise the budget, wait "
-                            "for next month, or evaluate fewer tasks or trials."
-                        )
-                    }
+                message = (
+                    f"{room.sentence()}; this evaluation's {runs} run"
+                    f"{'s' if runs != 1 else ''} are estimated to cost "
+                    f"{dollars(low)} – {dollars(high)} on it. Raise the budget, wait "
+                    "for next month, or evaluate fewer tasks or trials."
                 )
+                evaluation_news(
+                    EvaluationNews(
+                        kind="budget_reached", evaluation_id=None, user_id=user.pk, detail=message
+                    )
+                )
+                raise ValidationError({field: message})
 
 
 def _limited_connections(evaluation: Evaluation, limits: dict[int, int]) -> set[int]:
@@ -381,12 +384,28 @@ def evaluation_run_settled(*, run_id: int) -> None:
     """One of an evaluation's runs became final: stop the evaluation if the provider
     refused the token, complete it when every run is final, start the next runs, and
     tell its pages."""
-    run = Run.objects.filter(pk=run_id).values("evaluation_id", "failure", "error").first()
+    run = (
+        Run.objects.filter(pk=run_id)
+        .values("evaluation_id", "failure", "error", "finished_at", "evaluation__created_by_id")
+        .first()
+    )
     if not run or run["evaluation_id"] is None:
         return
     evaluation_id = run["evaluation_id"]
     if run["failure"] == Run.Failure.PROVIDER:
         evaluation_fail(evaluation_id=evaluation_id, error=run["error"])
+    if run["failure"] == Run.Failure.BUDGET:
+        # Budgets are monthly: news once per evaluation and month, however many runs stop.
+        month = (run["finished_at"] or timezone.now()).strftime("%Y-%m")
+        evaluation_news(
+            EvaluationNews(
+                kind="budget_reached",
+                evaluation_id=evaluation_id,
+                user_id=run["evaluation__created_by_id"],
+                detail=run["error"],
+                occurrence=month,
+            )
+        )
     _complete_if_done(evaluation_id)
     evaluations_dispatch()
     events.evaluation_publish(evaluation_id=evaluation_id)
@@ -401,11 +420,21 @@ def _complete_if_done(evaluation_id: int) -> None:
     if evaluation.status != Evaluation.Status.RUNNING:
         _summarise(evaluation_id)
         return
-    Evaluation.objects.filter(pk=evaluation_id, status=Evaluation.Status.RUNNING).update(
+    now = timezone.now()
+    changed = Evaluation.objects.filter(pk=evaluation_id, status=Evaluation.Status.RUNNING).update(
         status=Evaluation.Status.COMPLETED,
-        finished_at=timezone.now(),
+        finished_at=now,
         summary=evaluation_metrics(evaluation),
     )
+    if changed:  # one UPDATE decides: of two runs ending together, one tells
+        evaluation_news(
+            EvaluationNews(
+                kind="finished",
+                evaluation_id=evaluation_id,
+                user_id=evaluation.created_by_id,
+                occurrence=now.isoformat(),
+            )
+        )
 
 
 def _summarise(evaluation_id: int) -> None:
@@ -415,15 +444,25 @@ def _summarise(evaluation_id: int) -> None:
 
 def evaluation_fail(*, evaluation_id: int, error: str) -> None:
     """The provider refused the starter's token (401/402): stop everything, say why."""
+    now = timezone.now()
+    said = f"Stopped: {error}" if error else "Stopped: the provider refused the token."
     changed = Evaluation.objects.filter(
         pk=evaluation_id, status__in=(Evaluation.Status.RUNNING, Evaluation.Status.PAUSED)
-    ).update(
-        status=Evaluation.Status.FAILED,
-        error=f"Stopped: {error}" if error else "Stopped: the provider refused the token.",
-        finished_at=timezone.now(),
-    )
+    ).update(status=Evaluation.Status.FAILED, error=said, finished_at=now)
     if changed:
         _stop_runs(evaluation_id)
+        starter = Evaluation.objects.filter(pk=evaluation_id).values_list(
+            "created_by_id", flat=True
+        )[0]
+        evaluation_news(
+            EvaluationNews(
+                kind="failed",
+                evaluation_id=evaluation_id,
+                user_id=starter,
+                detail=said,
+                occurrence=now.isoformat(),
+            )
+        )
 
 
 def _stop_runs(evaluation_id: int) -> None:

@@ -1,0 +1,16 @@
+"""Celery tasks of notifications: thin, ids only."""
+
+from __future__ import annotations
+
+from celery import shared_task
+
+from apps.notifications import services
+
+
+@shared_task(name=services.DELIVER, bind=True, acks_late=True, ignore_result=True)
+def deliver(self, delivery_id: int) -> None:
+    """Make one attempt of delivery ``delivery_id``; come back after the backoff's wait
+    when it is to be tried again (a new message: the worker is free meanwhile)."""
+    wait = services.delivery_attempt(delivery_id=delivery_id)
+    if wait is not None:
+        raise self.retry(countdown=wait, max_retries=None)
