@@ -27,6 +27,7 @@ urlpatterns = [
     path("training/", include("apps.training.urls")),
     path("datasets/", include("apps.datasets.urls")),
     path("connections/", include("apps.connections.urls")),
+    path("notifications/", include("apps.notifications.urls")),
     path("auth/", include("social_django.urls", namespace="social")),
     path("admin/login/", accounts_views.admin_login, name="admin_login"),
     path("", include("apps.inference.urls")),  # /models/, /api/models/

@@ -215,6 +215,9 @@ def start_celery_worker(*, llm, queue: str, name: str, extra_env: dict | None = 
         # A transiently failing hop is tried once more, after ~0.1 s.
         "TAU2_RUN_TRANSIENT_RETRIES": "1",
         "TAU2_RUN_BACKOFF_SECONDS": "0.1",
+        # Webhook deliveries: tried again within seconds, each attempt bounded by 2 s.
+        "TAU2_WEBHOOK_BACKOFF": "0.5,1,1,2,2,3",
+        "TAU2_WEBHOOK_TIMEOUT": "2",
         **(extra_env or {}),
     }
     for variable in (

@@ -176,6 +176,29 @@ MATRIX: dict[str, dict[str, tuple[str, str, str]]] = {
         "POST": (SIGNIN, "404", "404"),
     },
     "connections/<int:pk>/test/": {"GET": (SIGNIN, "405", "405"), "POST": (SIGNIN, "404", "404")},
+    # Notifications: signed-in people only; one's personal webhook (alice's here) is
+    # nobody else's, staff included: 404, as if it did not exist.
+    "notifications/": {"GET": (SIGNIN, "200", "200"), "POST": (SIGNIN, "405", "405")},
+    "notifications/new/": {"GET": (SIGNIN, "200", "200"), "POST": (SIGNIN, "400", "400")},
+    **{
+        f"notifications/<int:pk>/{page}": {
+            "GET": (SIGNIN, "404", "404"),
+            "POST": (
+                SIGNIN,
+                "405" if page in ("", "log/") else "404",
+                "405" if page in ("", "log/") else "404",
+            ),
+        }
+        for page in ("", "edit/", "delete/", "log/")
+    },
+    **{
+        route: {"GET": (SIGNIN, "405", "405"), "POST": (SIGNIN, "404", "404")}
+        for route in (
+            "notifications/<int:pk>/secret/",
+            "notifications/<int:pk>/test/",
+            "notifications/<int:pk>/deliveries/<int:delivery_pk>/redeliver/",
+        )
+    },
     # Datasets: cut from the team's runs, so for those who see runs; a push to the Hub is
     # its owner's only (the id given names nobody's push: 404). The download of every
     # run: the work's evaluation has one finished run of the default mode (200).
@@ -217,9 +240,8 @@ MATRIX: dict[str, dict[str, tuple[str, str, str]]] = {
         "GET": (ADMIN_LOGIN, ADMIN_LOGIN, "302 http://testserver/runs/{run}/")
     },
     "admin/auth/user/<id>/password/": {"GET": (ADMIN_LOGIN, ADMIN_LOGIN, "200")},
-    "admin/^(?P<app_label>auth|accounts|social_django|tasks|runs|inference|connections)/$": {
-        "GET": (ADMIN_LOGIN, ADMIN_LOGIN, "200")
-    },
+    "admin/^(?P<app_label>auth|accounts|social_django|tasks|runs|inference|connections"
+    "|notifications)/$": {"GET": (ADMIN_LOGIN, ADMIN_LOGIN, "200")},
     "admin/(?P<url>.*)$": {"GET": (ADMIN_LOGIN, ADMIN_LOGIN, "404")},
 }
 
@@ -319,6 +341,13 @@ def _values(route: Route, work, alice) -> dict[str, str]:
             kind="openai_compatible",
             fields=ConnectionFields(name="matrix", base_url="http://x/v1"),
         ).pk
+    elif route.route.startswith("notifications/"):  # alice's own webhook
+        from apps.notifications.services import SubscriptionFields, subscription_create
+
+        fields = SubscriptionFields(
+            name="matrix", url="https://example.org/hook", events=["evaluation.finished"]
+        )
+        pk = subscription_create(by=alice, fields=fields)[0].pk
     elif route.route.startswith("accounts/keys/"):  # alice's own key: nobody else revokes it
         from apps.agents.services import api_key_create
 
@@ -334,6 +363,7 @@ def _values(route: Route, work, alice) -> dict[str, str]:
 
     return {
         "pk": str(pk),
+        "delivery_pk": "1",
         "label_pk": str(label.pk),
         "domain": "airline",
         "task_id": "27",

@@ -52,6 +52,12 @@ class WebhookReceiver(LocalServer):
         self.released.set()
         super().stop()
 
+    def __enter__(self) -> WebhookReceiver:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
     def wait_for(self, count: int, *, timeout: float = 30.0) -> list[Received]:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
