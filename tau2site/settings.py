@@ -491,6 +491,8 @@ TAU2_CONNECTION_TESTS_PER_HOUR = envint("TAU2_CONNECTION_TESTS_PER_HOUR", 10, mi
 # Webhooks (apps.notifications). Seconds one delivery attempt may take, the whole answer
 # included (the outbound policy's deadline): a slow receiver never holds a worker longer.
 TAU2_WEBHOOK_TIMEOUT = envfloat("TAU2_WEBHOOK_TIMEOUT", 10.0, minimum=0.1)
+
+
 # Seconds between a failed attempt and the next, in order; after the last, the delivery is
 # marked failed. The default covers a receiver down for about 18 minutes.
 def _webhook_backoff() -> list[float]:
@@ -556,6 +558,12 @@ CELERY_BEAT_SCHEDULE = {
     # Start what evaluations may start (also done whenever one of their runs ends).
     "evaluations-dispatch": {
         "task": "evaluations.dispatch",
+        "schedule": float(TAU2_RUN_REAP_SECONDS),
+        "options": {"expires": float(TAU2_RUN_REAP_SECONDS)},
+    },
+    # Webhook deliveries whose worker or message was lost: sent again.
+    "notifications-reap": {
+        "task": "notifications.reap",
         "schedule": float(TAU2_RUN_REAP_SECONDS),
         "options": {"expires": float(TAU2_RUN_REAP_SECONDS)},
     },

@@ -26,7 +26,7 @@ import socket
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -50,6 +50,7 @@ __all__ = [
     "DELIVER",
     "SECRET_PREFIX",
     "SubscriptionFields",
+    "deliveries_reap",
     "delivery_attempt",
     "delivery_redeliver",
     "emit_regressed",
@@ -320,19 +321,53 @@ def delivery_redeliver(*, by, delivery: Delivery) -> Delivery:
 # ------------------------------------------------------------------ one attempt
 
 
+# A message may come a little before its time (clocks): it is not early by this much.
+EARLY = timedelta(seconds=1)
+# A delivery whose message seems lost (reaper): this long past when it was due.
+OVERDUE = timedelta(seconds=60)
+
+
+def _stale_claim(now: datetime) -> datetime:
+    """Before this, a claim was left by a worker that died: its attempt's deadline and a
+    minute have passed."""
+    return now - timedelta(seconds=settings.TAU2_WEBHOOK_TIMEOUT) - OVERDUE
+
+
 def _claim(delivery_id: int) -> bool:
-    """One UPDATE decides: of two workers holding the same message, one sends. A claim
-    left by a worker that died is taken again after the attempt's deadline and a minute."""
+    """One UPDATE decides: of two workers holding messages of the same delivery, one
+    sends, and only once its next attempt is due (a duplicate or early message finds
+    nothing to do). A claim left by a worker that died is taken again later."""
     now = timezone.now()
-    stale = now - timedelta(seconds=settings.TAU2_WEBHOOK_TIMEOUT + 60)
+    due = Q(next_attempt_at__isnull=True) | Q(next_attempt_at__lte=now + EARLY)
     return bool(
         Delivery.objects.filter(pk=delivery_id)
         .filter(
-            Q(status=Delivery.Status.PENDING)
-            | Q(status=Delivery.Status.SENDING, claimed_at__lt=stale)
+            (Q(status=Delivery.Status.PENDING) & due)
+            | Q(status=Delivery.Status.SENDING, claimed_at__lt=_stale_claim(now))
         )
         .update(status=Delivery.Status.SENDING, claimed_at=now, attempts=F("attempts") + 1)
     )
+
+
+def deliveries_reap() -> list[int]:
+    """Send again the deliveries whose worker or message was lost (beat): claimed by a
+    worker that died, or waiting more than a minute past their time. Returns their ids."""
+    now = timezone.now()
+    lost = Delivery.objects.filter(
+        Q(status=Delivery.Status.SENDING, claimed_at__lt=_stale_claim(now))
+        | Q(status=Delivery.Status.PENDING, next_attempt_at__lt=now - OVERDUE)
+        | Q(
+            status=Delivery.Status.PENDING,
+            next_attempt_at__isnull=True,
+            created_at__lt=now - OVERDUE,
+        )
+    )
+    ids = list(lost.values_list("pk", flat=True)[:500])
+    for pk in ids:
+        current_app.send_task(DELIVER, args=[pk])
+    if ids:
+        logger.warning("%d webhook deliveries sent again (lost worker or message)", len(ids))
+    return ids
 
 
 def _in_words(exc: BaseException, *, timeout: float) -> tuple[str, bool]:
@@ -386,6 +421,9 @@ def _post(subscription: Subscription, delivery: Delivery) -> tuple[int | None, s
     except httpx.HTTPError as exc:
         error, final = _in_words(exc, timeout=timeout)
         return None, error, final
+    except Exception as exc:  # whatever else: logged and tried again, never stuck "sending"
+        logger.warning("webhook delivery %s: %s", uid, type(exc).__name__)
+        return None, f"{type(exc).__name__}: the request could not be made", False
     ok = 200 <= response.status_code < 300
     return response.status_code, "" if ok else _status_words(response.status_code), False
 

@@ -14,3 +14,9 @@ def deliver(self, delivery_id: int) -> None:
     wait = services.delivery_attempt(delivery_id=delivery_id)
     if wait is not None:
         raise self.retry(countdown=wait, max_retries=None)
+
+
+@shared_task(name="notifications.reap", ignore_result=True)
+def reap() -> list[int]:
+    """Send again the deliveries whose worker or message was lost (beat)."""
+    return services.deliveries_reap()

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import json
 import time
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from apps.notifications import services
 from apps.notifications.models import Attempt, Delivery, Event, Subscription
@@ -44,6 +46,12 @@ def _wait(predicate, *, timeout: float = 30.0, what: str = "it"):
             return found
         time.sleep(0.1)
     raise AssertionError(f"waited {timeout:g} s for {what}")
+
+
+def _now_due(delivery: Delivery) -> None:
+    Delivery.objects.filter(pk=delivery.pk, next_attempt_at__isnull=False).update(
+        next_attempt_at=timezone.now()
+    )
 
 
 def test_a_delivery_is_signed_as_the_manual_verifies_it(
@@ -96,7 +104,10 @@ def test_a_failed_attempt_is_logged_in_words_and_tried_again_after_the_backoff(
     delivery = services.subscription_test(by=alice, subscription=subscription)
     receiver.answer = 503
 
-    waits = [services.delivery_attempt(delivery_id=delivery.pk) for _ in range(3)]
+    waits = []
+    for _ in range(3):
+        waits.append(services.delivery_attempt(delivery_id=delivery.pk))
+        _now_due(delivery)  # as if the wait had passed
 
     assert waits == [10.0, 30.0, None]  # then failed
     delivery.refresh_from_db()
@@ -242,3 +253,43 @@ def test_a_hanging_receiver_holds_a_worker_no_longer_than_the_deadline(
     assert first.error == "no complete answer within 2 s"  # the suite's worker's deadline
     assert 1900 <= first.duration_ms < 4000
     assert Delivery.objects.get(pk=hanging.pk).status in Delivery.WAITING  # tried again later
+
+
+def test_a_duplicate_or_early_message_sends_nothing(
+    alice, subscriptions_cleared, receiver, held, settings
+):
+    settings.TAU2_WEBHOOK_BACKOFF = [30.0]
+    subscription, _ = subscribed(alice, receiver.url)
+    delivery = services.subscription_test(by=alice, subscription=subscription)
+    receiver.answer = 503
+    assert services.delivery_attempt(delivery_id=delivery.pk) == 30.0
+
+    # The same message again (Redis gave it twice), long before the next attempt is due.
+    assert services.delivery_attempt(delivery_id=delivery.pk) is None
+
+    assert len(receiver.received) == 1 and delivery.tries.count() == 1
+    assert Delivery.objects.get(pk=delivery.pk).status == Delivery.Status.PENDING
+
+
+def test_the_reaper_sends_again_what_a_lost_worker_or_message_left(
+    alice, subscriptions_cleared, receiver, held, monkeypatch
+):
+    sent: list[int] = []
+    monkeypatch.setattr(
+        services.current_app, "send_task", lambda name, args: sent.append((name, *args))
+    )
+    subscription, _ = subscribed(alice, receiver.url)
+    long_ago = timezone.now() - timedelta(minutes=10)
+    claimed = services.subscription_test(by=alice, subscription=subscription)
+    overdue = services.subscription_test(by=alice, subscription=subscription)
+    fresh = services.subscription_test(by=alice, subscription=subscription)
+    Delivery.objects.filter(pk=claimed.pk).update(status="sending", claimed_at=long_ago)
+    Delivery.objects.filter(pk=overdue.pk).update(next_attempt_at=long_ago)
+
+    assert sorted(services.deliveries_reap()) == sorted([claimed.pk, overdue.pk])
+    assert sorted(sent) == sorted([(services.DELIVER, claimed.pk), (services.DELIVER, overdue.pk)])
+
+    # The claim a dead worker left is taken again: the delivery goes out.
+    assert services.delivery_attempt(delivery_id=claimed.pk) is None
+    assert Delivery.objects.get(pk=claimed.pk).status == Delivery.Status.DELIVERED
+    assert Delivery.objects.get(pk=fresh.pk).status == Delivery.Status.PENDING
