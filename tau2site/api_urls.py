@@ -24,4 +24,9 @@ urlpatterns = [
     path("evaluations/<int:pk>/resume/", evaluations_api.EvaluationResume.as_view(), name="resume"),
     path("evaluations/<int:pk>/stop/", evaluations_api.EvaluationStop.as_view(), name="stop"),
     path("evaluations/<int:pk>/retry/", evaluations_api.EvaluationRetry.as_view(), name="retry"),
+    path(
+        "evaluations/<int:pk>/baseline/",
+        evaluations_api.EvaluationBaseline.as_view(),
+        name="baseline",
+    ),
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from django.core.exceptions import PermissionDenied as NotAllowed
 from django.core.exceptions import ValidationError
 from django.db.models import Count
 from django.urls import reverse
@@ -29,7 +30,7 @@ from rest_framework.views import APIView
 from apps.accounts.access import can_control, can_start, can_view_runs
 from apps.accounts.grants import may_start
 from apps.accounts.vault import SignInRequired
-from apps.evaluations import selectors, services
+from apps.evaluations import baselines, selectors, services
 from apps.evaluations.breakdowns import evaluation_breakdowns
 from apps.evaluations.exports import scrub
 from apps.evaluations.forms import EvaluationForm
@@ -138,6 +139,9 @@ class EvaluationDetailSerializer(EvaluationSerializer):
     breakdowns = serializers.SerializerMethodField()
     provenance = serializers.SerializerMethodField()
     downloads = serializers.SerializerMethodField()
+    is_baseline = serializers.SerializerMethodField()
+    verdict = serializers.SerializerMethodField()
+    verdict_reason = serializers.SerializerMethodField()
 
     class Meta(EvaluationSerializer.Meta):
         fields = [
@@ -154,7 +158,42 @@ class EvaluationDetailSerializer(EvaluationSerializer):
             "pass_hat_k_intervals",
             "breakdowns",
             "downloads",
+            "is_baseline",
+            "verdict",
+            "verdict_reason",
         ]
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        # Each evaluation judged once against its baseline for the three fields that say it.
+        self._judgements: dict[int, baselines.Verdict | baselines.NoVerdict] = {}
+
+    def _judged(self, evaluation) -> baselines.Verdict | baselines.NoVerdict:
+        if evaluation.pk not in self._judgements:
+            self._judgements[evaluation.pk] = baselines.judge(evaluation)
+        return self._judgements[evaluation.pk]
+
+    def get_is_baseline(self, evaluation) -> bool:
+        """Whether this evaluation is the pinned baseline of its settings."""
+        judged = self._judged(evaluation)
+        return isinstance(judged, baselines.NoVerdict) and judged.is_baseline
+
+    @extend_schema_field(OpenApiTypes.OBJECT)
+    def get_verdict(self, evaluation) -> dict | None:
+        """Against the pinned baseline of its settings (``apps.evaluations.baselines``):
+        ``outcome`` (better, worse, indistinguishable: the paired bootstrap interval of
+        pass^1 over the tasks both scored leaves out 0 or not), ``provisional`` (either
+        has not ended), ``pass_hat_k``, ``delta`` and ``interval`` (this − baseline),
+        ``by_k``, the tasks that flipped (``regressed``, ``fixed``), both costs per run
+        and the ``sentence``; ``null`` when there is none (``verdict_reason`` says why)."""
+        judged = self._judged(evaluation)
+        return judged.as_json() if isinstance(judged, baselines.Verdict) else None
+
+    def get_verdict_reason(self, evaluation) -> str | None:
+        """Why ``verdict`` is null: no baseline for these settings, this is the baseline,
+        the baseline differs (and how), or nothing scored on both sides yet."""
+        judged = self._judged(evaluation)
+        return judged.reason if isinstance(judged, baselines.NoVerdict) else None
 
     @extend_schema_field(OpenApiTypes.OBJECT)
     def get_metrics(self, evaluation) -> dict:
@@ -403,3 +442,38 @@ class EvaluationRetry(_Control):
     @staticmethod
     def act(evaluation: Evaluation) -> int:
         return services.evaluation_retry_failed(evaluation=evaluation)
+
+
+@extend_schema(
+    request=None,
+    responses={
+        200: EvaluationDetailSerializer,
+        400: OpenApiResponse(description="Why not (another pin raced this one)."),
+        403: OpenApiResponse(
+            description="Not its starter or staff (replacing or unpinning another's "
+            "baseline: not whoever pinned it either), or a key that may only read."
+        ),
+    },
+)
+class EvaluationBaseline(APIView):
+    """``POST`` pins the evaluation as the baseline of its settings (replacing the one
+    pinned there); ``DELETE`` unpins it. Later comparable evaluations' ``verdict`` is
+    judged against it. For its starter or staff, with a key that may start."""
+
+    permission_classes = [CanStart]
+
+    def _act(self, request: Request, pk: int, act: Callable[..., Any]) -> Response:
+        evaluation = selectors.evaluation_get(pk=pk)
+        try:
+            act(evaluation=evaluation, by=request.user)
+        except NotAllowed as exc:
+            raise PermissionDenied(str(exc)) from None
+        except ValidationError as exc:
+            return Response({"detail": " ".join(exc.messages)}, status=400)
+        return Response(_detail(request, evaluation))
+
+    def post(self, request: Request, pk: int) -> Response:
+        return self._act(request, pk, baselines.baseline_pin)
+
+    def delete(self, request: Request, pk: int) -> Response:
+        return self._act(request, pk, baselines.baseline_unpin)

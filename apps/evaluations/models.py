@@ -208,3 +208,31 @@ class StartRequest(models.Model):
 
     def __str__(self) -> str:
         return f"Start request {self.key!r} → evaluation {self.evaluation_id}"
+
+
+class Baseline(models.Model):
+    """The evaluation the team judges later comparable ones against: one per identity
+    (``identity_key``: the domain and everything ``apps.evaluations.pooling.Identity``
+    says two evaluations must share to be ranked or pooled together — split, task set,
+    τ² version, mode, customer, both sides' LLM arguments, limits). The server is one
+    team's, so one baseline per identity on it. Pinning another evaluation of the same
+    identity replaces it (``apps.evaluations.baselines.baseline_pin``); deleting the
+    evaluation unpins it."""
+
+    evaluation = models.OneToOneField(
+        Evaluation, on_delete=models.CASCADE, related_name="baseline_pin"
+    )
+    domain = models.CharField(max_length=64, db_index=True)
+    identity_key = models.CharField(max_length=64, help_text="sha256 of the domain and identity.")
+    pinned_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.SET_NULL, null=True, related_name="+"
+    )
+    pinned_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["identity_key"], name="baseline_one_per_identity"),
+        ]
+
+    def __str__(self) -> str:
+        return f"Baseline: evaluation {self.evaluation_id} ({self.domain})"

@@ -142,6 +142,26 @@ def _run_total_cost(run: dict[str, Any]) -> Decimal | None:
     return sum(used, Decimal(0))
 
 
+def evaluation_cost_per_run(evaluation: Evaluation) -> Decimal | None:
+    """The mean cost of a run (agent, customer and judge) over the runs whose every call
+    was priced, as ``EvaluationSummary.mean_total_cost_usd`` says it, read now in one
+    query of the cost columns; ``None`` when no run was priced."""
+    columns = (
+        "prompt_tokens",
+        "completion_tokens",
+        "cost_usd",
+        "user_prompt_tokens",
+        "user_completion_tokens",
+        "user_cost_usd",
+        "judge_prompt_tokens",
+        "judge_completion_tokens",
+        "judge_cost_usd",
+    )
+    runs = Run.objects.filter(evaluation=evaluation).values(*columns)
+    totals = [t for t in map(_run_total_cost, runs) if t is not None]
+    return sum(totals, Decimal(0)) / len(totals) if totals else None
+
+
 def evaluation_get(*, pk: int) -> Evaluation:
     try:
         return Evaluation.objects.select_related("created_by").get(pk=pk)

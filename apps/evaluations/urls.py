@@ -13,6 +13,7 @@ urlpatterns = [
     path("<int:pk>/resume/", live.evaluation_resume, name="resume"),
     path("<int:pk>/stop/", live.evaluation_stop, name="stop"),
     path("<int:pk>/retry/", live.evaluation_retry, name="retry"),
+    path("<int:pk>/baseline/", live.evaluation_baseline, name="baseline"),
     # History, results in and out, comparison (views/results.py)
     path("", results.evaluation_list, name="list"),
     path("<int:pk>.json", results.evaluation_json, name="json"),

@@ -116,7 +116,7 @@ MATRIX: dict[str, dict[str, tuple[str, str, str]]] = {
             "GET": same("405"),
             "POST": (SIGNIN, "403", "302 /evaluations/{evaluation}/"),
         }
-        for action in ("pause", "resume", "stop", "retry")
+        for action in ("pause", "resume", "stop", "retry", "baseline")
     },
     "evaluations/": {"GET": (SIGNIN, "200", "200"), "POST": (SIGNIN, "200", "200")},
     "evaluations/<int:pk>.json": {"GET": ("403", "200", "200"), "POST": ("403", "200", "200")},
@@ -148,7 +148,7 @@ MATRIX: dict[str, dict[str, tuple[str, str, str]]] = {
             "GET": ("403", "405", "405"),
             "POST": ("403", "403", "200"),
         }
-        for action in ("pause", "resume", "stop", "retry")
+        for action in ("pause", "resume", "stop", "retry", "baseline")
     },
     "api/models/": {"GET": same("200"), "POST": same("405")},
     # Sign-in and out.

@@ -11,7 +11,7 @@ from django.views.decorators.http import require_POST
 
 from apps.accounts.access import can_control, can_start, can_view_runs, signin_url
 from apps.accounts.vault import SignInRequired
-from apps.evaluations import presenters, selectors, services
+from apps.evaluations import baselines, presenters, selectors, services
 from apps.evaluations.forms import EvaluationForm, preview_for
 from apps.evaluations.models import Evaluation
 from apps.tasks.selectors import TaskFilters
@@ -116,6 +116,7 @@ def evaluation_detail(request, pk: int):
             "state": state.head,
             "data_script": state.data_script,
             "can_control": can_control(request.user, owner_id=evaluation.created_by_id),
+            "judged": baselines.judge(evaluation),
         },
     )
 
@@ -180,3 +181,22 @@ def evaluation_retry(request, pk: int):
         lambda e: services.evaluation_retry_failed(evaluation=e),
         "{result} failed run(s) queued again.",
     )
+
+
+@require_POST
+def evaluation_baseline(request, pk: int):
+    """Pin the evaluation as the baseline of its identity (``unpin=1``: unpin it), for
+    its starter or staff (replacing or unpinning another's: whoever pinned it too)."""
+    evaluation = selectors.evaluation_get(pk=pk)
+    if not can_start(request.user):
+        return redirect(signin_url(next_url=evaluation.get_absolute_url(), reason="start"))
+    try:
+        if request.POST.get("unpin"):
+            baselines.baseline_unpin(evaluation=evaluation, by=request.user)
+            messages.info(request, "Unpinned: no baseline for these settings now.")
+        else:
+            baselines.baseline_pin(evaluation=evaluation, by=request.user)
+            messages.info(request, "Pinned: later comparable evaluations are judged against it.")
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    return redirect(evaluation)
