@@ -7,7 +7,8 @@
   webhooks from it).
 
 Light on purpose (nothing but Django's transactions): an app registers its hooks at
-start-up without loading the services.
+start-up without loading its services — a hook may be given as the dotted path of a
+function, imported when it is first called.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from functools import partial
 from typing import Literal
 
 from django.db import transaction
+from django.utils.module_loading import import_string
 
 __all__ = ["EvaluationNews", "NewsKind", "evaluation_news", "news_hooks", "on_evaluation_news"]
 
@@ -51,11 +53,23 @@ NewsHook = Callable[[EvaluationNews], None]
 _hooks: list[tuple[str, NewsHook]] = []
 
 
-def on_evaluation_news(name: str, hook: NewsHook) -> None:
-    """Have ``hook(news)`` called for each :class:`EvaluationNews`. Registering ``name``
-    again replaces its hook."""
+def on_evaluation_news(name: str, hook: NewsHook | str) -> None:
+    """Have ``hook(news)`` called for each :class:`EvaluationNews` (``hook``: a function,
+    or its dotted path, imported at the first news). Registering ``name`` again replaces
+    its hook."""
     _hooks[:] = [(n, h) for n, h in _hooks if n != name]
-    _hooks.append((name, hook))
+    _hooks.append((name, _lazy(hook) if isinstance(hook, str) else hook))
+
+
+def _lazy(path: str) -> NewsHook:
+    found: list[NewsHook] = []
+
+    def hook(news: EvaluationNews) -> None:
+        if not found:
+            found.append(import_string(path))
+        found[0](news)
+
+    return hook
 
 
 def news_hooks() -> list[str]:

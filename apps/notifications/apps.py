@@ -1,12 +1,6 @@
 from django.apps import AppConfig
 
-
-def _evaluation_news(news) -> None:
-    """The evaluations' news hook: queue the webhooks that want it."""
-    # On first use, not at start-up: the services read evaluations' selectors (τ²).
-    from apps.notifications.services import notify_evaluation_news
-
-    notify_evaluation_news(news)
+from apps.evaluations import hooks
 
 
 class NotificationsConfig(AppConfig):
@@ -15,7 +9,8 @@ class NotificationsConfig(AppConfig):
     verbose_name = "Notifications"
 
     def ready(self) -> None:
-        # Evaluations know nothing of notifications: they tell us what happened.
-        from apps.evaluations import hooks
-
-        hooks.on_evaluation_news("notifications", _evaluation_news)
+        # Evaluations know nothing of notifications: they tell us what happened. The
+        # services are imported at the first news, not at start-up (they read τ²'s).
+        hooks.on_evaluation_news(
+            "notifications", "apps.notifications.services.notify_evaluation_news"
+        )
