@@ -26,9 +26,18 @@ class SubscriptionForm(forms.Form):
     events = forms.MultipleChoiceField(
         choices=[(e.value, e.label) for e in SUBSCRIBABLE], widget=forms.CheckboxSelectMultiple
     )
-    format = forms.ChoiceField(choices=Subscription.Format.choices)
+    format = forms.ChoiceField(
+        choices=Subscription.Format.choices,
+        initial=Subscription.Format.JSON,
+        widget=forms.RadioSelect,
+    )
     active = forms.BooleanField(required=False, initial=True)
-    scope = forms.ChoiceField(choices=[(FOR_ME, "only me"), (FOR_TEAM, "the team")], required=False)
+    scope = forms.ChoiceField(
+        choices=[(FOR_ME, "only me"), (FOR_TEAM, "the team")],
+        required=False,
+        initial=FOR_ME,
+        widget=forms.RadioSelect,
+    )
 
     def __init__(self, *args, user, subscription: Subscription | None = None, **kwargs):
         self.user = user

@@ -39,6 +39,7 @@ from django.db.models import F, Q
 from django.utils import timezone
 
 from apps.accounts import crypto
+from apps.evaluations.baselines import verdict_for
 from apps.evaluations.hooks import EvaluationNews
 from apps.evaluations.models import Evaluation
 from apps.notifications.models import SUBSCRIBABLE, Attempt, Delivery, Event, Subscription
@@ -229,10 +230,7 @@ def notify(
     ``user_id``'s own (the evaluation's starter, or who tried to start one). An
     evaluation's event reaches a subscription once per ``occurrence``. Returns the
     deliveries made (a repeat makes none)."""
-    wanted = Subscription.objects.filter(active=True, events__contains=[event]).filter(
-        Q(owner__isnull=True) | Q(owner_id=user_id)
-    )
-    subscriptions = list(wanted)
+    subscriptions = list(_wanted(event, user_id=user_id))
     if not subscriptions:
         return []
     payload = payload_build(event=event, evaluation=evaluation, detail=detail, verdict=verdict)
@@ -260,19 +258,40 @@ def notify(
 
 
 def notify_evaluation_news(news: EvaluationNews) -> list[Delivery]:
-    """The evaluations' news (``apps.evaluations.hooks``) as webhook deliveries."""
+    """The evaluations' news (``apps.evaluations.hooks``) as webhook deliveries; an
+    evaluation that finished worse than its baseline is also "regressed"."""
     evaluation = None
     if news.evaluation_id is not None:
         evaluation = Evaluation.objects.filter(pk=news.evaluation_id).first()
         if evaluation is None:
             return []
-    return notify(
+    made = notify(
         event=_NEWS_EVENTS[news.kind],
         user_id=news.user_id,
         evaluation=evaluation,
         detail=news.detail,
         occurrence=news.occurrence,
     )
+    if news.kind == "finished" and evaluation is not None:
+        made += _regressed_if_worse(evaluation)
+    return made
+
+
+def _wanted(event: str, *, user_id: int | None):
+    return Subscription.objects.filter(active=True, events__contains=[event]).filter(
+        Q(owner__isnull=True) | Q(owner_id=user_id)
+    )
+
+
+def _regressed_if_worse(evaluation: Evaluation) -> list[Delivery]:
+    """ "Regressed" when the baseline verdict of ``evaluation`` is worse (judged only when
+    some subscription wants it: the paired bootstrap takes a moment)."""
+    if not _wanted(Event.REGRESSED, user_id=evaluation.created_by_id).exists():
+        return []
+    verdict = verdict_for(evaluation)
+    if verdict is None or not verdict.regression:
+        return []
+    return emit_regressed(evaluation, verdict.as_json())
 
 
 def emit_regressed(evaluation: Evaluation, verdict_payload: dict[str, Any]) -> list[Delivery]:

@@ -18,7 +18,7 @@ from django.core.exceptions import ValidationError
 from django.db import transaction
 from django.utils import timezone
 
-from apps.evaluations import hooks
+from apps.evaluations import baselines, hooks
 from apps.evaluations import services as evaluations
 from apps.evaluations.models import Evaluation
 from apps.notifications import services
@@ -27,6 +27,7 @@ from apps.runs.models import Run
 from apps.runs.spec import RunSpec, Side
 from tests.notifications.support import subscribed
 from tests.support.connections import CONNECTION_KEY, openai_compatible_connection
+from tests.support.evaluations import stored_evaluation
 from tests.support.people import ALICE_TOKEN
 from tests.support.scripts import AGENT_MODEL
 
@@ -153,6 +154,51 @@ def test_a_start_refused_for_a_budget_is_told_to_who_tried(
     payload = found["alice's"].payload
     assert payload["evaluation"] is None
     assert "“Team vLLM” has $0.010 left of its $0.010 budget" in payload["detail"]
+
+
+TASKS = ("0", "1", "2", "3", "4", "5")
+
+
+def _finishing(user, reward: float):
+    """An evaluation of six tasks whose runs have all ended with ``reward``, still
+    running until the evaluations app is told of its last run."""
+    later = stored_evaluation(
+        user,
+        outcomes={task: [reward] for task in TASKS},
+        agent_model="org/agent-b",
+        status=Evaluation.Status.RUNNING,
+    )
+    evaluations.evaluation_run_settled(run_id=later.runs.last().pk)
+    later.refresh_from_db()
+    assert later.status == Evaluation.Status.COMPLETED
+    return later
+
+
+def test_finishing_worse_than_the_baseline_is_a_regression(alice, webhooks, sent):
+    base = stored_evaluation(alice, outcomes={task: [1.0] for task in TASKS})
+    baselines.baseline_pin(evaluation=base, by=alice)
+
+    later = _finishing(alice, 0.0)
+
+    assert sorted(_deliveries(Event.FINISHED)) == ["alice's", "team"]
+    found = _deliveries(Event.REGRESSED)
+    assert sorted(found) == ["alice's", "team"]
+    payload = found["team"].payload
+    assert payload["evaluation"]["id"] == later.pk
+    verdict = payload["verdict"]
+    assert verdict["outcome"] == "worse" and verdict["baseline"] == base.pk
+    assert verdict["regressed"] == list(TASKS) and verdict["interval"][1] < 0
+    assert payload["detail"].startswith(f"Worse than the baseline (evaluation {base.pk})")
+
+
+def test_finishing_better_than_the_baseline_is_no_regression(alice, webhooks, sent):
+    base = stored_evaluation(alice, outcomes={task: [0.0] for task in TASKS})
+    baselines.baseline_pin(evaluation=base, by=alice)
+
+    _finishing(alice, 1.0)
+
+    assert sorted(_deliveries(Event.FINISHED)) == ["alice's", "team"]
+    assert not _deliveries(Event.REGRESSED)
 
 
 def test_a_regression_carries_the_verdict(webhooks, evaluation, sent):
