@@ -1,0 +1,237 @@
+"""The CI gate (``tau2-gate``, ``tau2_env.faces.ci_gate``) end to end: run as a
+subprocess, as a CI job runs it, against the live server (the real ASGI application)
+with the session's Celery worker playing the runs against the scripted LLM.
+
+alice has a studio key that may read and start. Each evaluation is airline 27 and 2 ×
+1 trial. The scripted agent either solves both (``expert``: it looks the customer up and
+sends the certificate their task expects) or neither (``unhelpful``), so a later
+evaluation is told apart from a pinned baseline by the paired bootstrap.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tomllib
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from apps.agents.models import ApiKey
+from apps.agents.services import api_key_create, api_key_revoke
+from apps.evaluations.models import Baseline, Evaluation
+from tests.support.llm_server import RecordedRequest, ScriptedLLM, text, tool_call
+from tests.support.scripts import AGENT_MODEL, is_agent_request
+
+ROOT = Path(__file__).resolve().parents[2]
+# Who each task's customer is, and the certificate the task expects them to get.
+CERTIFICATES = {"ethan_martin_2396": 150, "noah_muller_9847": 50}  # airline 27, 2
+SENT = "I have sent you a certificate. Anything else?"
+REFUSED = "Sorry, I cannot help with that."
+
+
+def _last(request: RecordedRequest) -> str:
+    return str((request.messages[-1] if request.messages else {}).get("content") or "")
+
+
+def expert(llm: ScriptedLLM) -> None:
+    """Solves airline 27 and 2: the customer names themselves (their id is in the task's
+    scenario, which the customer's prompt carries); the agent looks them up and sends the
+    task's certificate. Stateless: each reply follows from the request."""
+
+    def responder(request: RecordedRequest):
+        said = request.text()
+        user = next((u for u in CERTIFICATES if u in said), None)
+        if is_agent_request(request):
+            called = [
+                call["function"]["name"]
+                for message in request.messages
+                if message.get("role") == "assistant"
+                for call in message.get("tool_calls") or []
+            ]
+            if user is None:
+                return text("May I have your user id?")
+            if "get_user_details" not in called:
+                return tool_call("get_user_details", user_id=user)
+            if "send_certificate" not in called:
+                return tool_call("send_certificate", user_id=user, amount=CERTIFICATES[user])
+            return text(SENT)
+        if SENT in _last(request):
+            return text("Thanks, that's all. ###STOP###")
+        return text(f"Hi, my flight was delayed and I want compensation. I'm {user}.")
+
+    llm.responder = responder
+
+
+def unhelpful(llm: ScriptedLLM) -> None:
+    """Solves neither task: the agent refuses, the customer leaves."""
+
+    def responder(request: RecordedRequest):
+        if is_agent_request(request):
+            return text(REFUSED)
+        if REFUSED in _last(request):
+            return text("Okay then. ###STOP###")
+        return text("Hi, my flight was delayed and I want compensation.")
+
+    llm.responder = responder
+
+
+@pytest.fixture
+def settings_file(tmp_path, asgi_server) -> Path:
+    path = tmp_path / "eval.toml"
+    path.write_text(
+        f'server = "{asgi_server.url}"\n'
+        "timeout_minutes = 3\n\n"
+        "[evaluation]\n"
+        'domain = "airline"\n'
+        'split = "test"\n'
+        'task_ids = ["27", "2"]\n'
+        "num_trials = 1\n"
+        f'agent_model = "{AGENT_MODEL}"\n'
+        'name = "ci"\n'
+    )
+    return path
+
+
+def gate(
+    settings: Path, *, key: str, run_id: str = "", extra: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess:
+    """``python -m tau2_env.faces.ci_gate`` as a CI job runs it: the key in the
+    environment, nothing of the test's own settings."""
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("GITHUB_", "DJANGO", "DATABASE", "TAU2_"))
+    }
+    env["TAU2_STUDIO_KEY"] = key
+    args = [sys.executable, "-m", "tau2_env.faces.ci_gate", str(settings), "--poll-max", "0.5"]
+    if run_id:
+        args += ["--run-id", run_id]
+    args += extra
+    return subprocess.run(
+        args, env=env, cwd=ROOT, capture_output=True, text=True, timeout=240, check=False
+    )
+
+
+def pin(asgi_server, pk: int, *, key: str) -> dict:
+    request = urllib.request.Request(
+        f"{asgi_server.url}/api/evaluations/{pk}/baseline/",
+        method="POST",
+        headers={"Authorization": f"Bearer {key}"},
+    )
+    with urllib.request.urlopen(request, timeout=30) as response:
+        return json.loads(response.read())
+
+
+def key_of(user, scope: str = ApiKey.Scope.START) -> str:
+    return api_key_create(user=user, name=f"ci {scope}", scope=scope)[1]
+
+
+def test_an_evaluation_worse_than_the_pinned_baseline_fails_the_build(
+    celery_worker, asgi_server, llm_server, alice, settings_file
+):
+    key = key_of(alice)
+    expert(llm_server)
+
+    first = gate(settings_file, key=key, run_id="100")
+
+    assert first.returncode == 0, first.stdout + first.stderr
+    assert "pass^1 = 1.000" in first.stdout
+    assert "No verdict: No baseline is pinned for airline yet." in first.stdout
+    baseline = Evaluation.objects.get()
+    assert baseline.created_by == alice and baseline.status == "completed"
+    assert "runs ended" in first.stdout  # the progress line
+    assert pin(asgi_server, baseline.pk, key=key)["is_baseline"] is True
+
+    unhelpful(llm_server)
+    second = gate(settings_file, key=key, run_id="101")
+
+    assert second.returncode == 1, second.stdout + second.stderr
+    assert "pass^1 = 0.000" in second.stdout
+    assert "Verdict: WORSE" in second.stdout
+    assert f"Worse than the baseline (evaluation {baseline.pk})" in second.stdout
+    assert "Passed in the baseline, failed now: 27, 2" in second.stdout
+    assert Evaluation.objects.count() == 2 and Baseline.objects.get().evaluation == baseline
+
+
+def test_an_evaluation_better_than_the_baseline_passes_and_a_rerun_starts_nothing(
+    celery_worker, asgi_server, llm_server, alice, settings_file
+):
+    key = key_of(alice)
+    unhelpful(llm_server)
+    assert gate(settings_file, key=key, run_id="200").returncode == 0
+    pin(asgi_server, Evaluation.objects.get().pk, key=key)
+
+    expert(llm_server)
+    pr = ("--set", "name=pr-7")  # a field of the file set for one build
+    better = gate(settings_file, key=key, run_id="201", extra=pr)
+    again = gate(settings_file, key=key, run_id="201", extra=pr)  # the job run again
+
+    assert better.returncode == 0, better.stdout + better.stderr
+    assert "Verdict: BETTER" in better.stdout
+    assert "Failed in the baseline, passed now: 27, 2" in better.stdout
+    assert "Cost per run:" in better.stdout
+    assert again.returncode == 0 and "already started by this run id" in again.stdout
+    assert Evaluation.objects.count() == 2 and Evaluation.objects.filter(name="pr-7").exists()
+
+
+def test_a_refused_key_or_a_read_only_one_is_an_error_saying_why(asgi_server, alice, settings_file):
+    old, revoked = api_key_create(user=alice, name="old", scope=ApiKey.Scope.START)
+    api_key_revoke(user=alice, pk=old.pk)
+
+    bad = gate(settings_file, key="tau2s_not-a-key")
+    gone = gate(settings_file, key=revoked)
+    read_only = gate(settings_file, key=key_of(alice, ApiKey.Scope.READ))
+
+    for result in (bad, gone):
+        assert result.returncode == 2, result.stdout + result.stderr
+        assert "the studio refused the key (TAU2_STUDIO_KEY): unknown or revoked" in result.stderr
+    assert read_only.returncode == 2 and "may only read" in read_only.stderr
+    assert not Evaluation.objects.exists()
+
+
+def test_a_bad_settings_file_or_no_key_is_an_error_before_anything_is_sent(tmp_path, committed_db):
+    holds_key = tmp_path / "key.toml"
+    holds_key.write_text(
+        'server = "http://127.0.0.1:9"\nkey = "tau2s_x"\n[evaluation]\ndomain = "airline"\n'
+    )
+    broken = tmp_path / "broken.json"
+    broken.write_text('{"server": ')
+    no_model = tmp_path / "no_model.toml"
+    no_model.write_text('server = "http://127.0.0.1:9"\n[evaluation]\ndomain = "airline"\n')
+
+    assert "keys never go in the file" in gate(holds_key, key="k").stderr
+    assert "is not valid JSON" in gate(broken, key="k").stderr
+    assert "[evaluation] needs agent_model" in gate(no_model, key="k").stderr
+    assert "cannot read the settings file" in gate(tmp_path / "missing.toml", key="k").stderr
+    valid = tmp_path / "valid.toml"
+    valid.write_text(
+        'server = "http://127.0.0.1:9"\n[evaluation]\ndomain = "airline"\nagent_model = "a/b"\n'
+    )
+    no_key = gate(valid, key="")
+    assert no_key.returncode == 2 and "no key: set TAU2_STUDIO_KEY" in no_key.stderr
+    for path in (holds_key, broken, no_model):
+        assert gate(path, key="k").returncode == 2
+
+
+def test_the_gate_ships_as_a_console_script_that_imports_no_django():
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["tau2-gate"] == "tau2_env.faces.ci_gate:main"
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, tau2_env.faces.ci_gate as gate; "
+            "assert callable(gate.main); "
+            "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('django', 'apps', 'tau2site', 'tau2', 'litellm')))",
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert probe.stdout.strip() == "[]"
