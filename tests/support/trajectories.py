@@ -7,6 +7,7 @@ the task's must-tell information with ``respond_to_user``.
 
 from __future__ import annotations
 
+import contextlib
 from collections import deque
 from typing import Any
 
@@ -20,7 +21,10 @@ from tau2.utils.utils import get_now
 # isort: on
 
 from tau2_env.engine.episodes import messages_from_json
+from tau2_env.llm import gateway
+from tau2_env.llm.gateway import Route
 from tests.support.llm_server import Reply, ScriptedLLM, text, tool_call
+from tests.support.nl_judge import is_judge_request, judge_reply
 
 CUSTOMER_OPENING = "Hi, I need some help please."
 CUSTOMER_ACK = "Okay, thanks."
@@ -28,13 +32,19 @@ CUSTOMER_DID_IT = "Done, I did that on my phone."
 
 
 class CustomerScript:
-    """The scripted customer: planned replies first, then a polite acknowledgement."""
+    """The scripted customer: planned replies first, then a polite acknowledgement.
+
+    τ²'s NL judge, asked on the same route (the customer's, by default), finds every
+    assertion met: a golden replay does what the task expects.
+    """
 
     def __init__(self, llm: ScriptedLLM) -> None:
         self.planned: deque[Reply] = deque()
         llm.responder = self._reply
 
     def _reply(self, request: Any) -> Reply:
+        if is_judge_request(request):
+            return judge_reply(request)
         return self.planned.popleft() if self.planned else text(CUSTOMER_ACK)
 
     def will(self, *replies: Reply) -> None:
@@ -86,8 +96,14 @@ async def drive_api(env: Any, task: Task, customer: CustomerScript) -> Any:
     return await env.step(CallToolAction(tool_name="done", arguments={}))
 
 
-def tau2_reward_info(*, domain: str, task: Task, messages: list[Any]) -> dict[str, Any]:
-    """τ²'s own verdict on a finished trajectory (agent stop), as JSON."""
+def tau2_reward_info(
+    *, domain: str, task: Task, messages: list[Any], judge: Route | None = None
+) -> dict[str, Any]:
+    """τ²'s own verdict on a finished trajectory (agent stop), as JSON.
+
+    ``judge`` is the route τ²'s NL judge is asked on (a task with NL assertions in its
+    reward basis needs one: every retail task of τ² 1.x), as the product's episode asks it.
+    """
     trajectory = messages_from_json(messages)
     simulation = SimulationRun(
         id="faithfulness",
@@ -98,13 +114,15 @@ def tau2_reward_info(*, domain: str, task: Task, messages: list[Any]) -> dict[st
         termination_reason=TerminationReason.AGENT_STOP,
         messages=trajectory,
     )
-    info = evaluate_simulation(
-        simulation=simulation,
-        task=task,
-        evaluation_type=EvaluationType.ALL,
-        solo_mode=False,
-        domain=domain,
-    )
+    routes = gateway.conversation(user=judge) if judge is not None else contextlib.nullcontext()
+    with routes:
+        info = evaluate_simulation(
+            simulation=simulation,
+            task=task,
+            evaluation_type=EvaluationType.ALL,
+            solo_mode=False,
+            domain=domain,
+        )
     return info.model_dump(mode="json")
 
 
