@@ -50,6 +50,16 @@ TESTED: dict[str, tuple[str, ...]] = TESTED_SETS[tau2_generation()]
 # off and every call goes through litellm itself.
 DIRECT_PATH_LITELLM: tuple[str, ...] = ("1.110.2",)
 
+# Per litellm release, the providers (litellm's prefixes) it sends with its OpenAI SDK
+# client rather than its own HTTP handler, so their outbound client is litellm's public
+# ``client_session``, not a ``client=`` HTTPHandler (which that path takes for an OpenAI
+# client: "'HTTPHandler' object has no attribute 'api_key'"). ``openai/…`` always is.
+# tests/tau2_env/test_outbound.py sends one call per provider to check each release.
+OPENAI_CLIENT_PROVIDERS: dict[str, frozenset[str]] = {
+    "1.110.2": frozenset({"openai"}),
+    "1.82.6": frozenset({"openai", "together_ai"}),
+}
+
 # What each distribution's hooks touch (for the refusal's message).
 HOOKS: dict[str, tuple[str, ...]] = {
     "openenv": (

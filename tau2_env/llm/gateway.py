@@ -52,7 +52,7 @@ from litellm.llms.custom_httpx.http_handler import HTTPHandler
 from litellm.types.router import RetryPolicy
 
 # isort: on
-from tau2_env import config
+from tau2_env import config, versions
 from tau2_env.llm import outbound
 from tau2_env.llm.llm_args import ROLE_KEY, ROUTE_KEYS
 
@@ -252,12 +252,18 @@ def litellm_kwargs(route: Route) -> dict[str, Any]:
         kwargs["api_base"] = route.base_url
     if route.extra_headers:
         kwargs["extra_headers"] = dict(route.extra_headers)
-    if LITELLM_PREFIXES[route.provider] != "openai":
+    if LITELLM_PREFIXES[route.provider] in _OPENAI_CLIENT_PROVIDERS:
+        _use_outbound_session()
+    else:
         # litellm sends these with its own HTTP handler: the outbound policy's client.
         kwargs["client"] = _http_handler()
-    else:
-        _use_outbound_session()
     return kwargs
+
+
+# The providers the installed litellm sends with its OpenAI client (versions.py says why).
+_OPENAI_CLIENT_PROVIDERS = versions.OPENAI_CLIENT_PROVIDERS.get(
+    versions.installed_version("litellm") or "", frozenset({"openai"})
+)
 
 
 def _use_outbound_session() -> None:
