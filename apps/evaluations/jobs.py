@@ -17,6 +17,7 @@ job whose worker or message was lost, once for a lost worker, and fails it the s
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -31,7 +32,7 @@ from django.db import DatabaseError, close_old_connections, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from apps.evaluations import imports, submission
+from apps.evaluations import exports, imports, regrade, submission
 from apps.evaluations.models import Evaluation, EvaluationJob
 from apps.runs import queue
 from tau2_env.engine.submission import CHECK_TIMEOUT_SECONDS, SubmissionInvalid
@@ -93,6 +94,21 @@ def evaluation_job_check(
             "picks": {str(k): str(v) for k, v in picks.items()},
             "details": {k: v.isoformat() if isinstance(v, date) else v for k, v in details.items()},
         },
+    )
+
+
+def evaluation_job_regrade(*, user, evaluation: Evaluation) -> EvaluationJob:
+    """Queue the re-grade of ``evaluation`` on this server's task set for ``user`` (see
+    :mod:`apps.evaluations.regrade`). Raises ``ValidationError`` when it cannot be
+    re-graded (the reason in words) and :class:`JobRefused` at the limit."""
+    refusal = regrade.regrade_refusal(evaluation)
+    if refusal:
+        raise ValidationError(refusal)
+    return _create(
+        user=user,
+        kind=EvaluationJob.Kind.REGRADE,
+        params={"evaluation": evaluation.pk},
+        name=f"{evaluation}"[:170] + " (re-graded)",
     )
 
 
@@ -219,6 +235,8 @@ def evaluation_job_execute(*, job_id: int) -> str:
         try:
             if job.kind == EvaluationJob.Kind.IMPORT:
                 _import(job, claim)
+            elif job.kind == EvaluationJob.Kind.REGRADE:
+                _regrade(job, claim)
             else:
                 _check(job, claim)
         except _Superseded:
@@ -242,6 +260,38 @@ def _import(job: EvaluationJob, claim: _Claim) -> None:
         data=data,
         name=job.name,
         filename=job.filename,
+        progress=claim.progress,
+        on_stored=stored,
+    )
+
+
+def _regrade(job: EvaluationJob, claim: _Claim) -> None:
+    old = Evaluation.objects.filter(pk=(job.params or {}).get("evaluation")).first()
+    if old is None:
+        raise ValidationError("The evaluation to re-grade was deleted meanwhile.")
+    refusal = regrade.regrade_refusal(old)
+    if refusal:
+        raise ValidationError(refusal)
+    version, task_set = regrade.task_set_of(old)
+    data = json.dumps(exports.evaluation_export_tau2(old)).encode()
+
+    def stored(evaluation: Evaluation) -> None:
+        flips = regrade.regrade_flips(old, evaluation)
+        evaluation.provenance["source"] = "re-grade"
+        evaluation.provenance["regrade"] = {
+            "of": old.pk,
+            "from_tau2_version": version,
+            "from_task_set_hash": task_set,
+            "flips": flips,
+        }
+        evaluation.save(update_fields=["provenance"])
+        claim.finish(evaluation=evaluation)
+
+    imports.evaluation_import(
+        user=job.created_by,
+        data=data,
+        name=job.name,
+        filename=f"evaluation-{old.pk}.json",
         progress=claim.progress,
         on_stored=stored,
     )

@@ -131,6 +131,7 @@ class EvaluationJob(models.Model):
     class Kind(models.TextChoices):
         IMPORT = "import", "import"
         CHECK = "check", "submission check"
+        REGRADE = "regrade", "re-grade"
 
     class Status(models.TextChoices):
         QUEUED = "queued", "queued"

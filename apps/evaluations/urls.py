@@ -23,4 +23,5 @@ urlpatterns = [
     path("submission/", submission.submission_page, name="submission"),
     # Imports and submission checks, done on a worker (views/jobs.py)
     path("jobs/<int:pk>/", jobs.job_detail, name="job"),
+    path("<int:pk>/regrade/", jobs.evaluation_regrade, name="regrade"),
 ]

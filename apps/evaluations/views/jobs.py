@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
-from django.shortcuts import render
+from django.contrib import messages
+from django.core.exceptions import ValidationError
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils.http import urlencode
-from django.views.decorators.http import require_GET
+from django.views.decorators.http import require_GET, require_POST
 
+from apps.accounts.access import can_start, signin_url
 from apps.evaluations import jobs, selectors, submission
 from apps.evaluations.models import Evaluation, EvaluationJob
 
@@ -34,6 +37,25 @@ def job_detail(request, pk: int):
     fragment = request.headers.get("HX-Request") == "true"
     template = "evaluations/_job_status.html" if fragment else "evaluations/job.html"
     return render(request, template, context)
+
+
+@require_POST
+def evaluation_regrade(request, pk: int):
+    """Queue a re-grade of evaluation ``pk`` on this server's task set (a new evaluation
+    of the asker's) and follow it on the job's page; or back to the evaluation saying why
+    not."""
+    evaluation = selectors.evaluation_get(pk=pk)
+    if not can_start(request.user):
+        return redirect(signin_url(next_url=evaluation.get_absolute_url(), reason="start"))
+    try:
+        job = jobs.evaluation_job_regrade(user=request.user, evaluation=evaluation)
+    except ValidationError as exc:
+        messages.error(request, " ".join(exc.messages))
+    except jobs.JobRefused as exc:
+        messages.error(request, str(exc))
+    else:
+        return redirect(job)
+    return redirect(evaluation)
 
 
 def _import_notes(evaluation: Evaluation) -> list[tuple[str, str]]:

@@ -11,10 +11,11 @@ from django.views.decorators.http import require_POST
 
 from apps.accounts.access import can_control, can_start, can_view_runs, signin_url
 from apps.accounts.vault import SignInRequired
-from apps.evaluations import baselines, presenters, selectors, services
+from apps.evaluations import baselines, presenters, regrade, selectors, services
 from apps.evaluations.forms import EvaluationForm, preview_for
 from apps.evaluations.models import Evaluation
 from apps.tasks.selectors import TaskFilters
+from apps.tasks.task_sets import task_set_label
 
 # Settings a link may prefill (the explorer's query, a task page's ids) besides the tasks.
 _PREFILLED = ("agent_model", "num_trials", "seed", "max_steps", "max_errors", "concurrency")
@@ -117,8 +118,16 @@ def evaluation_detail(request, pk: int):
             "data_script": state.data_script,
             "can_control": can_control(request.user, owner_id=evaluation.created_by_id),
             "judged": baselines.judge(evaluation),
+            "regrade_offer": _regrade_offer(request.user, evaluation),
         },
     )
+
+
+def _regrade_offer(user, evaluation) -> str:
+    """The task set a re-grade would score on, when ``user`` may ask for one ("")."""
+    if not can_start(user) or regrade.regrade_refusal(evaluation):
+        return ""
+    return task_set_label(regrade.current_task_set()[0])
 
 
 def evaluation_state(request, pk: int):
