@@ -18,10 +18,14 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from apps.evaluations import baselines
+from apps.evaluations import services as evaluations
+from apps.evaluations.models import Evaluation
 from apps.notifications import services
 from apps.notifications.models import Attempt, Delivery, Event, Subscription
 from apps.notifications.payloads import sign
 from tests.notifications.support import docs_verify, subscribed
+from tests.support.evaluations import stored_evaluation
 from tests.support.webhooks import WebhookReceiver
 
 
@@ -293,3 +297,28 @@ def test_the_reaper_sends_again_what_a_lost_worker_or_message_left(
     assert services.delivery_attempt(delivery_id=claimed.pk) is None
     assert Delivery.objects.get(pk=claimed.pk).status == Delivery.Status.DELIVERED
     assert Delivery.objects.get(pk=fresh.pk).status == Delivery.Status.PENDING
+
+
+@pytest.mark.slow
+def test_a_receiver_gets_a_signed_regressed_message_when_an_evaluation_ends_worse(
+    alice, subscriptions_cleared, celery_worker, receiver
+):
+    tasks = ("0", "1", "2", "3", "4", "5")
+    _, secret = subscribed(alice, receiver.url, events=[Event.REGRESSED])
+    base = stored_evaluation(alice, outcomes={task: [1.0] for task in tasks})
+    baselines.baseline_pin(evaluation=base, by=alice)
+    later = stored_evaluation(
+        alice,
+        outcomes={task: [0.0] for task in tasks},
+        agent_model="org/agent-b",
+        status=Evaluation.Status.RUNNING,
+    )
+
+    evaluations.evaluation_run_settled(run_id=later.runs.last().pk)  # its last run ended
+
+    [got] = receiver.wait_for(1)
+    assert docs_verify()(secret, got.headers, got.body)
+    assert got.headers["x-tau2-event"] == "evaluation.regressed"
+    body = json.loads(got.body)
+    assert body["evaluation"]["id"] == later.pk and body["verdict"]["outcome"] == "worse"
+    assert body["verdict"]["baseline"] == base.pk

@@ -11,6 +11,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
+from apps.accounts import crypto
 from apps.notifications import services
 from apps.notifications.models import Delivery, Event, Subscription
 from tests.notifications.support import subscribed
@@ -152,3 +153,16 @@ def test_the_admin_shows_no_url_or_secret(staff_client, team):
         assert page.status_code == 200
         text = page.content.decode()
         assert "CANARY" not in text and team.secret_enc not in text and team.url_enc not in text
+
+
+def test_a_new_secret_is_shown_once_and_signs_from_then_on(alice, alice_client, alices):
+    before = crypto.unseal(alices.secret_enc)
+
+    response = alice_client.post(f"/notifications/{alices.pk}/secret/")
+
+    page = response.content.decode()
+    secret = page.split('data-testid="secret-value">', 1)[1].split("<", 1)[0]
+    alices.refresh_from_db()
+    assert secret != before and crypto.unseal(alices.secret_enc) == secret
+    assert alices.secret_rotated_at is not None
+    assert secret not in alice_client.get(alices.get_absolute_url()).content.decode()
