@@ -971,8 +971,10 @@ SECTIONS: tuple[Section, ...] = (
 
 SETTINGS: tuple[Setting, ...] = tuple(s for section in SECTIONS for s in section.settings)
 
-# Read by the code but the operating system's, not a setting of the product.
-NOT_SETTINGS = frozenset({"PATH"})
+# Read by the code but not a setting of the product: the operating system's, and what
+# tau2-gate (tau2_env/faces/ci_gate.py) reads on a CI runner, not on the server
+# (docs/ci.md): the studio key it sends, and what GitHub Actions sets.
+NOT_SETTINGS = frozenset({"PATH", "TAU2_STUDIO_KEY", "GITHUB_RUN_ID", "GITHUB_STEP_SUMMARY"})
 
 CONFIGURATION_INTRO = """\
 # Configuration

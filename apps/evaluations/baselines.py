@@ -31,7 +31,6 @@ from apps.evaluations.significance import Difference, difference_sentence, paire
 __all__ = [
     "NoVerdict",
     "Verdict",
-    "baseline_for",
     "baseline_pin",
     "baseline_unpin",
     "identity_key",
@@ -117,15 +116,6 @@ def baseline_unpin(*, evaluation: Evaluation, by) -> bool:
 
 
 # --- reads -------------------------------------------------------------------------------
-
-
-def baseline_for(evaluation: Evaluation) -> Baseline | None:
-    """The baseline ``evaluation`` is judged against (itself, when it is the baseline)."""
-    return (
-        Baseline.objects.select_related("evaluation", "evaluation__created_by", "pinned_by")
-        .filter(identity_key=identity_key(evaluation))
-        .first()
-    )
 
 
 @dataclass(frozen=True)

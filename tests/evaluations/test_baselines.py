@@ -213,3 +213,16 @@ def test_the_api_pins_with_a_start_key_and_returns_the_verdict(alice, bob):
     unpinned = api("delete", f"/api/evaluations/{base.pk}/baseline/", key=start_key)
     assert unpin_read.status_code == 403 and unpinned.status_code == 200
     assert unpinned.json()["is_baseline"] is False and not Baseline.objects.exists()
+
+
+def test_bob_is_told_why_his_evaluation_may_not_replace_alices_baseline(alice, bob, bob_client):
+    base = evaluation(alice, 1, 1, 1, 1, 1, 1)
+    baselines.baseline_pin(evaluation=base, by=alice)
+    bobs = evaluation(bob, 0, 0, 0, 0, 0, 0, agent_model="org/agent-b")
+
+    page = bob_client.post(f"/evaluations/{bobs.pk}/baseline/", follow=True)
+
+    assert page.status_code == 200
+    assert f"Evaluation {base.pk} is the baseline for these settings" in page.content.decode()
+    assert Baseline.objects.get().evaluation == base
+    assert 'data-outcome="worse"' in page.content.decode()  # his page, judged against hers

@@ -199,6 +199,8 @@ def evaluation_baseline(request, pk: int):
     evaluation = selectors.evaluation_get(pk=pk)
     if not can_start(request.user):
         return redirect(signin_url(next_url=evaluation.get_absolute_url(), reason="start"))
+    if not can_control(request.user, owner_id=evaluation.created_by_id):
+        raise PermissionDenied("Only whoever started this evaluation, or staff, may do that.")
     try:
         if request.POST.get("unpin"):
             baselines.baseline_unpin(evaluation=evaluation, by=request.user)
@@ -208,4 +210,6 @@ def evaluation_baseline(request, pk: int):
             messages.info(request, "Pinned: later comparable evaluations are judged against it.")
     except ValidationError as exc:
         messages.error(request, " ".join(exc.messages))
+    except PermissionDenied as exc:  # another's baseline holds these settings
+        messages.error(request, str(exc))
     return redirect(evaluation)
