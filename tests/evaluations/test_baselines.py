@@ -13,7 +13,9 @@ from decimal import Decimal
 
 import pytest
 from django.core.exceptions import PermissionDenied
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from apps.agents.models import ApiKey
 from apps.agents.services import api_key_create
@@ -226,3 +228,21 @@ def test_bob_is_told_why_his_evaluation_may_not_replace_alices_baseline(alice, b
     assert f"Evaluation {base.pk} is the baseline for these settings" in page.content.decode()
     assert Baseline.objects.get().evaluation == base
     assert 'data-outcome="worse"' in page.content.decode()  # his page, judged against hers
+
+
+def test_a_verdict_reads_the_same_few_queries_whatever_the_size(alice):
+    base = evaluation(alice, 1, 1, 1, 1, 1, 1)
+    baselines.baseline_pin(evaluation=base, by=alice)
+    small = evaluation(alice, 0, 0, 0, 0, 0, 0, agent_model="org/agent-b")
+    big = stored_evaluation(
+        alice, outcomes={t: [0, 1, 0, 1] for t in TASKS}, agent_model="org/agent-c"
+    )
+
+    counts = []
+    for judged in (small, big):
+        with CaptureQueriesContext(connection) as read:
+            assert baselines.verdict_for(judged) is not None
+        counts.append(len(read.captured_queries))
+
+    # The domain's baselines, then each side's scored runs and its costs.
+    assert counts == [5, 5]
