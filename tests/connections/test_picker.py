@@ -24,6 +24,7 @@ from tests.support.connections import CONNECTION_KEY, openai_compatible_connecti
 from tests.support.evaluations import wait_for_evaluation
 from tests.support.llm_server import text
 from tests.support.mcp_client import mcp_session
+from tests.support.nl_judge import is_judge_request, judge_reply, judge_requests
 from tests.support.people import ALICE_TOKEN
 from tests.support.scripts import finished, gold_script, is_agent_request, wait_for
 
@@ -247,13 +248,8 @@ def test_the_nl_judge_runs_on_the_model_picked_for_it(llm_server, alice, vllm, s
     )
 
     def responder(request):
-        if "expectedOutcome" in request.text():
-            verdict = {
-                "results": [
-                    {"expectedOutcome": "x", "reasoning": "scripted", "metExpectation": True}
-                ]
-            }
-            return text(json.dumps(verdict))
+        if is_judge_request(request):
+            return judge_reply(request)
         if is_agent_request(request) or request.body.get("tools"):
             return text("I cannot help with that, sorry.")
         return text("Fine, bye. ###STOP###")
@@ -277,7 +273,7 @@ def test_the_nl_judge_runs_on_the_model_picked_for_it(llm_server, alice, vllm, s
     run.save()
     assert run_execute(run_id=run.pk, worker="test-judge") == Run.Status.COMPLETED
     run.refresh_from_db()
-    judged = [r for r in llm_server.chat_requests() if "expectedOutcome" in r.text()]
+    judged = judge_requests(llm_server)
     assert judged and {(r.token, r.body["model"]) for r in judged} == {
         ("sk-judge-host-0123456789", "judge-model")
     }

@@ -8,7 +8,6 @@ the one it was (tests/tau2_env/test_faithfulness.py keeps τ²'s own requests)."
 
 from __future__ import annotations
 
-import json
 from decimal import Decimal
 
 import pytest
@@ -23,6 +22,7 @@ from tau2_env.engine.evaluation import trial_seeds
 from tau2_env.llm import gateway
 from tests.support.connections import openai_compatible_connection
 from tests.support.llm_server import Reply, text
+from tests.support.nl_judge import is_judge_request, judge_reply, judge_requests
 from tests.support.scripts import is_agent_request
 
 AGENT = "our-finetune-7b"
@@ -49,13 +49,8 @@ def judged(llm_server, monkeypatch):
     monkeypatch.setenv("TAU2_NL_JUDGE", "always")
 
     def responder(request):
-        if "expectedOutcome" in request.text():
-            verdict = {
-                "results": [
-                    {"expectedOutcome": "x", "reasoning": "scripted", "metExpectation": True}
-                ]
-            }
-            return Reply(content=json.dumps(verdict), usage=JUDGE_USAGE)
+        if is_judge_request(request):
+            return judge_reply(request, usage=JUDGE_USAGE)
         if is_agent_request(request) or request.body.get("tools"):
             return text("I cannot help with that, sorry.")
         return text("Fine, bye. ###STOP###")
@@ -85,7 +80,7 @@ def _run(alice, vllm, judge: Side | None = None) -> Run:
 
 
 def _judge_requests(llm_server):
-    return [r for r in llm_server.chat_requests() if "expectedOutcome" in r.text()]
+    return judge_requests(llm_server)
 
 
 def test_the_judges_tokens_and_cost_are_recorded_at_its_own_models_price(

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-import json
 
 from openenv.core.env_server.mcp_types import CallToolAction
 
 from tau2_env import Tau2Env
 from tests.support.llm_server import Reply, text
+from tests.support.nl_judge import is_judge_request, judge_reply, judge_requests
 
 ALICE = "hf_alice_token_aaaaaaaa"
 BOB = "hf_bob_token_bbbbbbbbbb"
@@ -59,17 +59,8 @@ async def test_the_judge_of_a_retail_nl_assertion_uses_the_conversations_token(
     task_id = "105"  # a retail base task with NL assertions
 
     def customer_or_judge(request) -> Reply:
-        if "expectedOutcome" in request.text():
-            verdict = {
-                "results": [
-                    {
-                        "expectedOutcome": "Agent should exchange both tea kettles",
-                        "reasoning": "scripted judge",
-                        "metExpectation": True,
-                    }
-                ]
-            }
-            return text(json.dumps(verdict))
+        if is_judge_request(request):
+            return judge_reply(request, reasoning="scripted judge")
         return text("Hi, I want to exchange my tea kettles.")
 
     llm_server.responder = customer_or_judge
@@ -77,7 +68,7 @@ async def test_the_judge_of_a_retail_nl_assertion_uses_the_conversations_token(
         await env.reset(domain="retail", split="base", task_id=task_id, hf_token=ALICE)
         result = await env.step(CallToolAction(tool_name="done", arguments={}))
 
-    judged = [r for r in llm_server.chat_requests() if "expectedOutcome" in r.text()]
+    judged = judge_requests(llm_server)
     assert len(judged) == 1
     assert judged[0].token == ALICE
     assert judged[0].body["model"] == "org/customer-model"  # not τ²'s fixed gpt-4o-mini
