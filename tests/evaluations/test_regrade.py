@@ -21,7 +21,6 @@ from tests.support.evaluations import Conversation, conversation, stored_evaluat
 from tests.support.jobs import followed
 from tests.support.llm_server import text
 
-
 TASK = "19"  # cancel_reservation: a write, expected alike by τ² 0.2 and 1.0.1
 
 
