@@ -11,10 +11,19 @@ from collections.abc import Callable
 
 import pytest
 
+from tau2_env.generations import tau2_generation
 from tests.support.llm_server import RecordedRequest, Reply, ScriptedLLM, error, text, tool_call
 
 AGENT_MODEL = "deepseek-ai/DeepSeek-V4.1-Flash:novita"
 GOLD_TASK = ("airline", "27")  # get_user_details, then send_certificate (a write)
+# τ² 0.2's airline/27 expects the $150 certificate; 1.0.1's expects none (the customer is
+# not owed one), so there the gold conversation looks the customer up and says no.
+GOLD_CERTIFICATE = tau2_generation() == "0.2"
+GOLD_CLOSING = (
+    "I have sent you a $150 certificate. Anything else?"
+    if GOLD_CERTIFICATE
+    else "I'm sorry, your delay does not qualify for a certificate. Anything else?"
+)
 
 
 def is_agent_request(request: RecordedRequest) -> bool:
@@ -45,7 +54,8 @@ def play(
 
 
 def gold_script(llm: ScriptedLLM, *, delay: float = 0.0) -> None:
-    """Task airline/27 solved: the agent looks the customer up and sends the certificate.
+    """Task airline/27 solved: the agent looks the customer up and sends the certificate
+    (τ² 0.2) or says none is due (1.x).
 
     Stateless: each reply follows from the conversation in the request, so a hop that is
     asked again (a worker died before storing it) gets the same answer.
@@ -63,9 +73,9 @@ def gold_script(llm: ScriptedLLM, *, delay: float = 0.0) -> None:
             ]
             if "get_user_details" not in called:
                 return tool_call("get_user_details", user_id="ethan_martin_2396")
-            if "send_certificate" not in called:
+            if GOLD_CERTIFICATE and "send_certificate" not in called:
                 return tool_call("send_certificate", user_id="ethan_martin_2396", amount=150)
-            return text("I have sent you a $150 certificate. Anything else?")
+            return text(GOLD_CLOSING)
         if "certificate" in request.text():
             return text("Thanks, that's all. ###STOP###")
         return text("Hi, my flight was delayed and I want compensation. I'm ethan_martin_2396.")

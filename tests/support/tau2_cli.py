@@ -14,6 +14,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tau2_env.generations import tau2_generation
+
+_GENERATION = tau2_generation()
+
 # Variables that would make the CLI reach something other than the scripted servers.
 _DROPPED = (
     "HF_TOKEN",
@@ -48,8 +52,9 @@ def tau2_cli_run(
 ) -> Path:
     """Run ``tau2 run`` in ``directory`` and return the results file it wrote.
 
-    ``key`` is put in the environment as ``key_variable``. ``--agent-api-key`` and
-    ``--user-api-key`` name ``agent_key_variable`` / ``user_key_variable`` when given;
+    ``key`` is put in the environment as ``key_variable``. On τ² 0.2, ``--agent-api-key``
+    and ``--user-api-key`` name ``agent_key_variable`` / ``user_key_variable`` when given
+    (1.x has neither flag: litellm reads the provider's variable);
     without them each side keeps τ²'s own default (the agent's is recorded as
     ``"api_key": "dummy_key"``, the customer's litellm reads from the environment).
     ``agent``/``user`` pick τ²'s agent and user implementations (``--agent
@@ -76,7 +81,7 @@ def tau2_cli_run(
         "--agent-llm",
         agent_llm,
     ]
-    if agent_key_variable:
+    if agent_key_variable and _GENERATION == "0.2":
         command += ["--agent-api-key", agent_key_variable]
     command += [
         "--agent-llm-args",
@@ -84,21 +89,25 @@ def tau2_cli_run(
         "--user-llm",
         user_llm,
     ]
-    if user_key_variable:
+    if user_key_variable and _GENERATION == "0.2":
         command += ["--user-api-key", user_key_variable]
     command += [
         "--user-llm-args",
         json.dumps(user_args),
-        "--results-dir",
-        str(directory),
-        "--save-to",
-        "results",
         "--log-level",
         "WARNING",
     ]
+    if _GENERATION == "0.2":
+        command += ["--results-dir", str(directory), "--save-to", "results"]
+        results = directory / "results.json"
+    else:
+        # 1.x writes <TAU2_DATA_DIR>/simulations/<save_to>/results.json; an absolute
+        # save_to is where it writes.
+        command += ["--save-to", str(directory / "results")]
+        results = directory / "results" / "results.json"
     # cwd: τ² loads a .env from where it runs; the directory has none.
     done = subprocess.run(
         command, env=env, cwd=directory, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
-    return directory / "results.json"
+    return results
