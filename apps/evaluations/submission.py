@@ -340,14 +340,20 @@ def _key(evaluation: Evaluation) -> dict[str, str]:
     return {aspect: value[0] for aspect, value in _sides(evaluation).items()}
 
 
+def _count(items: Sequence[str]) -> str:
+    """How many, in a word (τ² 0.2 submits three domains, 1.x four)."""
+    return {3: "three", 4: "four"}.get(len(items), str(len(items)))
+
+
 def _notes(slots: Sequence[Slot], picked: Sequence[Evaluation]) -> list[str]:
     """What taubench.com expects that τ²'s own checks do not enforce, and these lack."""
     notes = []
     left = [slot.domain for slot in slots if slot.chosen is None]
     if picked and left:
         notes.append(
-            f"taubench.com ranks a model on all three domains ({', '.join(DOMAINS)}), and τ²'s "
-            f"README asks for all three: {', '.join(left)} {'is' if len(left) == 1 else 'are'} "
+            f"taubench.com ranks a model on all {_count(DOMAINS)} domains ({', '.join(DOMAINS)}), "
+            f"and τ²'s README asks for all {_count(DOMAINS)}: {', '.join(left)} "
+            f"{'is' if len(left) == 1 else 'are'} "
             "missing (τ²'s validate accepts fewer)."
         )
     trials = sorted({e.num_trials for e in picked})
