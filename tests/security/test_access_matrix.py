@@ -118,6 +118,12 @@ MATRIX: dict[str, dict[str, tuple[str, str, str]]] = {
         }
         for action in ("pause", "resume", "stop", "retry", "baseline")
     },
+    # A re-grade is a new evaluation of whoever may start one (alice's is on this task set
+    # already: refused, back to its page saying why).
+    "evaluations/<int:pk>/regrade/": {
+        "GET": same("405"),
+        "POST": (SIGNIN, "302 /evaluations/{evaluation}/", "302 /evaluations/{evaluation}/"),
+    },
     "evaluations/": {"GET": (SIGNIN, "200", "200"), "POST": (SIGNIN, "200", "200")},
     "evaluations/<int:pk>.json": {"GET": ("403", "200", "200"), "POST": ("403", "200", "200")},
     "evaluations/<int:pk>.csv": {"GET": ("403", "200", "200"), "POST": ("403", "200", "200")},
