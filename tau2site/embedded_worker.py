@@ -7,6 +7,11 @@ thread pool, when the ASGI application starts. Production runs real workers
 
 Once ready it says so as ``celery worker`` does (Celery's ``worker_ready``), so it beats
 and runs the start-up recovery like any worker (``tau2site.celery``).
+
+Beat runs beside it, on a thread of the same process (Celery's embedded beat service,
+threaded: a beat process of its own could not reach an in-memory broker), with the
+database scheduler production's beat uses: the periodic jobs and people's evaluation
+schedules (``apps.schedules``) tick on a laptop too.
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import logging
 import threading
 
 from celery import signals
+from celery.beat import EmbeddedService
 from celery.worker import WorkController
 from django.conf import settings
 
@@ -24,6 +30,7 @@ logger = logging.getLogger(__name__)
 
 _lock = threading.Lock()
 _worker = None
+_beat = None
 
 
 class EmbeddedWorker(WorkController):
@@ -35,8 +42,9 @@ class EmbeddedWorker(WorkController):
 
 
 def start() -> bool:
-    """Start the in-process worker once. Returns True if one is running after the call."""
-    global _worker
+    """Start the in-process worker, and beat beside it, once. Returns True if one is
+    running after the call."""
+    global _worker, _beat
     if not settings.TAU2_EMBEDDED_WORKER:
         return False
     with _lock:
@@ -55,6 +63,8 @@ def start() -> bool:
             without_gossip=True,
         )
         threading.Thread(target=_worker.start, name="celery-embedded", daemon=True).start()
+        _beat = EmbeddedService(app, thread=True)
+        _beat.start()
         logger.info(
             "Embedded Celery worker started (%s threads); set REDIS_URL to use real workers",
             settings.TAU2_EMBEDDED_WORKER_CONCURRENCY,
@@ -63,8 +73,11 @@ def start() -> bool:
 
 
 def stop() -> None:
-    global _worker
+    global _worker, _beat
     with _lock:
+        if _beat is not None:
+            _beat.stop()
+            _beat = None
         if _worker is not None:
             _worker.stop(in_sighandler=False)
             _worker = None

@@ -79,6 +79,7 @@ INSTALLED_APPS = [
     "apps.connections",
     "apps.workers",
     "apps.notifications",
+    "django_celery_beat",
 ]
 
 MIDDLEWARE = [
@@ -541,37 +542,41 @@ for _name in TAU2_MODELS_FALLBACK:
         raise ImproperlyConfigured(f"TAU2_MODELS_FALLBACK holds {_name!r}, not an org/model id")
 
 # --- Celery beat: every periodic task, in one place ---------------------------------------
+# Beat keeps its schedule in the database (django-celery-beat): the entries below are
+# synced into it at beat's start, beside the evaluation schedules people make
+# (apps.schedules). "expire_seconds" is that scheduler's name for a message's expiry.
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_BEAT_SCHEDULE = {
     # A reap or dispatch tick nobody took within a period is dropped (the next does the same
     # work): with no worker alive beat's ticks piled up, and a returning worker ran each.
     "runs-reap": {
         "task": "runs.reap",
         "schedule": float(TAU2_RUN_REAP_SECONDS),
-        "options": {"expires": float(TAU2_RUN_REAP_SECONDS)},
+        "options": {"expire_seconds": int(TAU2_RUN_REAP_SECONDS)},
     },
     # Imports and submission checks whose worker or message was lost: sent again, or failed.
     "evaluations-jobs-reap": {
         "task": "evaluations.jobs_reap",
         "schedule": float(TAU2_RUN_REAP_SECONDS),
-        "options": {"expires": float(TAU2_RUN_REAP_SECONDS)},
+        "options": {"expire_seconds": int(TAU2_RUN_REAP_SECONDS)},
     },
     # Start what evaluations may start (also done whenever one of their runs ends).
     "evaluations-dispatch": {
         "task": "evaluations.dispatch",
         "schedule": float(TAU2_RUN_REAP_SECONDS),
-        "options": {"expires": float(TAU2_RUN_REAP_SECONDS)},
+        "options": {"expire_seconds": int(TAU2_RUN_REAP_SECONDS)},
     },
     # Webhook deliveries whose worker or message was lost: sent again.
     "notifications-reap": {
         "task": "notifications.reap",
         "schedule": float(TAU2_RUN_REAP_SECONDS),
-        "options": {"expires": float(TAU2_RUN_REAP_SECONDS)},
+        "options": {"expire_seconds": int(TAU2_RUN_REAP_SECONDS)},
     },
     "inference-refresh-catalogue": {
         "task": "apps.inference.tasks.refresh_catalogue",
         "schedule": float(TAU2_MODELS_REFRESH_SECONDS),
         # A tick nobody took in time is dropped: the next one does the same work.
-        "options": {"expires": float(TAU2_MODELS_REFRESH_SECONDS)},
+        "options": {"expire_seconds": int(TAU2_MODELS_REFRESH_SECONDS)},
     },
 }
 
