@@ -80,6 +80,7 @@ INSTALLED_APPS = [
     "apps.workers",
     "apps.notifications",
     "django_celery_beat",
+    "apps.schedules",
 ]
 
 MIDDLEWARE = [
