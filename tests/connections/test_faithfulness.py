@@ -37,7 +37,14 @@ from apps.runs.spec import RunSpec, Side
 from apps.tasks.models import Task
 from tests.support import anthropic_server
 from tests.support.anthropic_server import AnthropicLLM, AnthropicRequest
-from tests.support.scripts import GOLD_TASK, finished, gold_script, wait_for
+from tests.support.scripts import (
+    GOLD_CERTIFICATE,
+    GOLD_CLOSING,
+    GOLD_TASK,
+    finished,
+    gold_script,
+    wait_for,
+)
 from tests.support.tau2_cli import tau2_cli_run
 
 pytestmark = pytest.mark.slow
@@ -282,7 +289,8 @@ def _is_agent(request: AnthropicRequest) -> bool:
 
 def anthropic_gold(server: AnthropicLLM) -> None:
     """Airline 27 solved in Anthropic's words: the agent (thinking first) looks the
-    customer up and sends the certificate with ``tool_use`` blocks; the customer stops
+    customer up and sends the certificate (τ² 0.2; 1.x owes none) with ``tool_use``
+    blocks; the customer stops
     once told of it. Each answer follows from the request."""
 
     def responder(request: AnthropicRequest):
@@ -293,11 +301,11 @@ def anthropic_gold(server: AnthropicLLM) -> None:
                     anthropic_server.tool_use("get_user_details", user_id="ethan_martin_2396"),
                     "The customer gave their id: look them up first.",
                 )
-            if "send_certificate" not in used:
+            if GOLD_CERTIFICATE and "send_certificate" not in used:
                 return anthropic_server.tool_use(
                     "send_certificate", user_id="ethan_martin_2396", amount=150
                 )
-            return anthropic_server.text("I have sent you a $150 certificate. Anything else?")
+            return anthropic_server.text(GOLD_CLOSING)
         if "certificate" in request.text():
             return anthropic_server.text("Thanks, that's all. ###STOP###")
         return anthropic_server.text(
@@ -363,7 +371,7 @@ def test_an_anthropic_connection_sends_what_tau2_run_sends_and_tau2_scores_its_t
     assert last_agent.body["system"]
     used = [b["id"] for b in last_agent.blocks("tool_use")]
     answered = [b["tool_use_id"] for b in last_agent.blocks("tool_result")]
-    assert len(used) == 2 and answered == used
+    assert len(used) == (2 if GOLD_CERTIFICATE else 1) and answered == used
     assert_scored_alike(run, results)
     # The agent's reasoning came back as Anthropic's thinking block and was kept.
     first_call = run.events.filter(kind="agent").exclude(message__tool_calls=None).first()

@@ -33,7 +33,9 @@ from apps.evaluations.models import Evaluation
 from apps.evaluations.services import TaskChoice, evaluation_create
 from apps.runs.models import Run
 from apps.runs.spec import RunSpec, Side
+from tau2_env.engine import catalog
 from tau2_env.engine import results as tau2_results
+from tau2_env.generations import tau2_generation
 from tests.support.evaluations import wait_for_evaluation
 from tests.support.llm_server import RecordedRequest, tool_call
 from tests.support.scripts import GOLD_TASK, gold_script
@@ -186,6 +188,14 @@ def assert_exported_as_tau2_names_it(evaluation: Evaluation, results: dict[str, 
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(
+    tau2_generation() != "0.2",
+    reason=(
+        "τ² 1.0.1's own `tau2 run --agent llm_agent_solo --user dummy_user` fails before the "
+        "first episode (build_user passes tools= to DummyUser(): "
+        "sierra-research/tau2-bench#486), so there is no run of τ²'s to compare with"
+    ),
+)
 def test_a_no_user_run_sends_what_tau2_run_solo_sends_and_scores_the_same(
     celery_worker, llm_server, counted_ids, alice, tmp_path
 ):
@@ -271,11 +281,14 @@ def test_an_oracle_plan_run_sends_what_tau2_run_gt_sends_and_scores_the_same(
     agent = [r for r in ours if r.tool_names]
     customer = [r for r in ours if not r.tool_names]
     assert agent and customer
-    assert "<resolution_steps>" in agent[0].body["messages"][0]["content"]
-    assert (
-        "send_certificate(user_id=ethan_martin_2396, amount=150)"
-        in (agent[0].body["messages"][0]["content"])
-    )
+    prompt = agent[0].body["messages"][0]["content"]
+    assert "<resolution_steps>" in prompt
+    # Every expected action of the installed τ²'s task, as τ²'s GT agent words it.
+    expected = catalog.get_tau2_task(*GOLD_TASK).evaluation_criteria.actions
+    assert expected
+    for action in expected:
+        arguments = ", ".join(f"{k}={v}" for k, v in action.arguments.items())
+        assert f"{action.name}({arguments})" in prompt
     assert {r.body["temperature"] for r in customer} == {0.7}
     run = assert_scored_alike(evaluation, results)
     assert run.provenance["agent"]["implementation"] == "tau2.agent.llm_agent.LLMGTAgent"
