@@ -17,6 +17,7 @@ urlpatterns = [
     path("races/", include("apps.races.urls")),
     path("play/", include("apps.play.urls")),
     path("evaluations/", include("apps.evaluations.urls")),
+    path("schedules/", include("apps.schedules.urls")),
     path("leaderboard/", evaluation_results.leaderboard, name="leaderboard"),
     # OpenEnv's /health stays the process's own (compose's web and openenv probes ask it).
     path("health/workers", workers_views.health_workers, name="health_workers"),

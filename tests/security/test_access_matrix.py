@@ -205,6 +205,21 @@ MATRIX: dict[str, dict[str, tuple[str, str, str]]] = {
             "notifications/<int:pk>/deliveries/<int:delivery_pk>/redeliver/",
         )
     },
+    # Schedules: for those who may start evaluations; alice's schedule is changed by her or
+    # staff. An empty form repeats nothing: back to the evaluation's page, saying why.
+    "schedules/": {"GET": (SIGNIN, "200", "200"), "POST": (SIGNIN, "405", "405")},
+    "schedules/evaluations/<int:pk>/": {
+        "GET": same("405"),
+        "POST": (SIGNIN, "302 /evaluations/{evaluation}/", "302 /evaluations/{evaluation}/"),
+    },
+    "schedules/<int:pk>/": {"GET": (SIGNIN, "403", "200"), "POST": (SIGNIN, "403", "400")},
+    **{
+        f"schedules/<int:pk>/{action}/": {
+            "GET": same("405"),
+            "POST": (SIGNIN, "403", "302 /schedules/"),
+        }
+        for action in ("pause", "resume", "delete")
+    },
     # Datasets: cut from the team's runs, so for those who see runs; a push to the Hub is
     # its owner's only (the id given names nobody's push: 404). The download of every
     # run: the work's evaluation has one finished run of the default mode (200).
@@ -247,7 +262,7 @@ MATRIX: dict[str, dict[str, tuple[str, str, str]]] = {
     },
     "admin/auth/user/<id>/password/": {"GET": (ADMIN_LOGIN, ADMIN_LOGIN, "200")},
     "admin/^(?P<app_label>auth|accounts|social_django|tasks|runs|inference|connections"
-    "|notifications)/$": {"GET": (ADMIN_LOGIN, ADMIN_LOGIN, "200")},
+    "|notifications|django_celery_beat)/$": {"GET": (ADMIN_LOGIN, ADMIN_LOGIN, "200")},
     "admin/(?P<url>.*)$": {"GET": (ADMIN_LOGIN, ADMIN_LOGIN, "404")},
 }
 
@@ -354,6 +369,25 @@ def _values(route: Route, work, alice) -> dict[str, str]:
             name="matrix", url="https://example.org/hook", events=["evaluation.finished"]
         )
         pk = subscription_create(by=alice, fields=fields)[0].pk
+    elif route.route.startswith("schedules/<int:pk>/"):  # alice's schedule of her evaluation
+        from django_celery_beat.models import CrontabSchedule, PeriodicTask
+
+        from apps.schedules.models import EvaluationSchedule
+
+        PeriodicTask.objects.filter(name__startswith="matrix ").delete()  # earlier routes'
+        task = PeriodicTask.objects.create(
+            name=f"matrix {route.route}",
+            task="schedules.repeat",
+            crontab=CrontabSchedule.objects.get_or_create(minute="0", hour="2")[0],
+        )
+        pk = EvaluationSchedule.objects.create(
+            owner=alice,
+            source=work["evaluation"],
+            spec={},
+            name="matrix",
+            cron="0 2 * * *",
+            periodic_task=task,
+        ).pk
     elif route.route.startswith("accounts/keys/"):  # alice's own key: nobody else revokes it
         from apps.agents.services import api_key_create
 
