@@ -21,10 +21,13 @@ from apps.evaluations.models import Evaluation
 from apps.evaluations.summary import EvaluationSummary
 from apps.runs.models import Run, RunEvent
 from tau2_env.engine.evaluation import trial_seeds
+from tau2_env.generations import tau2_generation
 from tests.support.evaluations import results_file, tau2_run_file
 from tests.support.jobs import followed
 from tests.support.people import ALICE_TOKEN
-from tests.support.scripts import gold_script
+from tests.support.scripts import GOLD_CERTIFICATE, gold_script
+
+UNSOLVED = "19"  # in the file, unsolved by the gold conversation (τ² 0.2 and 1.0.1)
 
 
 @pytest.fixture(scope="module")
@@ -55,12 +58,13 @@ def test_a_tau2_run_file_imports_and_tau2_scores_every_conversation_the_same(ali
     from tau2.metrics.agent_metrics import compute_metrics
 
     written = Results.model_validate_json(tau2_file)
-    assert "dummy_key" in tau2_file.decode()  # τ² writes the agent's llm_args, key and all
+    if tau2_generation() == "0.2":  # τ² 0.2 writes the agent's llm_args, key and all
+        assert "dummy_key" in tau2_file.decode()
 
     evaluation = evaluation_import(user=alice, data=tau2_file, name="tau2 CLI")
 
     assert evaluation.status == Evaluation.Status.IMPORTED and evaluation.name == "tau2 CLI"
-    assert evaluation.domain == "airline" and sorted(evaluation.task_ids) == ["2", "27"]
+    assert evaluation.domain == "airline" and sorted(evaluation.task_ids) == [UNSOLVED, "27"]
     assert evaluation.split == "" and not evaluation.full_split
     assert evaluation.agent_model == "openai/scripted-agent"
     assert evaluation.user_model == "openai/scripted-customer"
@@ -86,8 +90,9 @@ def test_a_tau2_run_file_imports_and_tau2_scores_every_conversation_the_same(ali
         events = list(run.events.order_by("seq"))
         assert [e.message["role"] for e in events] == [m.role for m in sim.messages]
         assert [e.kind for e in events][:3] == ["agent", "customer", "agent"]
-        assert run.n_messages == len(events) and run.n_tool_calls == 2
-    assert {t: runs[(t, 0)].reward for t in ("27", "2")} == {"27": 1.0, "2": 0.0}
+        # get_user_details, then (τ² 0.2's gold) send_certificate
+        assert run.n_messages == len(events) and run.n_tool_calls == 1 + GOLD_CERTIFICATE
+    assert {t: runs[(t, 0)].reward for t in ("27", UNSOLVED)} == {"27": 1.0, UNSOLVED: 0.0}
 
     report = evaluation.provenance["import"]
     assert report["rescored"] == 4 and report["differs"] == [] and report["not_rescored"] == []
@@ -109,15 +114,15 @@ def test_a_tampered_reward_is_flagged_and_the_run_keeps_tau2s(
     alice, alice_client, tau2_file, held_jobs
 ):
     data = json.loads(tau2_file)
-    tampered = next(s for s in data["simulations"] if s["task_id"] == "2" and s["trial"] == 1)
-    tampered["reward_info"]["reward"] = 1.0  # task 2 was not solved
+    tampered = next(s for s in data["simulations"] if s["task_id"] == UNSOLVED and s["trial"] == 1)
+    tampered["reward_info"]["reward"] = 1.0  # that task was not solved
 
     job, page = followed(alice_client, upload(alice_client, json.dumps(data).encode()), held_jobs)
 
     evaluation = Evaluation.objects.get()
     assert job.status == "done" and job.evaluation == evaluation
     assert f'href="{evaluation.get_absolute_url()}" data-testid="job-evaluation"' in page
-    run = evaluation.runs.get(task__task_id="2", trial=1)
+    run = evaluation.runs.get(task__task_id=UNSOLVED, trial=1)
     assert run.reward == 0.0
     assert run.provenance["rescore"] == {
         "status": "differs",
@@ -125,7 +130,7 @@ def test_a_tampered_reward_is_flagged_and_the_run_keeps_tau2s(
         "rescored_reward": 0.0,
     }
     assert evaluation.provenance["import"]["differs"] == [
-        {"run_id": run.pk, "task_id": "2", "trial": 1, "stored": 1.0, "rescored": 0.0}
+        {"run_id": run.pk, "task_id": UNSOLVED, "trial": 1, "stored": 1.0, "rescored": 0.0}
     ]
     others = evaluation.runs.exclude(pk=run.pk)
     assert {r.provenance["rescore"]["status"] for r in others} == {"equal"}
@@ -133,14 +138,14 @@ def test_a_tampered_reward_is_flagged_and_the_run_keeps_tau2s(
     # The job's page says how it re-scored.
     assert "Imported 4 simulations; τ² scored 4 of them again." in page
     assert "1 stored reward differs from τ²&#x27;s re-score" in page
-    assert "task 2 trial 1: file 1.0, τ² 0.0" in page
+    assert f"task {UNSOLVED} trial 1: file 1.0, τ² 0.0" in page
     listed = alice_client.get("/evaluations/").content.decode()
     assert 'data-testid="reward-differs"' in listed
     csv_rows = alice_client.get(f"/evaluations/{evaluation.pk}.csv").content.decode()
-    assert f"{run.pk},2,1," in csv_rows and ",differs," in csv_rows
+    assert f"{run.pk},{UNSOLVED},1," in csv_rows and ",differs," in csv_rows
     detail = alice_client.get(evaluation.get_absolute_url()).content.decode()
     assert 'data-testid="rescore-differs"' in detail
-    assert "task 2, trial 1</a>: file 1.0, re-scored 0.0" in detail
+    assert f"task {UNSOLVED}, trial 1</a>: file 1.0, re-scored 0.0" in detail
 
 
 @pytest.mark.slow
@@ -154,6 +159,11 @@ def test_a_conversation_whose_tool_results_were_edited_keeps_the_files_reward_an
     evaluation = evaluation_import(user=alice, data=json.dumps(data).encode())
 
     run = evaluation.runs.get(task__task_id="27", trial=0)
+    if tau2_generation() != "0.2":
+        # τ² 1.x replays only the tools that write (Environment.set_state skips reads), so
+        # the edited result of get_user_details is nothing τ² checks: scored as before.
+        assert run.provenance["rescore"]["status"] == "equal"
+        return
     assert run.reward == 1.0  # the file's, as nothing else is known
     assert run.provenance["rescore"]["status"] == "not_rescored"
     assert "do not replay" in run.provenance["rescore"]["note"]

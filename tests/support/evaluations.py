@@ -169,7 +169,7 @@ def tau2_run_file(
     directory: Path,
     *,
     domain: str = "airline",
-    task_ids: tuple[str, ...] = ("27", "2"),
+    task_ids: tuple[str, ...] = ("27", "19"),
     num_trials: int = 2,
     seed: int = 300,
     max_steps: int = 20,
@@ -177,9 +177,11 @@ def tau2_run_file(
     """Run τ²'s own ``tau2 run`` CLI against the scripted LLM (its responder must be set)
     and return the results file it wrote.
 
-    Both models are ``openai/…`` with ``api_base`` in their LLM args; the agent's key is
+    By default airline 27, which the gold script solves, and 19 (a cancellation it never
+    makes: unsolved on τ² 0.2 and 1.0.1 alike). Both models are ``openai/…`` with
+    ``api_base`` in their LLM args; the agent's key is
     τ²'s own default (``--agent-api-key`` names no variable, so the file records
-    ``"api_key": "dummy_key"``), the customer's comes from a fake ``OPENAI_API_KEY``.
+    ``"api_key": "dummy_key"`` on 0.2), the customer's comes from a fake ``OPENAI_API_KEY``.
     """
     args = {"temperature": 0, "api_base": llm.base_url}
     return tau2_cli_run(
