@@ -6,6 +6,7 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from apps.evaluations import api as evaluations_api
+from apps.schedules import api as schedules_api
 from apps.tasks import api
 
 app_name = "api"
@@ -28,5 +29,10 @@ urlpatterns = [
         "evaluations/<int:pk>/baseline/",
         evaluations_api.EvaluationBaseline.as_view(),
         name="baseline",
+    ),
+    path(
+        "evaluations/<int:pk>/schedule/",
+        schedules_api.EvaluationScheduleCreate.as_view(),
+        name="schedule",
     ),
 ]

@@ -156,6 +156,11 @@ MATRIX: dict[str, dict[str, tuple[str, str, str]]] = {
         }
         for action in ("pause", "resume", "stop", "retry", "baseline")
     },
+    # Repeating an evaluation on a schedule: whoever may start (an empty body: 400).
+    "api/evaluations/<int:pk>/schedule/": {
+        "GET": ("403", "405", "405"),
+        "POST": ("403", "400", "400"),
+    },
     "api/models/": {"GET": same("200"), "POST": same("405")},
     # Sign-in and out.
     "accounts/sign-in/": {"GET": same("200"), "POST": same("405")},
