@@ -39,6 +39,8 @@ def test_alice_repeats_her_evaluation_nightly_from_its_page(alice):
     assert "Every night" in listed and "every day at 02:00" in listed and "not yet" in listed
     # The evaluation's page lists it too.
     assert "Every night" in page(client.get(source.get_absolute_url()))
+    # And the evaluations' list leads to them.
+    assert 'href="/schedules/" data-testid="schedules-link"' in page(client.get("/evaluations/"))
 
 
 def test_a_malformed_cron_is_refused_in_words_on_the_page(alice):
