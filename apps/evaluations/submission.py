@@ -436,7 +436,7 @@ def submission_draft(plan: Plan) -> Draft:
             ensure_ascii=False,
             indent=2,
         )
-        name = f"{evaluation.domain}-evaluation-{evaluation.pk}.json"
+        name = _trajectory_name(evaluation)
         texts[name] = text
         results = tau2_submission.trajectories_read(text)
         parsed.append(results)
@@ -480,6 +480,9 @@ def submission_details(values: Mapping, *, user_simulator: str) -> Details:
     return Details(
         model_name=values.get("model_name") or "",
         organization=values.get("organization") or "",
+        submitting_organization=values.get("submitting_organization") or "",
+        submission_type=values.get("submission_type") or "standard",
+        reasoning_effort=values.get("reasoning_effort") or "",
         email=values.get("email") or "",
         contact_name=values.get("contact_name") or "",
         github=values.get("github") or "",
@@ -514,7 +517,18 @@ def submission_initial(draft: Draft) -> dict:
 def submission_json(draft: Draft, details: Details) -> str:
     """``submission.json`` of ``draft`` with ``details`` (τ²'s schema; raises
     :class:`tau2_env.engine.submission.SubmissionInvalid`)."""
-    return tau2_submission.submission_json(details=details, scores=draft.scores)
+    return tau2_submission.submission_json(
+        details=details, scores=draft.scores, trajectory_files=_trajectory_files(draft)
+    )
+
+
+def _trajectory_files(draft: Draft) -> dict[str, str]:
+    """Each domain's trajectories file in the folder, by domain."""
+    return {e.domain: _trajectory_name(e) for e in draft.evaluations}
+
+
+def _trajectory_name(evaluation: Evaluation) -> str:
+    return f"{evaluation.domain}-evaluation-{evaluation.pk}.json"
 
 
 def folder_name(details: Details) -> str:

@@ -200,16 +200,64 @@ class Details:
     evaluation_date: date | None = None
     tau2_bench_version: str = ""
     notes: str = ""
+    # τ² 1.x's schema adds these (0.2's has none of them: left out there).
+    submitting_organization: str = ""
+    submission_type: str = "standard"
+    reasoning_effort: str = ""
 
 
-def submission_json(*, details: Details, scores: Mapping[str, DomainScores]) -> str:
+def _organizations(details: Details) -> dict[str, str]:
+    """The organizations as the installed τ²'s schema names them: 0.2's one
+    ``organization`` (the model's), 1.x's ``model_organization`` and
+    ``submitting_organization`` (who ran it; the model's when not said)."""
+    if "organization" in Submission.model_fields:
+        return {"organization": details.organization}
+    return {
+        "model_organization": details.organization,
+        "submitting_organization": details.submitting_organization or details.organization,
+    }
+
+
+def _later_fields(
+    details: Details, scores: Mapping[str, DomainScores], trajectory_files: Mapping[str, str]
+) -> dict[str, Any]:
+    """What τ² 1.x's schema adds, as ``tau2 submit prepare`` 1.x fills it for a text run
+    whose trajectories are in the folder; nothing on 0.2, whose schema refuses them."""
+    fields = Submission.model_fields
+    extra: dict[str, Any] = {}
+    if "submission_type" in fields:
+        extra["submission_type"] = details.submission_type or "standard"
+    if "modality" in fields:
+        extra["modality"] = "text"
+    if "reasoning_effort" in fields and details.reasoning_effort:
+        extra["reasoning_effort"] = details.reasoning_effort
+    if "trajectory_files" in fields and trajectory_files:
+        extra["trajectories_available"] = True
+        extra["trajectory_files"] = {
+            domain: _file_name(name)
+            for domain, name in trajectory_files.items()
+            if domain in scores
+        }
+    return extra
+
+
+def submission_json(
+    *,
+    details: Details,
+    scores: Mapping[str, DomainScores],
+    trajectory_files: Mapping[str, str] | None = None,
+) -> str:
     """``submission.json`` as ``tau2 submit prepare`` writes it (τ²'s ``Submission``,
     ``indent=2``, no nulls), with methodology always present (see the module's notes).
-    Raises :class:`SubmissionInvalid` when τ²'s model refuses a value."""
+    ``trajectory_files``: each domain's file in the folder's trajectories (named in
+    τ² 1.x's ``trajectory_files``). Raises :class:`SubmissionInvalid` when τ²'s model
+    refuses a value."""
+    trajectory_files = trajectory_files or {}
     try:
         submission = Submission(
             model_name=details.model_name,
-            organization=details.organization,
+            **_organizations(details),
+            **_later_fields(details, scores, trajectory_files),
             submission_date=details.submission_date,
             contact_info=ContactInfo(
                 email=details.email,

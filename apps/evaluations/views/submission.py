@@ -23,6 +23,25 @@ class SubmissionForm(forms.Form):
     organization = forms.CharField(
         max_length=200, label="Organization", help_text="that developed the model"
     )
+    submitting_organization = forms.CharField(
+        max_length=200,
+        required=False,
+        label="Submitting organization",
+        help_text="that ran the evaluation (τ² 1.x asks; empty: the model's)",
+    )
+    submission_type = forms.ChoiceField(
+        choices=[("standard", "standard (τ²'s own agent scaffold)"), ("custom", "custom")],
+        initial="standard",
+        required=False,
+        label="Submission type",
+        help_text="custom: your own scaffold, prompts or tools (τ² 1.x)",
+    )
+    reasoning_effort = forms.CharField(
+        max_length=50,
+        required=False,
+        label="Reasoning effort",
+        help_text="as the model ran, e.g. high, low, none (τ² 1.x)",
+    )
     email = forms.EmailField(label="Contact email")
     contact_name = forms.CharField(max_length=200, required=False, label="Contact name")
     github = forms.CharField(max_length=100, required=False, label="GitHub username")
