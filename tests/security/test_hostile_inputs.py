@@ -70,6 +70,7 @@ def _values(work) -> dict[str, str]:
     return {
         "pk": str(work["run"].pk),
         "label_pk": "1",
+        "delivery_pk": "1",
         "domain": "airline",
         "task_id": "27",
         "backend": "huggingface",
