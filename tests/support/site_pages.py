@@ -80,6 +80,7 @@ class Site:
             SitePage("new evaluation", "/evaluations/new/"),
             SitePage("compare evaluations", f"/evaluations/compare/?ids={a},{b}"),
             SitePage("import evaluation", "/evaluations/import/"),
+            SitePage("schedules", "/schedules/"),
             SitePage("leaderboard", "/leaderboard/?domain=airline"),
             SitePage("submission", "/evaluations/submission/"),
             SitePage("models", "/models/"),
@@ -199,6 +200,7 @@ def site_with_content(*, alice, llm) -> Site:
     connection = openai_compatible_connection(
         llm, by=alice, name="Our vLLM: lab-8xh100-node-finetunes-eu-west-1 (shared)"
     )
+    _schedule(alice, evaluation=evaluation, last=other)
     return Site(
         longest=longest,
         run=run,
@@ -208,4 +210,31 @@ def site_with_content(*, alice, llm) -> Site:
         evaluation=evaluation,
         other_evaluation=other,
         connection=connection,
+    )
+
+
+def _schedule(alice, *, evaluation, last) -> None:
+    """alice's schedule of ``evaluation``, long-named, whose last tick started ``last`` and
+    whose latest refused in words (the schedules page and the evaluation's panel)."""
+    from django.utils import timezone
+    from django_celery_beat.models import CrontabSchedule, PeriodicTask
+
+    from apps.schedules.models import EvaluationSchedule
+
+    crontab = CrontabSchedule.objects.get_or_create(minute="30", hour="1", day_of_week="1-5")[0]
+    task = PeriodicTask.objects.create(
+        name=f"site schedule {evaluation.pk}", task="schedules.repeat", crontab=crontab
+    )
+    EvaluationSchedule.objects.create(
+        owner=alice,
+        source=evaluation,
+        spec={},
+        name=f"{LONG_MODEL} on telecom, weekday nights",
+        preset="custom",
+        cron="30 1 * * 1-5",
+        periodic_task=task,
+        last_run_at=timezone.now(),
+        last_evaluation=last,
+        last_error=f"alice may no longer start it: Agent model: {LONG_MODEL} is not offered "
+        "by any provider on the router any more.",
     )
