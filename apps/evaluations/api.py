@@ -6,6 +6,8 @@ start, acting as its owner — as the page's buttons do."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -325,13 +327,16 @@ class EvaluationList(generics.ListCreateAPIView):
                 location=OpenApiParameter.HEADER,
                 description="Any string unique to this start (at most 255 characters): "
                 "the same key again answers with the evaluation it started (200) and "
-                "starts nothing.",
+                "starts nothing; with another body it is refused (422).",
             )
         ],
         responses={
             201: EvaluationDetailSerializer,
             200: OpenApiResponse(
                 EvaluationDetailSerializer, description="Started earlier with this key."
+            ),
+            422: OpenApiResponse(
+                description="The key started an evaluation with another body (its id said)."
             ),
             400: OpenApiResponse(description="The form's messages, by field."),
             401: OpenApiResponse(description="An unknown or revoked key."),
@@ -349,6 +354,13 @@ class EvaluationList(generics.ListCreateAPIView):
                 user=request.user,
                 idempotency_key=request.headers.get(IDEMPOTENCY_HEADER, ""),
                 create=lambda: services.evaluation_start(user=request.user, data=form.cleaned_data),
+                body_sha256=_fingerprint(request.data),
+            )
+        except services.IdempotencyKeyReused as exc:
+            # draft-ietf-httpapi-idempotency-key-header: a key reused with another payload.
+            return Response(
+                {"non_field_errors": [str(exc)], "evaluation": exc.evaluation.pk},
+                status=status.HTTP_422_UNPROCESSABLE_ENTITY,
             )
         except ValidationError as exc:
             errors = {
@@ -364,6 +376,14 @@ class EvaluationList(generics.ListCreateAPIView):
         )
         response["Location"] = reverse("api:evaluation", kwargs={"pk": evaluation.pk})
         return response
+
+
+def _fingerprint(data: Any) -> str:
+    """The request body's SHA-256: its JSON with keys sorted (a form body as its lists)."""
+    if hasattr(data, "lists"):  # a QueryDict: every value of every field
+        data = {name: values for name, values in data.lists()}
+    text = json.dumps(data, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 class EvaluationDetail(generics.RetrieveAPIView):

@@ -190,14 +190,17 @@ class EvaluationJob(models.Model):
 class StartRequest(models.Model):
     """An ``Idempotency-Key`` a person sent with ``POST /api/evaluations/`` and the
     evaluation it started: the same key again (a retried request) answers with that
-    evaluation and starts nothing. Unique per person, so of two requests racing with one
-    key exactly one inserts its row and starts; the other's whole transaction, its
-    evaluation included, rolls back."""
+    evaluation and starts nothing; with another body it is refused. Unique per person,
+    so of two requests racing with one key exactly one inserts its row and starts; the
+    other's whole transaction, its evaluation included, rolls back."""
 
     created_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+"
     )
     key = models.CharField(max_length=255)
+    # The request body's SHA-256 (its JSON, keys sorted): the key again with another body
+    # is refused. Empty for requests stored before it was kept.
+    body_sha256 = models.CharField(max_length=64, blank=True, default="")
     evaluation = models.ForeignKey(Evaluation, on_delete=models.CASCADE, related_name="+")
     created_at = models.DateTimeField(auto_now_add=True)
 

@@ -548,26 +548,48 @@ def evaluation_retry_failed(*, evaluation: Evaluation) -> int:
     return count
 
 
+class IdempotencyKeyReused(Exception):
+    """The ``Idempotency-Key`` started an evaluation with another request body."""
+
+    def __init__(self, evaluation: Evaluation) -> None:
+        self.evaluation = evaluation
+        super().__init__(
+            f"This Idempotency-Key started evaluation {evaluation.pk} with another request "
+            "body: send a new key for a new evaluation, or the same body to read that one."
+        )
+
+
+def _earlier(user, key: str, body_sha256: str) -> StartRequest | None:
+    earlier = StartRequest.objects.filter(created_by=user, key=key).first()
+    if earlier is not None and body_sha256 and earlier.body_sha256 not in ("", body_sha256):
+        raise IdempotencyKeyReused(earlier.evaluation)
+    return earlier
+
+
 def evaluation_create_once(
-    *, user, idempotency_key: str, create: Callable[[], Evaluation]
+    *, user, idempotency_key: str, create: Callable[[], Evaluation], body_sha256: str = ""
 ) -> tuple[Evaluation, bool]:
     """``create()`` (an :func:`evaluation_create`) unless ``user`` already started one
     with ``idempotency_key``; returns (the evaluation, whether this call created it).
     An empty key always creates. Two calls racing with one key start one evaluation:
     the loser's, inserted in the same transaction as its key, rolls back (its dispatch
-    was queued ``on_commit`` and never runs) and it answers with the winner's."""
+    was queued ``on_commit`` and never runs) and it answers with the winner's. With
+    ``body_sha256`` (the request's fingerprint), the key again with another body raises
+    :class:`IdempotencyKeyReused` and starts nothing."""
     key = (idempotency_key or "").strip()[:255]
     if not key:
         return create(), True
-    earlier = StartRequest.objects.filter(created_by=user, key=key).first()
+    earlier = _earlier(user, key, body_sha256)
     if earlier is not None:
         return earlier.evaluation, False
     try:
         with transaction.atomic():
             evaluation = create()
-            StartRequest.objects.create(created_by=user, key=key, evaluation=evaluation)
+            StartRequest.objects.create(
+                created_by=user, key=key, evaluation=evaluation, body_sha256=body_sha256
+            )
     except IntegrityError:
-        earlier = StartRequest.objects.filter(created_by=user, key=key).first()
+        earlier = _earlier(user, key, body_sha256)
         if earlier is None:
             raise
         return earlier.evaluation, False

@@ -89,10 +89,12 @@ def test_a_key_that_may_start_starts_an_evaluation_once_and_reads_its_results(
     assert data["breakdowns"] and "ci95" in data["breakdowns"][0]["groups"][0]
     listed = get("/api/evaluations/?mine=1", key=key).json()
     assert [row["id"] for row in listed["results"]] == [pk]
-    # The same key on another request starts nothing either, even with other settings.
+    # The same key on another body is refused, naming what it started; nothing starts.
     other = {**body, "num_trials": 1}
     third = post("/api/evaluations/", key=key, body=other, idempotency="build-41")
-    assert third.json()["id"] == pk and Evaluation.objects.count() == 1
+    assert third.status_code == 422
+    assert third.json()["evaluation"] == pk and Evaluation.objects.count() == 1
+    assert f"started evaluation {pk} with another request body" in str(third.json())
 
 
 def test_a_read_only_key_reads_and_is_refused_a_start_saying_why(alice, workers_full):
