@@ -4,6 +4,12 @@ from django.core.management import call_command
 from apps.tasks.models import CatalogueLoad, Domain, Split, Task, Tool
 from apps.tasks.services import catalogue_load
 from tau2_env.engine import catalog
+from tau2_env.generations import tau2_generation
+
+# What differs between τ² 0.2's data and 1.0.1's: mock has one more task, and retail is
+# judged on NL assertions where 0.2 checked what the agent communicated.
+MOCK_TASKS = 9 if tau2_generation() == "0.2" else 10
+RETAIL_BASIS = ["DB", "COMMUNICATE"] if tau2_generation() == "0.2" else ["DB", "NL_ASSERTION"]
 
 pytestmark = pytest.mark.django_db
 
@@ -19,7 +25,7 @@ EXPECTED_COUNTS = {
     ("telecom", "base"): 114,
     ("telecom", "full"): 2285,
     ("telecom-workflow", "full"): 2285,
-    ("mock", "base"): 9,
+    ("mock", "base"): MOCK_TASKS,
 }
 
 
@@ -59,7 +65,7 @@ def test_a_task_reads_as_people_need_it(catalogue):
     assert task.title == "You want to exchange the water bottle and the desk lamp."
     assert task.known_info == "You are mei_kovacs_8020 in zipcode 28236."
     assert task.unknown_info == "You do not remember your email address"
-    assert task.reward_basis == ["DB", "COMMUNICATE"]
+    assert task.reward_basis == RETAIL_BASIS
     assert task.expected_calls == 5
     assert task.changes_db is True
     assert "return_delivered_order_items" in task.tool_names
@@ -142,4 +148,4 @@ def test_if_needed_skips_a_complete_catalogue_but_completes_a_partial_one(catalo
     out = StringIO()
     call_command("load_tasks", if_needed=True, stdout=out)
     assert "mock" in out.getvalue() and "loaded" in out.getvalue()
-    assert Task.objects.filter(domain_id="mock").count() == 9
+    assert Task.objects.filter(domain_id="mock").count() == MOCK_TASKS

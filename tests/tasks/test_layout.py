@@ -124,8 +124,15 @@ def test_a_stop_marker_is_a_mark_and_never_a_heading(kind, role, content, said, 
 
 
 def test_the_markers_are_tau2s_own():
-    from tau2_env.engine.episodes import AGENT_STOP  # noqa: I001 - τ² through the engine's quiet import
-    from tau2.user.base import OUT_OF_SCOPE, STOP, TRANSFER
+    import importlib
+
+    from tau2_env.engine.episodes import AGENT_STOP
+    from tau2_env.generations import tau2_generation
+
+    # τ² 0.2 keeps them in tau2.user.base, 1.x in tau2.user.user_simulator_base.
+    where = "tau2.user.base" if tau2_generation() == "0.2" else "tau2.user.user_simulator_base"
+    markers = importlib.import_module(where)
+    STOP, TRANSFER, OUT_OF_SCOPE = markers.STOP, markers.TRANSFER, markers.OUT_OF_SCOPE
 
     assert set(presenters.STOP_MARKERS) == {STOP, TRANSFER, OUT_OF_SCOPE, AGENT_STOP}
 
