@@ -14,6 +14,7 @@ from apps.runs.models import Run, RunEvent
 from tests.play.conftest import customer_says
 from tests.runs.conftest import ALICE_TOKEN, finished, wait_for
 from tests.support.llm_server import delayed, error
+from tests.support.scripts import GOLD_CERTIFICATE, GOLD_CLOSING
 
 pytestmark = pytest.mark.slow
 
@@ -64,14 +65,15 @@ def test_alice_plays_task_27_to_reward_one_on_her_own_token(
     assert "ethan_martin_2396" in body["events"][1]["html"]
     assert body["state"]["phase"] == "your_turn"
 
-    response = tool(alice_client, run, "send_certificate", user_id="ethan_martin_2396", amount=150)
-    assert response.status_code == 200, response.content
+    if GOLD_CERTIFICATE:  # τ² 0.2's task 27 owes the $150 certificate; 1.x's none
+        response = tool(
+            alice_client, run, "send_certificate", user_id="ethan_martin_2396", amount=150
+        )
+        assert response.status_code == 200, response.content
 
-    response = alice_client.post(
-        f"/play/{run.pk}/say/", {"text": "I have sent you a $150 certificate."}, **JSON
-    )
+    response = alice_client.post(f"/play/{run.pk}/say/", {"text": GOLD_CLOSING}, **JSON)
     assert response.status_code == 200
-    assert response.json()["events"][0]["seq"] == 6
+    assert response.json()["events"][0]["seq"] == 4 + 2 * GOLD_CERTIFICATE
     run = wait_for(run, customer_answered(2), what="the customer's reply")
 
     response = alice_client.post(f"/play/{run.pk}/end/", **JSON)
@@ -83,19 +85,17 @@ def test_alice_plays_task_27_to_reward_one_on_her_own_token(
     assert run.reward == 1.0
     assert run.termination_reason == "agent_stop"
     assert run.reward_info["db_check"]["db_match"] is True
+    calls = 1 + GOLD_CERTIFICATE  # the lookup, and (0.2) the certificate
     assert kinds(run) == [
         "agent",
         "customer",
-        "agent",
-        "tool_result",
-        "agent",
-        "tool_result",
+        *["agent", "tool_result"] * calls,
         "agent",
         "customer",
         "agent",  # the agent's stop
     ]
     assert run.events.order_by("-seq").first().message["content"] == "###STOP###"
-    assert run.n_tool_calls == 2
+    assert run.n_tool_calls == calls
     requests = llm_server.chat_requests()
     assert len(requests) == 2  # the customer's two turns; airline/27 needs no judge
     assert all(r.token == ALICE_TOKEN for r in requests)
@@ -175,7 +175,8 @@ def test_actions_wait_for_the_customer_and_stop_after_the_end(
 
     alice_client.post(f"/play/{run.pk}/end/", **JSON)
     run = wait_for(run, finished)
-    assert run.status == Run.Status.COMPLETED and run.reward == 0.0
+    # Nothing done: 0.2's task 27 owed a certificate (0); 1.x's owes none (1).
+    assert run.status == Run.Status.COMPLETED and run.reward == (0.0 if GOLD_CERTIFICATE else 1.0)
     count = run.events.count()
     for path, data in (("say", {"text": "Still there?"}), ("end", {}), ("retry", {})):
         response = alice_client.post(f"/play/{run.pk}/{path}/", data, **JSON)

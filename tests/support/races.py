@@ -3,7 +3,8 @@
 The scripted LLM answers each agent model its own way (by the request's ``model``), and
 one customer answers every lane alike:
 
-* ``FAST``: the gold path (look the customer up, send the $150 certificate), quickly;
+* ``FAST``: the gold path (look the customer up, send the $150 certificate; on τ² 1.x,
+  which owes none, say so), quickly;
 * ``EXTRA``: the gold path with an extra read (the lookup twice), slower;
 * ``WRONG``: sends $100 instead of $150 (reward 0), slowest.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 import time
 
 from tests.support.llm_server import RecordedRequest, ScriptedLLM, error, text, tool_call
-from tests.support.scripts import GOLD_TASK, is_agent_request
+from tests.support.scripts import GOLD_CERTIFICATE, GOLD_CLOSING, GOLD_TASK, is_agent_request
 
 FAST = "deepseek-ai/DeepSeek-V4.1-Flash:novita"
 EXTRA = "Qwen/Qwen3-32B:cerebras"
@@ -48,9 +49,11 @@ def race_script(llm: ScriptedLLM, *, slower: float = 1.0) -> None:
         ]
         if len(called) < reads:
             return tool_call(_LOOKUP[0], **_LOOKUP[1])
-        if "send_certificate" not in called:
+        # τ² 1.x's task 27 owes no certificate: there only WRONG sends one (and fails).
+        sends = amount != 150 or GOLD_CERTIFICATE
+        if sends and "send_certificate" not in called:
             return tool_call("send_certificate", user_id=USER_ID, amount=amount)
-        return text("I have sent you a certificate. Anything else?")
+        return text("I have sent you a certificate. Anything else?" if sends else GOLD_CLOSING)
 
     llm.responder = responder
 
