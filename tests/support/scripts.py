@@ -19,6 +19,11 @@ GOLD_TASK = ("airline", "27")  # get_user_details, then send_certificate (a writ
 # τ² 0.2's airline/27 expects the $150 certificate; 1.0.1's expects none (the customer is
 # not owed one), so there the gold conversation looks the customer up and says no.
 GOLD_CERTIFICATE = tau2_generation() == "0.2"
+# The agent's tool calls of the gold conversation, in order.
+GOLD_CALLS: tuple[tuple[str, dict], ...] = (
+    ("get_user_details", {"user_id": "ethan_martin_2396"}),
+    *((("send_certificate", {"user_id": "ethan_martin_2396", "amount": 150}),) * GOLD_CERTIFICATE),
+)
 GOLD_CLOSING = (
     "I have sent you a $150 certificate. Anything else?"
     if GOLD_CERTIFICATE

@@ -20,7 +20,7 @@ from apps.tasks.models import Task
 from apps.training.models import TrainingEpisode, TrainingSession
 from tests.support.agents import agent_runs_of
 from tests.support.mcp_client import mcp_session
-from tests.support.scripts import gold_script
+from tests.support.scripts import GOLD_CALLS, GOLD_CLOSING, gold_script
 from tests.support.training import training_episodes, ws_reset
 
 GOLD_USER = "ethan_martin_2396"
@@ -64,11 +64,7 @@ async def test_a_golden_episode_named_by_header_is_an_agent_run_of_the_session(
             return json.loads(await ws.recv())
 
         opening = await send("reset", {"task_id": "27", "split": "train"})
-        for name, arguments in (
-            ("get_user_details", {"user_id": GOLD_USER}),
-            ("send_certificate", {"user_id": GOLD_USER, "amount": 150}),
-            ("respond_to_user", {"message": "Your certificate is sent."}),
-        ):
+        for name, arguments in (*GOLD_CALLS, ("respond_to_user", {"message": GOLD_CLOSING})):
             step = await send(
                 "step", {"type": "call_tool", "tool_name": name, "arguments": arguments}
             )
