@@ -35,7 +35,7 @@ from apps.evaluations.models import Evaluation
 from apps.runs.events import event_kind
 from apps.runs.models import MAX_TRIALS, Run, RunEvent
 from apps.tasks.models import Domain, Task
-from apps.tasks.selectors import catalogue_latest
+from apps.tasks.selectors import task_set_installed
 from tau2_env import jsonbounds
 from tau2_env.engine import catalog
 from tau2_env.engine.evaluation import DEFAULT_SEED, trial_seeds
@@ -132,8 +132,7 @@ def evaluation_import(
     split = _split_of(domain, task_ids)
     seed = info.seed if info.seed is not None else DEFAULT_SEED
     seeds = _seeds(results, trials, seed, info.num_trials)
-    latest = catalogue_latest()
-    our_hash = latest.task_set_hash if latest else catalog.catalogue_hash()
+    _, our_hash = task_set_installed()
     digests = _simulation_hashes(data, results)
     repeats = _repeats(digests)
     agent_model = (info.agent_info.llm or info.agent_info.implementation or "unknown")[:255]

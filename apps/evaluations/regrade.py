@@ -22,8 +22,7 @@ from typing import Any
 from apps.evaluations.models import Evaluation
 from apps.evaluations.significance import task_order
 from apps.runs.models import Run
-from apps.tasks.selectors import catalogue_latest
-from tau2_env.engine import catalog
+from apps.tasks.selectors import task_set_installed as current_task_set
 from tau2_env.engine.evaluation import is_successful
 
 __all__ = ["current_task_set", "regrade_flips", "regrade_refusal", "task_set_of"]
@@ -33,12 +32,6 @@ def task_set_of(evaluation: Evaluation) -> tuple[str, str]:
     """The τ² version and task-set hash ``evaluation`` was scored on."""
     provenance = evaluation.provenance or {}
     return str(provenance.get("tau2_version") or ""), str(provenance.get("task_set_hash") or "")
-
-
-def current_task_set() -> tuple[str, str]:
-    """This server's τ² version and task-set hash (what a re-grade scores against)."""
-    latest = catalogue_latest()
-    return catalog.tau2_version(), latest.task_set_hash if latest else catalog.catalogue_hash()
 
 
 def regrade_refusal(evaluation: Evaluation) -> str | None:

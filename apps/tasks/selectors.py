@@ -10,6 +10,7 @@ from django.db.models import Prefetch, QuerySet
 from django.http import Http404
 
 from apps.tasks.models import CatalogueLoad, Domain, Split, Task, Tool
+from tau2_env.engine import catalog
 
 KINDS = {"write": True, "read": False}
 
@@ -128,3 +129,10 @@ def tool_list(*, domain: str) -> QuerySet[Tool]:
 
 def catalogue_latest() -> CatalogueLoad | None:
     return CatalogueLoad.objects.order_by("-created_at", "-id").first()
+
+
+def task_set_installed() -> tuple[str, str]:
+    """This server's τ² version and task-set hash: what imports and re-grades score on
+    (the last catalogue load's hash; the installed τ²'s own before any load)."""
+    latest = catalogue_latest()
+    return catalog.tau2_version(), latest.task_set_hash if latest else catalog.catalogue_hash()
