@@ -188,6 +188,7 @@ def _studio_credentials(request: access.ClientRequest) -> access.Credentials:
         customer=functools.partial(customer_route, user_id),
         admit=recorder.admit if request.training_session else None,
         budget=_budget_for(owner, recorder),
+        claim=recorder.claim,
     )
 
 

@@ -37,6 +37,7 @@ import dataclasses
 import logging
 import threading
 import time
+import uuid
 import weakref
 from collections import deque
 from collections.abc import Callable
@@ -53,8 +54,9 @@ from apps.agents.hooks import EpisodeRefused, TrainingEpisode, training_hooks
 from apps.connections.llm_routes import parse_value
 from apps.connections.models import Connection
 from apps.runs import budgets
+from apps.runs import hooks as run_hooks
 from apps.runs.events import LostRun, events_publish, judge_fields
-from apps.runs.lifecycle import run_finish
+from apps.runs.lifecycle import agent_run_requeue, run_finish
 from apps.runs.models import Run
 from apps.runs.services import customer_prices, run_provenance
 from apps.runs.spec import RunSpec, Side, spec_columns
@@ -370,6 +372,10 @@ class AgentRunRecorder:
         # was ended by its budget: touched on the episodes' threads only.
         self._budgeted: dict[str, Run] = {}
         self._over_budget: dict[str, str] = {}
+        # The evaluation's run claim() took for the episode about to start (on the
+        # episode's thread, one start at a time), and the claimed runs by episode id.
+        self._claimed: Run | None = None
+        self._claims: dict[str, Run] = {}
 
     def __repr__(self) -> str:
         return f"<AgentRunRecorder user_id={self.user_id} key_id={self.key_id}>"
@@ -400,12 +406,45 @@ class AgentRunRecorder:
         self._admitted = dataclasses.replace(episode, warning=warning or "")
         return warning
 
+    def claim(self, evaluation: str, face: str) -> access.EpisodePlan:
+        """``Credentials.claim``: the next episode of ``evaluation`` (an outside agent's,
+        this key owner's), its run taken for this client under the agents' lease; the
+        evaluation's refusal as :class:`~tau2_env.gate.access.EpisodeRefused`. On the
+        episode's thread (it reads and writes the database)."""
+        claim = run_hooks.episode_claim()
+        if claim is None:
+            raise access.EpisodeRefused("This server has no evaluations to pull.", status=404)
+        # This key's episode before (replaced by this reset) is stored as ended first: a
+        # claimed episode left unfinished goes back to its queue.
+        self._serial.idle.wait(WRITES_WAIT_SECONDS)
+        close_old_connections()
+        run, plan = claim(
+            user_id=self.user_id,
+            evaluation=evaluation,
+            face=face,
+            worker=f"agent:{face}:{uuid.uuid4().hex}",
+            lease=agent_lease(),
+        )
+        self._claimed = run
+        return plan
+
     # ------------------------------------------------ access.EpisodeBudget
 
     def episode_admit(self, episode: Episode, *, face: str) -> None:
         """Admit ``episode`` to its customer's connection's budget and limit of runs in
         flight, when it has either (its run stored now); raises
-        :class:`~tau2_env.gate.access.EpisodeRefused` with the reason. On the episode's thread."""
+        :class:`~tau2_env.gate.access.EpisodeRefused` with the reason. On the episode's thread.
+        An evaluation's episode was admitted as it was claimed."""
+        claimed, self._claimed = self._claimed, None
+        if claimed is not None and (claimed.domain, claimed.task.task_id, claimed.seed) == (
+            episode.domain,
+            str(episode.task.id),
+            episode.seed,
+        ):
+            self._claims[episode.id] = claimed
+            if claimed.user_reserved_usd is not None or claimed.user_connection_id is not None:
+                self._budgeted[episode.id] = claimed  # its turns ask the budget
+            return
         connection = _guarded_connection(episode)
         if connection is None:
             return
@@ -453,7 +492,7 @@ class AgentRunRecorder:
     def on_start(self, episode: Episode, *, face: str) -> None:
         opening = dataclasses.replace(
             _opening(episode, face=face, training=self._admitted),
-            run=self._budgeted.get(episode.id),
+            run=self._claims.get(episode.id) or self._budgeted.get(episode.id),
         )
         self._admitted = None
         self._serial.submit(self._start, opening)
@@ -463,8 +502,9 @@ class AgentRunRecorder:
 
     def on_done(self, episode: Episode) -> None:
         self._budgeted.pop(episode.id, None)
+        claimed = self._claims.pop(episode.id, None) is not None
         over = self._over_budget.pop(episode.id, None)
-        self._serial.submit(self._end, episode.id, _ending(episode, over_budget=over))
+        self._serial.submit(self._end, episode.id, _ending(episode, over_budget=over), claimed)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until everything heard so far is stored; False on timeout."""
@@ -489,7 +529,12 @@ class AgentRunRecorder:
         if run is not None and not agent_run_hop(run=run, messages=messages):
             self._runs[episode_id] = None
 
-    def _end(self, episode_id: str, ending: Ending) -> None:
+    def _end(self, episode_id: str, ending: Ending, claimed: bool = False) -> None:
         run = self._runs.pop(episode_id, None)
-        if run is not None:
-            agent_run_end(run=run, ending=ending)
+        if run is None:
+            return
+        left = claimed and ending.status == Run.Status.STOPPED and ending.failure == ""
+        # An evaluation's episode its client left: another client plays it.
+        if left and agent_run_requeue(run=run, worker=run.worker, reason=ending.error):
+            return
+        agent_run_end(run=run, ending=ending)

@@ -9,6 +9,20 @@ def _run_settled(run) -> None:
     evaluation_run_ended(run)
 
 
+def _run_requeued(run_id: int) -> None:
+    """The runs' requeued hook: an outside agent's episode is back in its queue."""
+    from apps.evaluations.external import run_requeued
+
+    run_requeued(run_id)
+
+
+def _episode_claim(**kwargs):
+    """The runs' episode claim: an outside agent's client pulls an evaluation's episode."""
+    from apps.evaluations.external import episode_claim
+
+    return episode_claim(**kwargs)
+
+
 class EvaluationsConfig(AppConfig):
     name = "apps.evaluations"
     label = "evaluations"
@@ -19,3 +33,5 @@ class EvaluationsConfig(AppConfig):
         from apps.runs import hooks  # models inside: the app registry must be ready
 
         hooks.on_run_settled("evaluations", _run_settled)
+        hooks.on_run_requeued("evaluations", _run_requeued)
+        hooks.episode_claim_register(_episode_claim)

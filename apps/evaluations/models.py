@@ -71,6 +71,10 @@ class Evaluation(RunSides):
     max_steps = models.PositiveIntegerField(default=DEFAULT_MAX_STEPS)
     max_errors = models.PositiveIntegerField(default=10)
     concurrency = models.PositiveSmallIntegerField(default=8)
+    # Its agent is the team's own program, named by ``agent_model`` (e.g.
+    # ``support-bot@2026-12-03``), which pulls its episodes over OpenEnv or MCP
+    # (apps.evaluations.external); no model of a connection plays it.
+    external_agent = models.BooleanField(default=False)
 
     error = models.TextField(blank=True)
     provenance = models.JSONField(default=dict, help_text="τ² version, task set, prices, source.")

@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from collections import Counter, defaultdict
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 
 from django.conf import settings
@@ -42,7 +42,7 @@ from apps.evaluations.selectors import evaluation_metrics
 from apps.inference.pricing import dollars
 from apps.runs import budgets, queue
 from apps.runs.forms import spec_from
-from apps.runs.models import MAX_TRIALS, Run
+from apps.runs.models import MAX_TRIALS, Run, RunEvent
 from apps.runs.services import (
     model_run_build,
     prices_for_storage,
@@ -50,7 +50,7 @@ from apps.runs.services import (
     run_stop,
     spec_validate,
 )
-from apps.runs.spec import RunSpec, spec_columns
+from apps.runs.spec import RunSpec, Side, spec_columns
 from apps.tasks.models import Task
 from apps.tasks.selectors import catalogue_latest
 from tau2_env.engine import catalog, episodes
@@ -81,9 +81,15 @@ def evaluation_create(
     num_trials: int = 1,
     concurrency: int = 8,
     name: str = "",
+    external_agent: bool = False,
 ) -> Evaluation:
     """Create an evaluation of ``spec`` over ``tasks`` × ``num_trials`` and start it.
     Each side runs on its connection (None: Hugging Face's router, on ``user``'s token).
+
+    ``external_agent``: the agent is the team's own program, named by ``spec.agent``'s
+    model (``name@version``), which pulls the episodes over OpenEnv or MCP
+    (:mod:`apps.evaluations.external`) instead of the workers playing a model; default
+    mode only, no agent prices.
 
     ``spec.mode`` is the paper's ablation (``Run.Mode``): its runs are played by τ²'s
     agent and user of that mode, as ``tau2 run --agent … --user …``; like ``tau2 run``
@@ -95,7 +101,9 @@ def evaluation_create(
     else wrong — a side on a budgeted connection with no price, or whose estimated cost
     is more than the budget (the connection's, or ``user``'s on it) has left this month.
     """
-    if spec.agent.connection is None or spec.customer.connection is None:
+    if external_agent:
+        spec, agent_prices = _external_spec(spec), None
+    if (spec.agent.connection is None and not external_agent) or spec.customer.connection is None:
         hf_token_for(user=user)
     spec = spec_validate(spec)
     domain, split, mode = tasks.domain, tasks.split, spec.mode
@@ -160,19 +168,24 @@ def evaluation_create(
             num_trials=num_trials,
             trial_seeds=seeds,
             concurrency=concurrency,
+            external_agent=external_agent,
             provenance={
                 "tau2_version": catalog.tau2_version(),
                 "task_set_hash": latest.task_set_hash if latest else catalog.catalogue_hash(),
                 "agent_prices": list(prices) if prices else None,
                 "source": "studio",
-                "agent": side_provenance(connection=agent.connection, model=agent.model),
+                "agent": (
+                    _external_provenance(agent.model)
+                    if external_agent
+                    else side_provenance(connection=agent.connection, model=agent.model)
+                ),
                 "user": side_provenance(connection=customer.connection, model=customer.model),
                 # The tasks tau2 run in this mode leaves out (its agent refuses them).
                 **({"mode_left_out": left_out} if left_out else {}),
             },
         )
         # Trial-major, as τ² runs them: every task's trial 0, then trial 1, …
-        Run.objects.bulk_create(
+        built = (
             run_in_mode(
                 model_run_build(
                     user=user,
@@ -187,8 +200,46 @@ def evaluation_create(
             for trial in range(num_trials)
             for task_id in ids
         )
-        transaction.on_commit(evaluations_dispatch)
+        Run.objects.bulk_create(_as_external(run) if external_agent else run for run in built)
+        if not external_agent:  # its runs wait for the agent's clients, not for workers
+            transaction.on_commit(evaluations_dispatch)
+        else:
+            transaction.on_commit(lambda: events.evaluation_publish(evaluation_id=evaluation.pk))
     return evaluation
+
+
+# What an outside agent's evaluation and runs name as its agent's implementation.
+EXTERNAL_IMPLEMENTATION = "an outside agent, pulling its episodes over OpenEnv or MCP"
+
+
+def _external_spec(spec: RunSpec) -> RunSpec:
+    """``spec`` for an outside agent's evaluation: its agent named (``name@version``), no
+    model, no connection, the default mode; raises ``ValidationError`` saying why not."""
+    # On first use: external imports the engine's gate (its plans and refusals).
+    from apps.evaluations.external import agent_name_problem
+
+    name = (spec.agent.model or "").strip()
+    problem = agent_name_problem(name)
+    if problem:
+        raise ValidationError({"external_agent": problem})
+    if spec.mode != Run.Mode.DEFAULT:
+        raise ValidationError(
+            {"mode": "An outside agent plays the default mode only: the ablations swap τ²'s agent."}
+        )
+    return replace(spec, agent=Side(name, llm=False))
+
+
+def _external_provenance(name: str) -> dict:
+    return {"implementation": EXTERNAL_IMPLEMENTATION, "model": name, "external": True}
+
+
+def _as_external(run: Run) -> Run:
+    """A built run of an outside agent's evaluation: kind agent, no agent price."""
+    run.kind = Run.Kind.AGENT
+    run.agent_llm_args = None
+    run.agent_price_input = run.agent_price_output = None
+    run.provenance["agent"] = _external_provenance(run.agent_model)
+    return run
 
 
 def evaluation_start(*, user, data: dict) -> Evaluation:
@@ -272,16 +323,17 @@ def evaluations_dispatch() -> list[int]:
     running evaluations are locked while the slots are counted."""
     queued: list[int] = []
     with transaction.atomic():
+        # An outside agent's evaluation hands its runs to its clients, not to workers.
         active = list(
             Evaluation.objects.select_for_update()
-            .filter(status=Evaluation.Status.RUNNING)
+            .filter(status=Evaluation.Status.RUNNING, external_agent=False)
             .order_by("created_at", "id")
         )
         if not active:
             return []
         in_flight = Counter(
             dict(
-                Run.objects.filter(IN_FLIGHT, evaluation__isnull=False)
+                Run.objects.filter(IN_FLIGHT, evaluation__isnull=False, kind=Run.Kind.MODEL)
                 .values_list("evaluation_id")
                 .annotate(n=Count("id"))
             )
@@ -524,9 +576,13 @@ def evaluation_retry_failed(*, evaluation: Evaluation) -> int:
         raise ValidationError("An imported evaluation has nothing to run again.")
     hf_token_for(user=evaluation.created_by)
     with transaction.atomic():
-        count = Run.objects.filter(
+        retried = Run.objects.filter(
             evaluation=evaluation, status=Run.Status.FAILED, failure__in=Run.RETRYABLE
-        ).update(
+        )
+        if evaluation.external_agent:  # an outside agent's episode is played again whole
+            RunEvent.objects.filter(run__in=retried).delete()
+            retried.update(n_messages=0, n_tool_calls=0)
+        count = retried.update(
             status=Run.Status.QUEUED,
             failure="",
             error="",

@@ -4,7 +4,11 @@ to hear of runs or to take part in them, since runs never imports them.
 * :func:`on_run_settled` — be told each time a run becomes final (the evaluations app
   lets an evaluation go on);
 * :func:`fork_takeover_register` — build the run that continues a fork when a person
-  takes it over (the play app makes it a play session).
+  takes it over (the play app makes it a play session);
+* :func:`on_run_requeued` — be told when an outside agent's episode of an evaluation
+  went back to its queue (its client left mid-episode);
+* :func:`episode_claim_register` — hand an outside agent's client the next episode of an
+  evaluation (the evaluations app does; the agents app asks, never importing it).
 
 Light on purpose (it imports only the runs' models): an app registers its hooks at
 start-up without loading τ², litellm or its own services — a hook that needs them
@@ -15,7 +19,8 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Protocol
+from datetime import timedelta
+from typing import Any, Protocol
 
 from apps.runs.models import Run, RunEvent
 from apps.runs.spec import RunSpec
@@ -71,3 +76,52 @@ def fork_takeover_register(takeover: ForkTakeover | None) -> None:
 def fork_takeover() -> ForkTakeover | None:
     """How a person takes a fork over here, or ``None`` (the play app is not installed)."""
     return _takeover
+
+
+#: Called with the id of a run put back in its queue (once per time).
+RunRequeued = Callable[[int], None]
+_requeued: list[tuple[str, RunRequeued]] = []
+
+
+def on_run_requeued(name: str, hook: RunRequeued) -> None:
+    """Have ``hook(run_id)`` called each time an outside agent's run goes back to its
+    evaluation's queue. Registering ``name`` again replaces its hook."""
+    _requeued[:] = [(n, h) for n, h in _requeued if n != name]
+    _requeued.append((name, hook))
+
+
+def run_requeued(run_id: int) -> None:
+    """Tell every requeued hook (``lifecycle.agent_run_requeue``); a hook that raises is
+    logged, never raised."""
+    for name, hook in list(_requeued):
+        try:
+            hook(run_id)
+        except Exception:
+            logger.exception("Run %s went back to its queue, but its %s hook failed", run_id, name)
+
+
+class EpisodeClaim(Protocol):
+    """Hands a studio key's client the next episode of ``evaluation`` (as the client
+    wrote its id): its run, taken for ``worker`` (RUNNING under a lease of ``lease``
+    from now), and the episode's plan (``tau2_env.gate.access.EpisodePlan``). Raises
+    ``tau2_env.gate.access.EpisodeRefused`` with the status a client reads: 404 no such
+    evaluation of an outside agent, 403 not the key owner's, 409 paused, 410 nothing
+    left, 429 every episode taken for now (``retry_after``)."""
+
+    def __call__(
+        self, *, user_id: int, evaluation: str, face: str, worker: str, lease: timedelta
+    ) -> tuple[Run, Any]: ...
+
+
+_claim: EpisodeClaim | None = None
+
+
+def episode_claim_register(claim: EpisodeClaim | None) -> None:
+    """Let outside agents pull evaluations' episodes through ``claim`` (``None``: none)."""
+    global _claim
+    _claim = claim
+
+
+def episode_claim() -> EpisodeClaim | None:
+    """How an outside agent's client pulls an evaluation's episode here, or ``None``."""
+    return _claim

@@ -288,6 +288,39 @@ def run_hand_back(*, run: Run, worker: str, reason: str) -> str:
     return RETRY
 
 
+def agent_run_requeue(*, run: Run, worker: str, reason: str) -> bool:
+    """Put an outside agent's run of an evaluation, left unfinished by ``worker`` (its
+    client disconnected, closed, or stopped renewing its lease), back in its
+    evaluation's queue: QUEUED, its messages gone, "agent left" appended to its
+    resumptions; what its customer spent stays counted. Returns False when ``worker`` no
+    longer holds it (it ended, or another took it). Then the requeued hooks hear of it."""
+    with transaction.atomic():
+        held = (
+            Run.objects.select_for_update()
+            .filter(pk=run.pk, kind=Run.Kind.AGENT, worker=worker, status=Run.Status.RUNNING)
+            .exclude(evaluation=None)
+            .first()
+        )
+        if held is None:
+            return False
+        held.events.all().delete()
+        Run.objects.filter(pk=held.pk).update(
+            status=Run.Status.QUEUED,
+            worker="",
+            lease_expires_at=None,
+            dispatched_at=None,
+            started_at=None,
+            n_messages=0,
+            n_tool_calls=0,
+            error="",
+            resumptions=[*held.resumptions, Run.Resumption.AGENT_GONE],
+        )
+    logger.info("Agent run %s back in its evaluation's queue: %s", run.pk, reason)
+    status_publish(run_id=run.pk)
+    hooks.run_requeued(run.pk)
+    return True
+
+
 def run_status(run_id: int) -> str:
     return Run.objects.filter(pk=run_id).values_list("status", flat=True).first() or "missing"
 
@@ -313,6 +346,14 @@ def runs_reap(*, now=None) -> list[int]:
         kind=Run.Kind.AGENT, status=Run.Status.RUNNING, lease_expires_at__lt=now
     )
     for run in lost_agents:
+        if run.evaluation_id is not None and not run.stop_requested:
+            # An evaluation's episode: another client plays it.
+            agent_run_requeue(
+                run=run,
+                worker=run.worker,
+                reason="Its client's lease ran out (it stopped answering).",
+            )
+            continue
         run_finish(
             run=run,
             status=Run.Status.STOPPED,

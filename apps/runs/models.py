@@ -78,6 +78,9 @@ class Run(RunSides):
         run's)."""
 
         WORKER_LOST = "worker_lost", "worker lost"
+        # An outside agent's episode of an evaluation its client left unfinished
+        # (disconnected, closed, its lease ran out): back in the queue, played again.
+        AGENT_GONE = "agent_gone", "agent left"
         DATABASE = "database", "database restart"
         BROKER = "broker", "broker restart"
 

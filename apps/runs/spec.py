@@ -137,9 +137,9 @@ def spec_columns(spec: RunSpec, *, seed_field: str) -> dict[str, Any]:
 def spec_read(row, *, seed_field: str) -> RunSpec:
     """The :class:`RunSpec` stored in ``row``'s columns (a run or an evaluation, see
     :func:`spec_columns`); a row from before llm_args could be chosen reads τ²'s
-    default. A run of another kind than ``model`` (play, an outside agent's) reads its
-    agent as no model."""
-    llm = getattr(row, "kind", "model") == "model"
+    default. A run of another kind than ``model`` (play, an outside agent's), or an
+    evaluation of an outside agent, reads its agent as no model."""
+    llm = getattr(row, "kind", "model") == "model" and not getattr(row, "external_agent", False)
     return RunSpec(
         agent=Side(row.agent_model, row.agent_connection, row.agent_llm_args, llm=llm),
         customer=Side(row.user_model, row.user_connection, row.user_llm_args),

@@ -92,11 +92,39 @@ def _budget_admit(
 
 class BadRequest(ValueError):
     """A client's input cannot be used; ``str()`` says why, ``status`` is the HTTP status
-    it deserves (400, or 401 for missing or refused credentials)."""
+    it deserves (400, or 401 for missing or refused credentials; an evaluation's refusal
+    its own), ``retry_after`` the seconds to wait before asking again, ``data`` what a
+    program reads of it."""
 
-    def __init__(self, message: str, *, status: int = 400) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int = 400,
+        retry_after: int | None = None,
+        data: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
+        self.retry_after = retry_after
+        self.data = data or {}
+
+
+def _claimed(credentials: access.Credentials, evaluation: str, *, face: str) -> access.EpisodePlan:
+    """The next episode of ``evaluation`` the credentials' ``claim`` hands this client; a
+    refusal as :class:`BadRequest` with its status, wait and data."""
+    if credentials.claim is None:
+        raise BadRequest(
+            "Playing an evaluation's episodes needs a studio API key that may start "
+            "(Authorization: Bearer <key>).",
+            status=403,
+        )
+    try:
+        return credentials.claim(evaluation, face)
+    except access.EpisodeRefused as exc:
+        raise BadRequest(
+            str(exc), status=exc.status, retry_after=exc.retry_after, data=exc.data
+        ) from None
 
 
 @dataclass(frozen=True)
@@ -193,6 +221,7 @@ class AgentSession:
         task_id: Any = None,
         seed: Any = None,
         user_model: Any = None,
+        evaluation: Any = None,
     ) -> dict[str, Any]:
         """End any open episode (unscored) and start one; returns its opening:
         ``user_message``, ``policy``, ``task_id``, ``domain``, ``split``,
@@ -201,9 +230,25 @@ class AgentSession:
         for clients whose credentials allow it: a studio key). Raises
         :class:`BadRequest` for an unknown domain, split or task, a mistyped value, a
         customer model the client may not use, no credentials for the customer, or an
-        episode the credentials' ``budget`` does not admit (before the customer speaks)."""
+        episode the credentials' ``budget`` does not admit (before the customer speaks).
+
+        ``evaluation``: play the next episode of that evaluation of an outside agent (its
+        task, seed, customer and limits are the evaluation's: ``task_id``, ``seed`` and
+        ``user_model`` may not be given with it); the opening adds ``evaluation``,
+        ``trial`` and ``run_id``. Refused with the evaluation's answer (404 unknown,
+        403 not the client's, 409 paused, 410 nothing left, 429 retry later)."""
         self.close("Replaced by a new reset().")
         self.steps = 0
+        evaluation = access.evaluation_name(evaluation) if evaluation is not None else None
+        if evaluation is not None:
+            chosen = {"task_id": task_id, "seed": seed, "user_model": user_model}
+            given = [name for name, value in chosen.items() if value is not None]
+            if given:
+                raise BadRequest(
+                    f"{', '.join(given)} cannot be chosen with evaluation: an evaluation's "
+                    "episodes are its own tasks, seeds and customer."
+                )
+            return self._start_claimed(credentials, evaluation)
         domain = _optional("domain", domain, (str,), "a string") or config.default_domain()
         split = _optional("split", split, (str,), "a string") or config.default_split()
         task_id = _optional("task_id", task_id, (str, int), "a string or an integer")
@@ -224,6 +269,36 @@ class AgentSession:
 
         episode = episodes.Episode(domain=domain, task=task, user_llm=route)
         _budget_admit(credentials.budget, episode, face=self.face)
+        started = self._open(episode, credentials, split=split)
+        if warning:
+            started["training_warning"] = warning
+        return started
+
+    def _start_claimed(self, credentials: access.Credentials, evaluation: str) -> dict[str, Any]:
+        """Start the episode ``evaluation`` hands this client (see :meth:`start`)."""
+        plan = _claimed(credentials, evaluation, face=self.face)
+        args = plan.user_llm_args
+        try:
+            episode = episodes.Episode(
+                domain=plan.domain,
+                task=catalog.get_tau2_task(plan.domain, plan.task_id),
+                user_llm=plan.user_llm,
+                user_llm_args=dict(args) if args is not None else None,
+                judge_llm=plan.judge_llm,
+                seed=plan.seed,
+                max_steps=plan.max_steps or episodes.DEFAULT_MAX_STEPS,
+                max_errors=plan.max_errors or episodes.DEFAULT_MAX_ERRORS,
+            )
+        except KeyError as exc:  # the catalogue changed under the evaluation
+            raise BadRequest(exc.args[0] if exc.args else str(exc), status=409) from None
+        _budget_admit(credentials.budget, episode, face=self.face)
+        return {**self._open(episode, credentials, split=None), **plan.labels}
+
+    def _open(
+        self, episode: episodes.Episode, credentials: access.Credentials, *, split: str | None
+    ) -> dict[str, Any]:
+        """Make ``episode`` this session's, let its customer open, tell the hooks; its
+        opening."""
         self.episode, self.split, self._hooks = episode, split, credentials.hooks
         self._budget = credentials.budget
         self._reported, self._ended_reported = 0, False
@@ -231,18 +306,15 @@ class AgentSession:
         self._reported = len(episode.messages)
         access.call_hook(self._hooks, "on_start", episode, face=self.face)
         self._report_end()
-        started = {
+        return {
             "user_message": opening.content if opening is not None else None,
             "policy": episode.policy,
-            "task_id": task.id,
-            "domain": domain,
+            "task_id": episode.task.id,
+            "domain": episode.domain,
             "split": split,
             "episode_id": episode.id,
-            "user_model": route.describe(),
+            "user_model": episode.user_llm.describe(),
         }
-        if warning:
-            started["training_warning"] = warning
-        return started
 
     # ------------------------------------------------------------------- act
 

@@ -81,7 +81,7 @@ INSTRUCTIONS = (
     "their reply) and call `done()` when the conversation is over; the episode is then "
     "scored by τ²-bench's evaluator. One MCP session plays one episode."
 )
-_QUERY_KEYS = ("domain", "split", "task_id", "seed", "user_model")
+_QUERY_KEYS = ("domain", "split", "task_id", "seed", "user_model", "evaluation")
 
 _T = TypeVar("_T")
 
@@ -106,6 +106,13 @@ def _start_tool() -> types.Tool:
                     "type": "string",
                     "description": "The customer model (with a studio API key): a model "
                     "id of the studio's picker, org/model or @connection/model",
+                },
+                "evaluation": {
+                    "type": ["string", "integer"],
+                    "description": "Play the next episode of this evaluation of an "
+                    "outside agent (with a studio API key): its task, seed and customer "
+                    "are the evaluation's. When none is left the result is an error whose "
+                    "data says status 410; 429 with retry_after: ask again later",
                 },
             },
         },
@@ -300,6 +307,8 @@ class McpApp:
             for key, values in parse_qs(scope.get("query_string", b"").decode()).items()
             if key in _QUERY_KEYS
         }
+        if request.evaluation and "evaluation" not in query:  # X-Tau2-Evaluation
+            query["evaluation"] = request.evaluation
         opening = _Opening(_Session(credentials=credentials, slot=slot, query=query))
         token = _opening.set(opening)
         try:
@@ -381,7 +390,12 @@ class McpApp:
             opening = await _in_pool(session.agent.start, credentials=session.credentials, **chosen)
         except BadRequest as exc:
             hint = " Over MCP, send your token as `Authorization: Bearer <token>`."
-            return _result(f"Error: {exc}{hint if exc.status == 401 else ''}", is_error=True)
+            data = {"status": exc.status, **exc.data}
+            if exc.retry_after is not None:
+                data["retry_after"] = exc.retry_after
+            return _result(
+                f"Error: {exc}{hint if exc.status == 401 else ''}", is_error=True, data=data
+            )
         if session.domain() != before:
             await self.server.request_context.session.send_tool_list_changed()
         text = json.dumps({k: opening[k] for k in ("user_message", "policy", "task_id")})

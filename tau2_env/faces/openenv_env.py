@@ -222,17 +222,19 @@ class Tau2Environment(MCPEnvironment):
         split: str | None = None,
         user_model: str | None = None,
         training_session: str | None = None,
+        evaluation: str | int | None = None,
         **kwargs: Any,
     ) -> Observation:
         """Blocking reset (in-process use); the servers call :meth:`reset_async`."""
-        credentials = _resolved(_reset_request(hf_token, training_session))
+        request = _reset_request(hf_token, training_session)
         return self._reset(
-            credentials=credentials,
+            credentials=_resolved(request),
             seed=seed,
             task_id=task_id,
             domain=domain,
             split=split,
             user_model=user_model,
+            evaluation=evaluation if evaluation is not None else request.evaluation,
         )
 
     async def reset_async(
@@ -245,6 +247,7 @@ class Tau2Environment(MCPEnvironment):
         split: str | None = None,
         user_model: str | None = None,
         training_session: str | None = None,
+        evaluation: str | int | None = None,
         **kwargs: Any,
     ) -> Observation:
         """End any open conversation and start one on a task; returns the customer's opening.
@@ -254,6 +257,11 @@ class Tau2Environment(MCPEnvironment):
         customer is the server's. ``training_session`` names the training session the
         episode belongs to (for a studio key; it wins over the request's
         ``X-Tau2-Training-Session`` header and ``training_session`` query parameter).
+        ``evaluation`` plays the next episode of that evaluation of an outside agent (else
+        the request's ``X-Tau2-Evaluation`` header or ``evaluation`` query parameter):
+        its task, seed and customer are the evaluation's; ``metadata`` adds
+        ``evaluation``, ``trial`` and ``run_id``. With nothing left to play it raises
+        ``BadRequest`` with status 410 (429 with ``retry_after``: ask again later).
         ``observation.metadata``: ``user_message``, ``policy``, ``task_id``, ``domain``,
         ``split``, ``episode_id``, ``user_model``, and ``training_warning`` (one line)
         when the training session's split guard warns. Raises
@@ -264,6 +272,8 @@ class Tau2Environment(MCPEnvironment):
         ``Authorization`` header, ``hf_token``), resolved in a worker thread.
         """
         credentials = await _credentials(hf_token, training_session)
+        if evaluation is None:
+            evaluation = access.current_request().evaluation
         return await _run(
             self._reset,
             credentials=credentials,
@@ -272,6 +282,7 @@ class Tau2Environment(MCPEnvironment):
             domain=domain,
             split=split,
             user_model=user_model,
+            evaluation=evaluation,
         )
 
     def step(self, action: Any, timeout_s: float | None = None, **kwargs: Any) -> Observation:
@@ -319,6 +330,7 @@ class Tau2Environment(MCPEnvironment):
         domain: Any,
         split: Any,
         user_model: Any = None,
+        evaluation: Any = None,
     ) -> Observation:
         metadata = self._session.start(
             credentials=credentials,
@@ -327,6 +339,7 @@ class Tau2Environment(MCPEnvironment):
             task_id=task_id,
             seed=seed,
             user_model=user_model,
+            evaluation=evaluation,
         )
         if self._session.episode is not None and self._session.episode.done:
             return self._final(Observation, metadata=metadata)

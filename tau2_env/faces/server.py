@@ -194,8 +194,16 @@ def redact_session_ids_in_server_logs() -> None:
 
 def _bad_request(request: Request, exc: Exception) -> JSONResponse:
     status = getattr(exc, "status", 400)
-    headers = {"retry-after": str(access.RETRY_AFTER)} if status == 503 else None
-    return JSONResponse({"detail": str(exc)}, status_code=status, headers=headers)
+    retry_after = getattr(exc, "retry_after", None)
+    if retry_after is None and status == 503:
+        retry_after = access.RETRY_AFTER
+    headers = {"retry-after": str(retry_after)} if retry_after is not None else None
+    body: dict[str, Any] = {"detail": str(exc)}
+    if getattr(exc, "data", None):
+        body["data"] = exc.data  # type: ignore[attr-defined]
+    if retry_after is not None:
+        body["retry_after"] = retry_after
+    return JSONResponse(body, status_code=status, headers=headers)
 
 
 def create_openenv_app(

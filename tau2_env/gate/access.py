@@ -46,7 +46,10 @@ __all__ = [
     "CredentialsRefused",
     "CredentialsUnavailable",
     "EpisodeBudget",
+    "EVALUATION_HEADER",
+    "EVALUATION_QUERY",
     "EpisodeHooks",
+    "EpisodePlan",
     "EpisodeRefused",
     "TRAINING_SESSION_HEADER",
     "TRAINING_SESSION_QUERY",
@@ -81,6 +84,22 @@ TRAINING_SESSION_HEADER = "x-tau2-training-session"
 TRAINING_SESSION_QUERY = "training_session"
 TRAINING_SESSION_MAX_LENGTH = 100
 
+# The evaluation whose next episode a client asks for (or OpenEnv's
+# ``reset(evaluation=…)``, MCP's ``start`` argument ``evaluation``, which win): an
+# evaluation of an outside agent hands its episodes to the clients that pull them.
+EVALUATION_HEADER = "x-tau2-evaluation"
+EVALUATION_QUERY = "evaluation"
+EVALUATION_MAX_LENGTH = 64
+
+
+def evaluation_name(value: Any) -> str | None:
+    """``value`` as an evaluation's id as a client gives it (text or an integer, at most
+    :data:`EVALUATION_MAX_LENGTH` characters, stripped); ``None`` when empty or neither."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)):
+        return None
+    text = str(value).strip()
+    return text[:EVALUATION_MAX_LENGTH] or None
+
 
 def training_session_name(value: Any) -> str | None:
     """``value`` as a training session's name: printable, spaces collapsed, at most
@@ -98,7 +117,9 @@ class ClientRequest:
     ``hf_token`` it gave in the request body, and its URL's ``query`` (last value of each
     name; e.g. ``agent``, the name it plays under). ``training_session``: the training
     session its episodes belong to (:data:`TRAINING_SESSION_HEADER`, else the
-    :data:`TRAINING_SESSION_QUERY` parameter, else a reset's own argument), or ``None``."""
+    :data:`TRAINING_SESSION_QUERY` parameter, else a reset's own argument), or ``None``.
+    ``evaluation``: the evaluation whose episodes it pulls (:data:`EVALUATION_HEADER`,
+    else the :data:`EVALUATION_QUERY` parameter), or ``None``."""
 
     headers: Mapping[str, str] = field(repr=False, default_factory=dict)
     address: str = ""
@@ -106,6 +127,7 @@ class ClientRequest:
     hf_token: str | None = field(repr=False, default=None)
     query: Mapping[str, str] = field(repr=False, default_factory=dict)
     training_session: str | None = None
+    evaluation: str | None = None
 
     @classmethod
     def from_scope(cls, scope: Mapping[str, Any], *, face: str) -> ClientRequest:
@@ -122,12 +144,14 @@ class ClientRequest:
         training = training_session_name(
             headers.get(TRAINING_SESSION_HEADER) or query.get(TRAINING_SESSION_QUERY)
         )
+        evaluation = evaluation_name(headers.get(EVALUATION_HEADER) or query.get(EVALUATION_QUERY))
         return cls(
             headers=headers,
             address=str(client[0] or ""),
             face=face,
             query=query,
             training_session=training,
+            evaluation=evaluation,
         )
 
 
@@ -150,12 +174,42 @@ class EpisodeHooks(Protocol):
 
 class EpisodeRefused(Exception):
     """An episode may not start (its customer's connection has no room in its budget,
-    no price for the model, or all the runs in flight it allows); ``str()`` says why,
-    ``status`` is the HTTP status it deserves (403, or 429: it may once a run ends)."""
+    no price for the model, or all the runs in flight it allows; an evaluation with no
+    episode to hand out); ``str()`` says why, ``status`` is the HTTP status it deserves
+    (403, 404, 409, 410, or 429: it may later), ``retry_after`` the seconds to wait
+    before asking again (429), ``data`` what a program reads of it (e.g. the
+    evaluation's ``state``)."""
 
-    def __init__(self, message: str, *, status: int = 403) -> None:
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int = 403,
+        retry_after: int | None = None,
+        data: Mapping[str, Any] | None = None,
+    ) -> None:
         super().__init__(message)
         self.status = status
+        self.retry_after = retry_after
+        self.data = dict(data or {})
+
+
+@dataclass(frozen=True)
+class EpisodePlan:
+    """One episode an evaluation handed to a client (:attr:`Credentials.claim`): the
+    task and τ²'s trial seed, the customer's route and ``llm_args``, the NL judge's
+    route (``None``: the customer's), τ²'s limits, and ``labels`` the client is told in
+    the opening (the evaluation, the trial, the run)."""
+
+    domain: str
+    task_id: str
+    seed: int | None
+    user_llm: Any = field(repr=False)  # a tau2_env.llm.gateway.Route
+    user_llm_args: Mapping[str, Any] | None = None
+    judge_llm: Any = field(repr=False, default=None)
+    max_steps: int | None = None
+    max_errors: int | None = None
+    labels: Mapping[str, Any] = field(default_factory=dict)
 
 
 class EpisodeBudget(Protocol):
@@ -198,6 +252,10 @@ class Credentials:
     :class:`CredentialsRefused` to refuse the episode. ``None``: every episode may start.
     ``budget``: what its episodes' spend is counted against (:class:`EpisodeBudget`),
     asked before each starts and before each customer turn; ``None``: nothing limits it.
+    ``claim``: hands the client the next episode of an evaluation of an outside agent,
+    ``claim(evaluation, face)`` → :class:`EpisodePlan`, raising :class:`EpisodeRefused`
+    (unknown, not the client's, paused, finished, full for now); ``None``: the client
+    cannot pull an evaluation's episodes (no studio key).
     """
 
     client: str
@@ -211,6 +269,7 @@ class Credentials:
         repr=False, default=None, compare=False
     )
     budget: EpisodeBudget | None = field(repr=False, default=None, compare=False)
+    claim: Callable[[str, str], EpisodePlan] | None = field(repr=False, default=None, compare=False)
 
     @property
     def holder(self) -> str:
