@@ -505,6 +505,10 @@ class AgentRunRecorder:
         claimed = self._claims.pop(episode.id, None) is not None
         over = self._over_budget.pop(episode.id, None)
         self._serial.submit(self._end, episode.id, _ending(episode, over_budget=over), claimed)
+        if claimed:
+            # An evaluation's episode is stored as ended before its client hears the end:
+            # its next claim sees it played (or, left unfinished, queued again).
+            self._serial.idle.wait(WRITES_WAIT_SECONDS)
 
     def wait(self, timeout: float | None = None) -> bool:
         """Wait until everything heard so far is stored; False on timeout."""
