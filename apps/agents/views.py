@@ -107,6 +107,81 @@ asyncio.run(main())
 """
 
 
+# Your own agent through a whole evaluation (its page links here with ?evaluation=<id>).
+EVALUATION_PLACEHOLDER = 0
+EVALUATION_OPENENV_SNIPPET = """\
+import asyncio
+
+from tau2_env import Tau2Env
+
+KEY = "{key}"  # a studio API key: {keys_url}
+EVALUATION = {evaluation}  # the evaluation's id: its page says it
+
+
+async def play(env, opening):
+    # Your agent goes here: opening["policy"], opening["user_message"], the domain's tools.
+    reply = await env.call_tool("respond_to_user", message="Hello! How can I help?")
+    print("customer:", reply)
+    return await env.call_tool("done")
+
+
+async def main():
+    headers = {{"Authorization": f"Bearer {{KEY}}"}}
+    async with Tau2Env(base_url="{base}", headers=headers) as env:
+        # The next episode until every one is played; waits while the rest are taken.
+        while (result := await env.next_episode(evaluation=EVALUATION)) is not None:
+            opening = result.observation.metadata
+            await play(env, opening)
+            print("played task", opening["task_id"], "trial", opening["trial"])
+
+
+asyncio.run(main())
+"""
+
+EVALUATION_MCP_SNIPPET = """\
+import asyncio
+
+import httpx
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+KEY = "{key}"  # a studio API key: {keys_url}
+EVALUATION = {evaluation}  # the evaluation's id: its page says it
+URL = "{base}/agent/mcp"
+
+
+async def play(session, opening):
+    # Your agent goes here: opening["policy"], opening["user_message"], the domain's tools.
+    reply = await session.call_tool("respond_to_user", {{"message": "Hello! How can I help?"}})
+    print("customer:", reply.content[0].text)
+    return (await session.call_tool("done", {{}})).structuredContent
+
+
+async def main():
+    headers = {{"Authorization": f"Bearer {{KEY}}"}}
+    async with httpx.AsyncClient(headers=headers, timeout=300) as http:
+        while True:  # one MCP session per episode, until every one is played
+            async with (
+                streamable_http_client(URL, http_client=http) as (read, write, _),
+                ClientSession(read, write) as session,
+            ):
+                await session.initialize()
+                started = await session.call_tool("start", {{"evaluation": EVALUATION}})
+                answer = started.structuredContent or {{}}
+                if started.isError and answer.get("status") == 429:  # the rest are taken
+                    await asyncio.sleep(answer.get("retry_after", 5))
+                    continue
+                if started.isError:  # 410: every episode played; else the reason
+                    print(started.content[0].text)
+                    return
+                final = await play(session, answer)
+                print("task", answer["task_id"], "trial", answer["trial"], final.get("reward"))
+
+
+asyncio.run(main())
+"""
+
+
 def agents_url(request) -> str:
     """Where agents connect: ``TAU2_AGENTS_URL``, else this site's URL as the request
     reached it (the front proxy routes the agent faces there); no trailing slash."""
@@ -118,7 +193,9 @@ def _snippets(request) -> dict[str, str]:
     base = agents_url(request)
     domain, split = settings.TAU2_DOMAIN, settings.TAU2_SPLIT
     mcp_url = f"{base}/agent/mcp?domain={domain}&split={split}&seed={EXAMPLE_SEED}"
+    evaluation = request.GET.get("evaluation", "")
     fields = {
+        "evaluation": int(evaluation) if evaluation.isdigit() else EVALUATION_PLACEHOLDER,
         "key": KEY_PLACEHOLDER,
         "keys_url": request.build_absolute_uri(reverse("keys:list")),
         "base": base,
@@ -141,6 +218,8 @@ def _snippets(request) -> dict[str, str]:
         "generic": GENERIC_SNIPPET.format(**fields),
         "mcp": MCP_SNIPPET.format(**fields),
         "mcp_config": json.dumps(config, indent=2) + "\n",
+        "evaluation_openenv": EVALUATION_OPENENV_SNIPPET.format(**fields),
+        "evaluation_mcp": EVALUATION_MCP_SNIPPET.format(**fields),
         "base": base,
         "mcp_url": mcp_url,
     }

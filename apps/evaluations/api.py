@@ -253,8 +253,15 @@ class EvaluationStartSerializer(serializers.Serializer):
     q = serializers.CharField(required=False, help_text="The task explorer's search.")
     kind = serializers.ChoiceField(choices=["", "write", "read"], required=False)
     agent_model = serializers.CharField(
+        required=False,
         help_text="A router model (org/model[:provider|:policy]) or a connection's "
-        "(@slug/model) its owner may use."
+        "(@slug/model) its owner may use; or, instead, external_agent.",
+    )
+    external_agent = serializers.CharField(
+        required=False,
+        help_text="Your own agent's name and version (e.g. support-bot@2026-12-03), "
+        "instead of agent_model: its program pulls the episodes over MCP or OpenEnv "
+        "(reset(evaluation=<id>)) with a studio key.",
     )
     user_model = serializers.CharField(required=False, help_text="The simulated customer.")
     judge_model = serializers.CharField(required=False)

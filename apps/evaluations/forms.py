@@ -15,6 +15,7 @@ from apps.connections.picker import LLMArgsMixin, RouteField, for_user, judge_fi
 from apps.connections.selectors import can_manage
 from apps.evaluations import selectors
 from apps.evaluations.estimates import CostEstimate, evaluation_cost_estimate
+from apps.evaluations.external import agent_name_problem
 from apps.evaluations.models import Evaluation
 from apps.evaluations.significance import Planner
 from apps.runs import defaults
@@ -78,8 +79,17 @@ class EvaluationForm(LLMArgsMixin, forms.Form):
     agent_model = RouteField(
         role="agent",
         label="Agent model",
+        required=False,
         help_text="On Hugging Face Inference Providers (pin a provider, or let the router "
         "pick the fastest or the cheapest), or on a connection.",
+    )
+    external_agent = forms.CharField(
+        label="Or your own agent",
+        required=False,
+        max_length=100,
+        help_text="Name and version, e.g. support-bot@2026-12-03: instead of a model, your "
+        "program plays the agent, pulling this evaluation's episodes over MCP or OpenEnv "
+        "with a studio key (see Connect an agent).",
     )
     user_model = RouteField(
         role="customer",
@@ -161,9 +171,25 @@ class EvaluationForm(LLMArgsMixin, forms.Form):
             for s in d.splits.all()
         ]
 
+    def _clean_agent(self, data: dict) -> None:
+        """One agent: a model, or the team's own (named; default mode only)."""
+        external = (data.get("external_agent") or "").strip()
+        data["external_agent"] = external
+        if external:
+            problem = agent_name_problem(external)
+            if problem:
+                self.add_error("external_agent", problem)
+            if self.data.get("agent_model"):
+                self.add_error("external_agent", "Choose a model or your own agent, not both.")
+            if data.get("mode") not in (None, "", Run.Mode.DEFAULT):
+                self.add_error("mode", "Your own agent plays the default mode only.")
+        elif data.get("agent_model") is None and "agent_model" not in self.errors:
+            self.add_error("agent_model", "Pick an agent model, or name your own agent.")
+
     def clean(self):
         data = super().clean()
         self.clean_llm_args(data)
+        self._clean_agent(data)
         domain, split = data.get("domain"), data.get("split")
         if not domain or not split:
             return data

@@ -35,6 +35,7 @@ from django.core.cache import cache
 from apps.evaluations import selectors
 from apps.evaluations.models import Evaluation
 from apps.evaluations.pooling import (
+    CUSTOM_AGENT,
     Identity,
     differences,
     identity_of,
@@ -312,7 +313,11 @@ def _row(
         user_model=user_model,
         evaluations=evaluations,
         comparability=_row_comparability(evaluations, split_size),
-        agent_where=where(evaluations[0].agent_connection, evaluations),
+        agent_where=(
+            CUSTOM_AGENT
+            if evaluations[0].external_agent
+            else where(evaluations[0].agent_connection, evaluations)
+        ),
         scores=_scores(stats["pass_hat_ks"], stats["intervals"]),
         clean_scores=_scores(stats["clean_pass_hat_ks"], stats["clean_intervals"]),
         clean_runs=stats["clean_runs"],

@@ -43,6 +43,9 @@ def args_key(args: Mapping[str, Any]) -> str:
     return json.dumps(args, sort_keys=True, default=str)
 
 
+CUSTOM_AGENT = "its team's own program"
+
+
 def where(connection, evaluations: list[Evaluation]) -> str:
     """Where a side ran, in words: its connection, the router, or what imported files say."""
     if connection is not None:
@@ -67,10 +70,14 @@ class Identity:
     user_connection_id: int | None = None
     user_args: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_USER_ARGS))
     agent_args: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_AGENT_ARGS))
+    # The agents are the teams' own programs (evaluations of an outside agent): taubench.com
+    # lists such systems as "custom" submissions, apart from models under τ²'s LLMAgent.
+    custom_agent: bool = False
 
     @property
     def key(self) -> tuple:
         return (
+            self.custom_agent,
             self.split,
             self.task_set_hash,
             self.tau2_version,
@@ -82,6 +89,10 @@ class Identity:
             self.max_steps,
             self.max_errors,
         )
+
+    @property
+    def agents_label(self) -> str:
+        return "custom agents (the teams' own programs)" if self.custom_agent else "models"
 
     @property
     def user_args_label(self) -> str:
@@ -109,7 +120,13 @@ def identity_of(evaluation: Evaluation) -> Identity:
         user_connection_id=evaluation.user_connection_id,
         user_where=where(evaluation.user_connection, [evaluation]),
         user_args=side_args(evaluation.user_llm_args, default=DEFAULT_USER_ARGS),
-        agent_args=side_args(evaluation.agent_llm_args, default=DEFAULT_AGENT_ARGS),
+        # A custom agent has no τ² LLM arguments: its own program chose how to call its model.
+        agent_args=(
+            {}
+            if getattr(evaluation, "external_agent", False)
+            else side_args(evaluation.agent_llm_args, default=DEFAULT_AGENT_ARGS)
+        ),
+        custom_agent=bool(getattr(evaluation, "external_agent", False)),
     )
 
 
@@ -117,6 +134,8 @@ def differences(this: Identity, other: Identity) -> list[str]:
     """What differs between ``this`` and ``other``, each said as "another X (this, not
     other)"; empty when they may be ranked together."""
     out = []
+    if this.custom_agent != other.custom_agent:
+        out.append(f"other agents ({this.agents_label}, not {other.agents_label})")
     if this.split != other.split:
         out.append(f"another split ({this.split or 'none'}, not {other.split or 'none'})")
     if this.task_set_hash != other.task_set_hash:
@@ -136,7 +155,9 @@ def differences(this: Identity, other: Identity) -> list[str]:
         out.append(
             f"other customer LLM arguments ({this.user_args_label}, not {other.user_args_label})"
         )
-    if args_key(this.agent_args) != args_key(other.agent_args):
+    if args_key(this.agent_args) != args_key(other.agent_args) and not (
+        this.custom_agent or other.custom_agent
+    ):
         out.append(
             f"other agent LLM arguments ({this.agent_args_label}, not {other.agent_args_label})"
         )

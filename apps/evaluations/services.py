@@ -245,17 +245,22 @@ def _as_external(run: Run) -> Run:
 def evaluation_start(*, user, data: dict) -> Evaluation:
     """Start the evaluation the evaluation form describes (its ``cleaned_data``): what its
     page's Start button and ``POST /api/evaluations/`` both do."""
-    plan, model = data["plan"], data["agent_model"]  # model: a ResolvedRoute
+    plan, model = data["plan"], data.get("agent_model")  # model: a ResolvedRoute
+    external = data.get("external_agent") or ""
+    spec = spec_from(data)
+    if external:  # the team's own program plays the agent
+        spec = replace(spec, agent=Side(external, llm=False))
     return evaluation_create(
         user=user,
-        spec=spec_from(data),
+        spec=spec,
         tasks=TaskChoice(
             domain=plan.domain, split=plan.split, task_ids=plan.task_ids, query=plan.query
         ),
-        agent_prices=model.prices,
+        agent_prices=model.prices if model is not None and not external else None,
         num_trials=data["num_trials"],
         concurrency=data["concurrency"],
         name=data.get("name", ""),
+        external_agent=bool(external),
     )
 
 

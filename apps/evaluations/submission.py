@@ -192,9 +192,15 @@ def _sides(evaluation: Evaluation) -> dict[str, tuple[str, str]]:
     """What must be the same across a submission's evaluations: (key, words) per aspect."""
     agent = (evaluation.agent_model, evaluation.agent_connection_id)
     user = (evaluation.user_model, evaluation.user_connection_id)
-    agent_args = _args(evaluation.agent_llm_args, DEFAULT_AGENT_ARGS)
+    agent_args = (
+        "its own program's"
+        if evaluation.external_agent
+        else _args(evaluation.agent_llm_args, DEFAULT_AGENT_ARGS)
+    )
     user_args = _args(evaluation.user_llm_args, DEFAULT_USER_ARGS)
+    kind = "custom (the team's own agent)" if evaluation.external_agent else "standard (τ²'s agent)"
     return {
+        "kind of agent": (kind, kind),
         "agent model": (
             repr(agent),
             f"{evaluation.agent_model} on {_where(evaluation.agent_connection)}",
@@ -500,6 +506,21 @@ def submission_initial(draft: Draft) -> dict:
     the date they finished, τ²'s version, a factual note on how they ran)."""
     first = draft.evaluations[0]
     versions = [v for v in draft.tau2_versions if v]
+    if first.external_agent:  # taubench.com's "custom" submissions: a team's own system
+        return {
+            "model_name": draft.agent_llm,
+            "submission_type": "custom",
+            "evaluation_date": draft.finished,
+            "tau2_bench_version": versions[0] if len(versions) == 1 else "",
+            "notes": (
+                f"Evaluated with tau2-studio on the {SPLIT} split, {first.num_trials} "
+                f"trial{'s' if first.num_trials != 1 else ''} per task, user simulator "
+                f"{draft.user_llm} ({_args(first.user_llm_args, DEFAULT_USER_ARGS)}); the "
+                f"agent, {first.agent_model}, is the team's own program, which played each "
+                f"episode over the studio's MCP/OpenEnv faces; max steps {first.max_steps}, "
+                f"max errors {first.max_errors}."
+            ),
+        }
     return {
         "model_name": draft.agent_llm,
         "evaluation_date": draft.finished,

@@ -122,8 +122,14 @@ def _claimed(credentials: access.Credentials, evaluation: str, *, face: str) -> 
     try:
         return credentials.claim(evaluation, face)
     except access.EpisodeRefused as exc:
+        # Over OpenEnv's /ws an error frame carries only its message: the status ends it,
+        # for a program to read (Tau2Env.next_episode does).
+        wait = f", retry after {exc.retry_after} s" if exc.retry_after is not None else ""
         raise BadRequest(
-            str(exc), status=exc.status, retry_after=exc.retry_after, data=exc.data
+            f"{exc} (status {exc.status}{wait})",
+            status=exc.status,
+            retry_after=exc.retry_after,
+            data=exc.data,
         ) from None
 
 

@@ -17,15 +17,25 @@ as JSON or ``name(arg=…)``, anything else said to the customer (``respond_to_u
 
     result = await env.step("Could you give me your user id?")
     result = await env.step("get_user_details(user_id='noah_muller_9847')")
+
+An evaluation of your own agent, pulled episode by episode until none is left::
+
+    while (result := await env.next_episode(evaluation=42)) is not None:
+        ...  # play it: the opening is result.observation.metadata
 """
 
 from __future__ import annotations
 
+import asyncio
+import re
 from typing import Any
 
 from openenv.core.mcp_client import MCPToolClient
 
 __all__ = ["DEFAULT_MESSAGE_TIMEOUT_S", "Tau2Env"]
+
+# How an evaluation's refusal ends its message: "(status 429, retry after 5 s)".
+_REFUSAL = re.compile(r"\(status (\d{3})(?:, retry after (\d+) s)?\)$")
 
 DEFAULT_MESSAGE_TIMEOUT_S = 300.0
 
@@ -39,3 +49,24 @@ class Tau2Env(MCPToolClient):
         self, *args: Any, message_timeout_s: float = DEFAULT_MESSAGE_TIMEOUT_S, **kwargs: Any
     ) -> None:
         super().__init__(*args, message_timeout_s=message_timeout_s, **kwargs)
+
+    async def next_episode(self, evaluation: int | str, *, poll_s: float = 5.0) -> Any | None:
+        """Start the next episode of ``evaluation`` (an evaluation of your own agent, on
+        the studio): its ``reset`` result, or ``None`` once every episode has been played
+        (or the evaluation was stopped). While every episode left is being played by
+        other clients (status 429), waits as the server says (else ``poll_s``) and asks
+        again. Other refusals (unknown, not yours, paused) raise ``RuntimeError`` with
+        the server's reason."""
+        while True:
+            try:
+                return await self.reset(evaluation=evaluation)
+            except RuntimeError as exc:
+                found = _REFUSAL.search(str(exc).strip())
+                if found is None:
+                    raise
+                status, retry_after = int(found.group(1)), found.group(2)
+                if status == 410:
+                    return None
+                if status != 429:
+                    raise
+                await asyncio.sleep(float(retry_after) if retry_after else poll_s)

@@ -68,7 +68,11 @@ def _page(request, form: EvaluationForm, preview):
             "field_groups": [
                 (
                     "Models",
-                    [form[n] for n in ("agent_model", "user_model", "judge_model", "mode")],
+                    [
+                        form[n]
+                        for n in ("agent_model", "external_agent", "user_model", "judge_model")
+                    ]
+                    + [form["mode"]],
                 ),
                 ("Trials and limits", [form[n] for n in (*_PREFILLED[1:], "name")]),
             ],

@@ -96,6 +96,14 @@ def submission_page(request):
             status = 400
         else:
             context["preview"], problems = _preview(draft, form.cleaned_data)
+            if draft.evaluations[0].external_agent and (
+                form.cleaned_data.get("submission_type") != "custom"
+            ):
+                problems = [
+                    *problems,
+                    "These evaluations' agent is your own program, not τ²'s agent: "
+                    "taubench.com lists it as a custom submission (submission type custom).",
+                ]
             for problem in problems:
                 form.add_error(None, problem)
             if problems:
