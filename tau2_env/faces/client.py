@@ -35,7 +35,7 @@ from openenv.core.mcp_client import MCPToolClient
 __all__ = ["DEFAULT_MESSAGE_TIMEOUT_S", "Tau2Env"]
 
 # How an evaluation's refusal ends its message: "(status 429, retry after 5 s)".
-_REFUSAL = re.compile(r"\(status (\d{3})(?:, retry after (\d+) s)?\)$")
+_REFUSAL = re.compile(r"\(status (\d{3})(?:, retry after (\d+) s)?\)")
 
 DEFAULT_MESSAGE_TIMEOUT_S = 300.0
 
@@ -61,10 +61,10 @@ class Tau2Env(MCPToolClient):
             try:
                 return await self.reset(evaluation=evaluation)
             except RuntimeError as exc:
-                found = _REFUSAL.search(str(exc).strip())
-                if found is None:
+                found = _REFUSAL.findall(str(exc))  # the server's, before openenv's code
+                if not found:
                     raise
-                status, retry_after = int(found.group(1)), found.group(2)
+                status, retry_after = int(found[-1][0]), found[-1][1]
                 if status == 410:
                     return None
                 if status != 429:

@@ -59,7 +59,14 @@ def test_the_snippets_name_this_server_and_a_placeholder_never_a_key(asgi_server
     snippets = _snippets(page.text)
 
     assert page.status_code == 200
-    assert set(snippets) == {"openenv", "generic", "mcp", "mcp-config"}
+    assert set(snippets) == {
+        "openenv",
+        "generic",
+        "mcp",
+        "mcp-config",
+        "evaluation-openenv",
+        "evaluation-mcp",
+    }
     for name, snippet in snippets.items():
         assert asgi_server.url in snippet, name
         assert KEY_PLACEHOLDER in snippet, name
@@ -161,3 +168,48 @@ def test_anyone_may_read_the_page_and_is_sent_to_sign_in_for_a_key(client, db):
 
     assert "Sign in" in page and KEY_PLACEHOLDER in page
     assert 'data-testid="keys-link"' not in page
+
+
+def test_both_own_agent_clients_play_a_whole_evaluation_as_printed_sharing_it(
+    asgi_server, customer, customer_line, alice, alice_key, key_required
+):
+    from apps.evaluations.services import TaskChoice, evaluation_create
+    from apps.runs.models import Run
+    from apps.runs.spec import RunSpec, Side
+
+    evaluation = evaluation_create(
+        user=alice,
+        spec=RunSpec(agent=Side("my-bot@1", llm=False), customer=Side("scripted/customer")),
+        tasks=TaskChoice(domain="airline", task_ids=["0", "1"]),
+        num_trials=2,
+        concurrency=2,
+        external_agent=True,
+    )
+    cookies = {"sessionid": signed_in(alice).cookies["sessionid"].value}
+    page = httpx.get(
+        f"{asgi_server.url}/agents/?evaluation={evaluation.pk}", cookies=cookies, timeout=30
+    )
+    snippets = _snippets(page.text)
+    clients = [
+        subprocess.Popen(
+            [sys.executable, "-c", snippets[name].replace(KEY_PLACEHOLDER, alice_key)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=ROOT,
+        )
+        for name in ("evaluation-openenv", "evaluation-mcp")
+    ]
+    outs = []
+    for client in clients:
+        out, err = client.communicate(timeout=240)
+        assert client.returncode == 0, err[-3000:]
+        outs.append(out)
+
+    assert f"EVALUATION = {evaluation.pk}" in snippets["evaluation-mcp"]
+    played = sum(len(re.findall(r"^(played )?task \d+ trial \d", o, re.M)) for o in outs)
+    assert played == 4  # every episode, once, between the two
+    assert f"customer: {customer_line}" in "".join(outs)
+    runs = list(Run.objects.filter(evaluation=evaluation))
+    assert {r.status for r in runs} == {"completed"} and len(runs) == 4
+    assert {r.token for r in customer.chat_requests()} == {ALICE_TOKEN}
