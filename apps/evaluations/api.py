@@ -265,7 +265,7 @@ class EvaluationStartSerializer(serializers.Serializer):
     )
     user_model = serializers.CharField(required=False, help_text="The simulated customer.")
     judge_model = serializers.CharField(required=False)
-    mode = serializers.CharField(required=False, help_text="default, solo or gt.")
+    mode = serializers.CharField(required=False, help_text="default, no_user or oracle_plan.")
     num_trials = serializers.IntegerField(required=False, help_text="k: each task k times.")
     seed = serializers.IntegerField(required=False)
     max_steps = serializers.IntegerField(required=False)

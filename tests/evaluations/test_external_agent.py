@@ -400,3 +400,128 @@ async def test_task_and_seed_cannot_be_chosen_with_an_evaluation_and_need_a_key(
         lambda: Run.objects.filter(evaluation=evaluation, status="queued").count()
     )()
     assert queued == 1
+
+
+# ----------------------------------------------------------------- starting, reading
+
+
+def test_the_api_starts_an_own_agent_evaluation_with_a_start_key(alice, customer):
+    import json as json_module
+
+    from django.test import Client
+
+    key = api_key_create(user=alice, name="ci", scope="start")[1]
+    body = {"domain": "airline", "split": "test", "task_ids": ["0", "1"], "num_trials": 3}
+
+    def post(**extra):
+        return Client().post(
+            "/api/evaluations/",
+            data=json_module.dumps({**body, **extra}),
+            content_type="application/json",
+            HTTP_AUTHORIZATION=f"Bearer {key}",
+        )
+
+    started = post(external_agent=AGENT, user_model="scripted/customer")
+    both = post(external_agent=AGENT, agent_model="scripted/agent")
+    neither = post()
+    badly_named = post(external_agent="my bot")
+    ablation = post(external_agent=AGENT, mode="oracle_plan")
+
+    assert started.status_code == 201, started.content.decode()
+    evaluation = Evaluation.objects.get(pk=started.json()["id"])
+    assert evaluation.external_agent and evaluation.agent_model == AGENT
+    assert evaluation.runs.filter(kind="agent", status="queued").count() == 6
+    assert both.status_code == 400 and "not both" in both.json()["external_agent"][0]
+    assert neither.status_code == 400 and "name your own agent" in neither.json()["agent_model"][0]
+    assert badly_named.status_code == 400 and "external_agent" in badly_named.json()
+    assert ablation.status_code == 400 and "default mode only" in ablation.json()["mode"][0]
+    assert Evaluation.objects.count() == 1
+
+
+def test_the_form_starts_one_and_its_page_says_how_to_pull_it(alice, alice_client, customer):
+    form = alice_client.get("/evaluations/new/").content.decode()
+    assert 'name="external_agent"' in form
+
+    posted = alice_client.post(
+        "/evaluations/new/",
+        {
+            "domain": "airline",
+            "split": "test",
+            "task_ids": "0 1",
+            "external_agent": AGENT,
+            "user_model": "scripted/customer",
+            "num_trials": 2,
+            "seed": 300,
+            "max_steps": 200,
+            "max_errors": 10,
+            "concurrency": 2,
+        },
+    )
+
+    assert posted.status_code == 302, posted.content.decode()[:3000]
+    evaluation = Evaluation.objects.get()
+    page = alice_client.get(posted["Location"]).content.decode()
+    assert 'data-testid="own-agent-chip"' in page
+    assert f'<code data-testid="own-agent-id">{evaluation.pk}</code>' in page
+    assert f"/agents/?evaluation={evaluation.pk}#own-agent" in page
+    listing = alice_client.get("/evaluations/").content.decode()
+    assert 'data-testid="own-agent-chip"' in listing
+
+
+def test_the_leaderboard_ranks_own_agents_in_a_custom_agent_group(alice, alice_client):
+    from apps.evaluations.leaderboard import leaderboard
+    from tau2_env.engine import catalog
+    from tests.support.evaluations import stored_evaluation
+
+    tasks = catalog.get_domain("airline").splits["test"]
+    model = stored_evaluation(alice, outcomes={t: [1.0] for t in tasks}, agent_model="org/m")
+    own = stored_evaluation(alice, outcomes={t: [0.0] for t in tasks}, agent_model=AGENT)
+    Evaluation.objects.filter(pk=own.pk).update(external_agent=True)
+
+    groups = leaderboard(domain="airline")
+
+    by_kind = {g.custom_agent: g for g in groups}
+    assert len(groups) == 2 and set(by_kind) == {False, True}  # never ranked together
+    assert [r.agent_model for r in by_kind[True].rows] == [AGENT]
+    assert [r.agent_model for r in by_kind[False].rows] == ["org/m"]
+    assert by_kind[True].rows[0].agent_where == "its team's own program"
+    apart = groups[1].reason
+    assert "other agents (" in apart and "the teams' own programs" in apart
+    page = alice_client.get("/leaderboard/?domain=airline").content.decode()
+    assert page.count('data-testid="custom-agent-group"') == 1
+    assert model.pk != own.pk
+
+
+def test_the_submission_of_an_own_agent_is_custom(alice, alice_client):
+    from apps.evaluations import submission
+    from tau2_env.engine import catalog
+    from tests.support.evaluations import stored_evaluation
+
+    own = stored_evaluation(
+        alice,
+        outcomes={t: [1.0] for t in catalog.get_domain("airline").splits["base"]},
+        split="base",
+        agent_model=AGENT,
+        user_model="gpt-4.1",
+    )
+    Evaluation.objects.filter(pk=own.pk).update(external_agent=True, max_steps=200)
+
+    plan = submission.submission_plan(user=alice, picks={"airline": str(own.pk)})
+    draft = submission.submission_draft(plan)
+    initial = submission.submission_initial(draft)
+
+    assert initial["submission_type"] == "custom"
+    assert "the team's own program" in initial["notes"]
+    page = alice_client.post(
+        f"/evaluations/submission/?airline={own.pk}",
+        {
+            **{k: v for k, v in initial.items() if v},
+            "submission_type": "standard",
+            "model_name": AGENT,
+            "organization": "Acme",
+            "email": "a@example.org",
+            "action": "download",
+        },
+    )
+    assert page.status_code == 400
+    assert "custom submission" in page.content.decode()
