@@ -12,7 +12,7 @@ from cryptography.fernet import Fernet, InvalidToken, MultiFernet
 from django.conf import settings
 from django.core.exceptions import ImproperlyConfigured
 
-__all__ = ["InvalidToken", "rotate", "seal", "unseal"]
+__all__ = ["InvalidToken", "rotate", "seal", "sealed_fields", "sealed_fields_register", "unseal"]
 
 
 @lru_cache(maxsize=4)
@@ -47,3 +47,19 @@ def unseal(ciphertext: str) -> str:
 def rotate(ciphertext: str) -> str:
     """The same plaintext re-encrypted under the first key (raises ``InvalidToken``)."""
     return _fernet().rotate(ciphertext.encode("ascii")).decode("ascii")
+
+
+# Every model field sealed with this vault, by model label ("app_label.Model"): what
+# ``manage.py rotate_vault_keys`` re-encrypts. The accounts app registers its own; apps
+# above it register theirs in their ``AppConfig.ready`` (accounts imports none of them).
+_sealed: dict[str, tuple[str, ...]] = {}
+
+
+def sealed_fields_register(model: str, *fields: str) -> None:
+    """Say that ``model``'s ``fields`` hold ciphertext of this vault (or are empty)."""
+    _sealed[model] = tuple(fields)
+
+
+def sealed_fields() -> dict[str, tuple[str, ...]]:
+    """Each registered model label with its sealed fields."""
+    return dict(_sealed)

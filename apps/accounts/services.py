@@ -7,6 +7,7 @@ import logging
 from datetime import timedelta
 from typing import Any
 
+from django.apps import apps
 from django.contrib.auth import get_user_model
 from django.db import transaction
 from django.utils import timezone
@@ -78,24 +79,32 @@ def social_auth_strip_tokens(*, social: UserSocialAuth) -> None:
         social.save(update_fields=["extra_data"])
 
 
-def credential_rotate_keys() -> int:
-    """Re-encrypt every credential under the first vault key; returns how many rows changed.
+def credential_rotate_keys() -> dict[str, int]:
+    """Re-encrypt every sealed field (``crypto.sealed_fields``: Hugging Face credentials,
+    connections' keys and headers, webhooks' URLs and secrets) under the first vault key;
+    returns how many rows changed, by model label.
 
-    A row that no key opens is left alone (and logged): its owner must sign in again.
+    Each row in its own transaction, locked while it is rewritten. A row that no key opens
+    is left alone (and logged, by id only): a credential's owner must sign in again, a
+    connection's key or a webhook's URL must be entered again.
     """
-    changed = 0
-    for pk in HFCredential.objects.values_list("pk", flat=True):
-        with transaction.atomic():
-            credential = HFCredential.objects.select_for_update().get(pk=pk)
-            try:
-                credential.access_token_enc = crypto.rotate(credential.access_token_enc)
-                if credential.refresh_token_enc:
-                    credential.refresh_token_enc = crypto.rotate(credential.refresh_token_enc)
-            except crypto.InvalidToken:
-                logger.warning("No vault key opens the credential of user %s", credential.user_id)
-                continue
-            credential.save(update_fields=["access_token_enc", "refresh_token_enc"])
-            changed += 1
+    changed: dict[str, int] = {}
+    for label, fields in crypto.sealed_fields().items():
+        model = apps.get_model(label)
+        changed[label] = 0
+        for pk in model.objects.values_list("pk", flat=True):
+            with transaction.atomic():
+                row = model.objects.select_for_update().get(pk=pk)
+                try:
+                    for field in fields:
+                        value = getattr(row, field)
+                        if value:
+                            setattr(row, field, crypto.rotate(value))
+                except crypto.InvalidToken:
+                    logger.warning("No vault key opens %s %s: left as it is", label, pk)
+                    continue
+                row.save(update_fields=list(fields))
+                changed[label] += 1
     return changed
 
 
