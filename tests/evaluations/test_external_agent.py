@@ -464,6 +464,7 @@ def test_the_form_starts_one_and_its_page_says_how_to_pull_it(alice, alice_clien
     assert 'data-testid="own-agent-chip"' in page
     assert f'<code data-testid="own-agent-id">{evaluation.pk}</code>' in page
     assert f"/agents/?evaluation={evaluation.pk}#own-agent" in page
+    assert 'data-testid="waiting-for-agent"' in page
     listing = alice_client.get("/evaluations/").content.decode()
     assert 'data-testid="own-agent-chip"' in listing
 
