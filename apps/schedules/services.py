@@ -57,6 +57,8 @@ def start_request_of(evaluation: Evaluation) -> dict[str, str]:
         **llm_args_initial(spec.agent.llm_args, side="agent"),
         **llm_args_initial(spec.customer.llm_args, side="user"),
     }
+    if evaluation.external_agent:  # the team's own agent: its clients pull the episodes
+        data.update(agent_model="", external_agent=spec.agent.model)
     query = parse_qs(evaluation.query or "")
     if evaluation.split and query and not evaluation.full_split:
         data.update(q=query.get("q", [""])[0], kind=query.get("kind", [""])[0])

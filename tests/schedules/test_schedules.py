@@ -237,3 +237,16 @@ def test_the_tick_of_a_moment_is_the_latest_firing_at_or_before_it():
     assert cron_last_tick(leap, saturday) == datetime(2024, 2, 29, 0, 0, tzinfo=UTC)
     with pytest.raises(CronError):
         cron_parse("")
+
+
+def test_an_own_agents_evaluation_repeats_as_one_for_its_clients_to_pull(alice):
+    source = started(
+        alice, agent_model="", external_agent="support-bot@2026-12-03", agent_temperature=""
+    )
+    schedule = services.schedule_create(evaluation=source, by=alice, preset="nightly")
+
+    again = repeated(schedule)
+
+    assert again is not None and again.pk != source.pk
+    assert again.external_agent and again.agent_model == "support-bot@2026-12-03"
+    assert again.runs.filter(kind="agent", status="queued").count() == 4
