@@ -293,11 +293,17 @@ def agent_run_requeue(*, run: Run, worker: str, reason: str) -> bool:
     client disconnected, closed, or stopped renewing its lease), back in its
     evaluation's queue: QUEUED, its messages gone, "agent left" appended to its
     resumptions; what its customer spent stays counted. Returns False when ``worker`` no
-    longer holds it (it ended, or another took it). Then the requeued hooks hear of it."""
+    longer holds it (it ended, or another took it) or Stop was asked for it. Then the requeued hooks hear of it."""
     with transaction.atomic():
         held = (
             Run.objects.select_for_update()
-            .filter(pk=run.pk, kind=Run.Kind.AGENT, worker=worker, status=Run.Status.RUNNING)
+            .filter(
+                pk=run.pk,
+                kind=Run.Kind.AGENT,
+                worker=worker,
+                status=Run.Status.RUNNING,
+                stop_requested=False,  # stopped (its evaluation too): it ends, never queued
+            )
             .exclude(evaluation=None)
             .first()
         )
