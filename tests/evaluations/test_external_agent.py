@@ -526,3 +526,20 @@ def test_the_submission_of_an_own_agent_is_custom(alice, alice_client):
     )
     assert page.status_code == 400
     assert "custom submission" in page.content.decode()
+
+
+def test_a_stopped_evaluations_episode_is_never_queued_again(alice, customer):
+    from apps.evaluations.services import evaluation_stop
+    from apps.runs.lifecycle import agent_run_requeue
+
+    evaluation = _external(alice, tasks=2, trials=1)
+    run, _ = _claim(alice, evaluation, worker="agent:mcp:left")
+
+    evaluation_stop(evaluation=evaluation)
+    requeued = agent_run_requeue(run=run, worker="agent:mcp:left", reason="client left")
+
+    assert requeued is False
+    statuses = {r.pk: r.status for r in _runs(evaluation)}
+    assert statuses[run.pk] == "running"  # its hop or its end stops it (stop asked)
+    assert Run.objects.get(pk=run.pk).stop_requested
+    assert sorted(statuses.values()) == ["running", "stopped"]
