@@ -442,7 +442,7 @@ class AgentRunRecorder:
             episode.seed,
         ):
             self._claims[episode.id] = claimed
-            if claimed.user_reserved_usd is not None or claimed.user_connection_id is not None:
+            if claimed.user_reserved_usd is not None:  # admitted to a monthly budget
                 self._budgeted[episode.id] = claimed  # its turns ask the budget
             return
         connection = _guarded_connection(episode)
