@@ -543,3 +543,40 @@ def test_a_stopped_evaluations_episode_is_never_queued_again(alice, customer):
     assert statuses[run.pk] == "running"  # its hop or its end stops it (stop asked)
     assert Run.objects.get(pk=run.pk).stop_requested
     assert sorted(statuses.values()) == ["running", "stopped"]
+
+
+def test_a_customer_on_a_limited_budgeted_connection_is_admitted_as_each_episode_is_claimed(
+    alice, customer, staff
+):
+    from decimal import Decimal
+
+    from tests.support.connections import openai_compatible_connection
+
+    team = openai_compatible_connection(
+        customer,
+        by=staff,
+        name="Team Sim",
+        models=[("customer-sim", (Decimal("1"), Decimal("2")))],
+        monthly_budget_usd=Decimal("5"),
+        max_in_flight=1,
+    )
+    evaluation = evaluation_create(
+        user=alice,
+        spec=RunSpec(agent=Side(AGENT, llm=False), customer=Side("customer-sim", team)),
+        tasks=TaskChoice(domain="airline", task_ids=["0", "1"]),
+        num_trials=1,
+        concurrency=4,
+        external_agent=True,
+    )
+
+    first, plan = _claim(alice, evaluation, worker="agent:mcp:one")
+    with pytest.raises(EpisodeRefused) as full:
+        _claim(alice, evaluation, worker="agent:mcp:two")
+
+    assert plan.user_llm.model == "customer-sim" and plan.user_llm.origin
+    first.refresh_from_db()
+    assert first.user_reserved_usd is not None and first.user_reserved_usd > 0
+    assert full.value.status == 429 and full.value.retry_after == 5
+    assert "allows 1 run at a time" in str(full.value)
+    statuses = sorted(r.status for r in _runs(evaluation))
+    assert statuses == ["queued", "running"]  # the refused claim took nothing
