@@ -12,6 +12,8 @@ from django.conf import settings
 from django.db import models
 from django.utils import timezone
 
+from apps.accounts import crypto
+
 INFERENCE_SCOPE = "inference-api"
 
 
@@ -62,3 +64,7 @@ class HFCredential(models.Model):
 
     def is_expired(self, *, now=None) -> bool:
         return self.expires_within(0, now=now)
+
+
+# What manage.py rotate_vault_keys re-encrypts.
+crypto.sealed_fields_register("accounts.HFCredential", "access_token_enc", "refresh_token_enc")

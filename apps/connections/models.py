@@ -15,6 +15,8 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
+from apps.accounts import crypto
+
 PRICE = {"max_digits": 14, "decimal_places": 8, "null": True, "blank": True}
 BUDGET = {"max_digits": 12, "decimal_places": 2, "null": True, "blank": True}
 
@@ -220,3 +222,7 @@ class ConnectionTestPress(models.Model):
 
     def __str__(self) -> str:
         return f"Test of {self.connection_id} by {self.user_id} at {self.at:%Y-%m-%d %H:%M}"
+
+
+# What manage.py rotate_vault_keys re-encrypts.
+crypto.sealed_fields_register("connections.Connection", "api_key_enc", "headers_enc")

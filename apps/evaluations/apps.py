@@ -1,26 +1,19 @@
+import importlib
+from collections.abc import Callable
+from typing import Any
+
 from django.apps import AppConfig
 
 
-def _run_settled(run) -> None:
-    """The runs' settled hook: a run of an evaluation lets its evaluation go on."""
-    # On first use, not at start-up: the services import τ² and litellm (seconds).
-    from apps.evaluations.services import evaluation_run_ended
+def _later(path: str) -> Callable[..., Any]:
+    """The function at dotted ``path``, imported at its first call, not at start-up: the
+    evaluations' services import τ² and litellm (seconds)."""
+    module, _, name = path.rpartition(".")
 
-    evaluation_run_ended(run)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return getattr(importlib.import_module(module), name)(*args, **kwargs)
 
-
-def _run_requeued(run_id: int) -> None:
-    """The runs' requeued hook: an outside agent's episode is back in its queue."""
-    from apps.evaluations.external import run_requeued
-
-    run_requeued(run_id)
-
-
-def _episode_claim(**kwargs):
-    """The runs' episode claim: an outside agent's client pulls an evaluation's episode."""
-    from apps.evaluations.external import episode_claim
-
-    return episode_claim(**kwargs)
+    return call
 
 
 class EvaluationsConfig(AppConfig):
@@ -32,6 +25,10 @@ class EvaluationsConfig(AppConfig):
         # The runs app knows nothing of evaluations: it tells us when a run ends.
         from apps.runs import hooks  # models inside: the app registry must be ready
 
-        hooks.on_run_settled("evaluations", _run_settled)
-        hooks.on_run_requeued("evaluations", _run_requeued)
-        hooks.episode_claim_register(_episode_claim)
+        # A run of an evaluation lets its evaluation go on; an own agent's episode back in
+        # its queue is told to its pages; an own agent's client pulls the next episode.
+        hooks.on_run_settled(
+            "evaluations", _later("apps.evaluations.services.evaluation_run_ended")
+        )
+        hooks.on_run_requeued("evaluations", _later("apps.evaluations.external.run_requeued"))
+        hooks.episode_claim_register(_later("apps.evaluations.external.episode_claim"))

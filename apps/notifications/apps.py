@@ -9,9 +9,6 @@ class NotificationsConfig(AppConfig):
     verbose_name = "Notifications"
 
     def ready(self) -> None:
-        from apps.accounts import crypto  # what rotate_vault_keys re-encrypts
-
-        crypto.sealed_fields_register("notifications.Subscription", "url_enc", "secret_enc")
         # Evaluations know nothing of notifications: they tell us what happened. The
         # services are imported at the first news, not at start-up (they read τ²'s).
         hooks.on_evaluation_news(

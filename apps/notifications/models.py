@@ -29,6 +29,8 @@ from django.db import models
 from django.db.models import Q
 from django.urls import reverse
 
+from apps.accounts import crypto
+
 
 class Event(models.TextChoices):
     """What a subscription may hear of (``test``: the page's "Send a test event")."""
@@ -152,3 +154,7 @@ class Attempt(models.Model):
 
     def __str__(self) -> str:
         return f"attempt {self.number} of delivery {self.delivery_id}"
+
+
+# What manage.py rotate_vault_keys re-encrypts.
+crypto.sealed_fields_register("notifications.Subscription", "url_enc", "secret_enc")

@@ -293,7 +293,8 @@ def agent_run_requeue(*, run: Run, worker: str, reason: str) -> bool:
     client disconnected, closed, or stopped renewing its lease), back in its
     evaluation's queue: QUEUED, its messages gone, "agent left" appended to its
     resumptions; what its customer spent stays counted. Returns False when ``worker`` no
-    longer holds it (it ended, or another took it) or Stop was asked for it. Then the requeued hooks hear of it."""
+    longer holds it (it ended, or another took it) or Stop was asked for it. Then the
+    requeued hooks hear of it."""
     with transaction.atomic():
         held = (
             Run.objects.select_for_update()

@@ -374,7 +374,7 @@ async def test_openenv_reset_pulls_with_the_evaluation_header_and_says_410_at_th
         assert ended["done"] is True
         await ws.send(json.dumps({"type": "reset", "data": {}}))
         refusal = json.loads(await ws.recv())
-    assert refusal["type"] == "error" and "has been played" in json.dumps(refusal)
+    assert refusal["type"] == "error" and "(status 410)" in refusal["data"]["message"]
 
     def final() -> Run:
         (run,) = _runs(evaluation)
