@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from functools import partial
 
 from channels.db import database_sync_to_async
@@ -13,12 +11,13 @@ from apps.accounts.access import can_view_runs
 from apps.evaluations import presenters
 from apps.evaluations.events import evaluation_version, group_name
 from apps.evaluations.models import Evaluation
+from apps.runs.keepalive import Keepalive
 
 # Off Django's one shared sync thread, as the run page's consumer (many pages at once).
 read_in_pool = partial(database_sync_to_async, thread_sensitive=False)
 
 
-class EvaluationConsumer(AsyncJsonWebsocketConsumer):
+class EvaluationConsumer(Keepalive, AsyncJsonWebsocketConsumer):
     """Sends the evaluation's state on connect, then again whenever it changed.
 
     It joins the evaluation's group *before* reading the state, so nothing that happens
@@ -35,10 +34,9 @@ class EvaluationConsumer(AsyncJsonWebsocketConsumer):
     Every ``KEEPALIVE_SECONDS`` it checks the state itself (a message lost while Redis
     was busy is caught here, not by the page reopening its socket) and, when nothing
     changed, sends ``{"type": "keepalive"}``: a page's watchdog (30 s) and a proxy's idle
-    timeout never see a quiet socket, so a healthy page never reconnects.
+    timeout never see a quiet socket, so a healthy page never reconnects
+    (``apps.runs.keepalive``, shared with the run socket).
     """
-
-    KEEPALIVE_SECONDS: float = 15.0
 
     async def connect(self):
         self.evaluation_id = int(self.scope["url_route"]["kwargs"]["pk"])
@@ -52,21 +50,16 @@ class EvaluationConsumer(AsyncJsonWebsocketConsumer):
         self.cells: list | None = None
         self.head: dict | None = None
         await self._send_state()
-        self.keepalive = asyncio.ensure_future(self._keep_alive())
+        self.keepalive_start()
 
     async def disconnect(self, code):
-        keepalive = getattr(self, "keepalive", None)
-        if keepalive is not None:
-            keepalive.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await keepalive
+        await self.keepalive_stop()
         if hasattr(self, "group"):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
-    async def _keep_alive(self):
-        while True:
-            await asyncio.sleep(self.KEEPALIVE_SECONDS)
-            await self._send_state(only_if_changed=True)
+    async def keepalive_tick(self) -> bool:
+        # The page closes its socket once the evaluation is final; a deleted one ends here.
+        return await self._send_state(only_if_changed=True)
 
     async def evaluation_update(self, message):
         stale = self.sent is not None and message["version"] <= self.sent[0]
@@ -95,15 +88,16 @@ class EvaluationConsumer(AsyncJsonWebsocketConsumer):
         evaluation = Evaluation.objects.filter(pk=self.evaluation_id).first()
         return presenters.evaluation_state(evaluation).message() if evaluation else None
 
-    async def _send_state(self, *, only_if_changed: bool = False):
+    async def _send_state(self, *, only_if_changed: bool = False) -> bool:
+        """Sends the state (or only a keepalive); False once the evaluation is gone."""
         state = await self._state()
         if state is None:  # deleted meanwhile
             await self.close(code=4404)
-            return
+            return False
         head = {k: v for k, v in state.items() if k not in ("matrix", "charts")}
         if only_if_changed and head == self.head:
-            await self.send_json({"type": "keepalive"})
-            return
+            await self.send_keepalive()
+            return True
         self.head = head
         cells = state["matrix"]["cells"]
         if self.cells is not None and len(self.cells) == len(cells):
@@ -113,3 +107,4 @@ class EvaluationConsumer(AsyncJsonWebsocketConsumer):
         self.cells = cells
         self.sent = (state["version"], state["status"])
         await self.send_json(state)
+        return True

@@ -5,6 +5,7 @@ menu (``presenters.message_menu``); the play and race pages ask for the message 
 
 from __future__ import annotations
 
+import asyncio
 from functools import partial
 from urllib.parse import parse_qs
 
@@ -14,7 +15,8 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from apps.accounts.access import can_view_runs
 from apps.runs import presenters
 from apps.runs.events import group_name
-from apps.runs.models import Run
+from apps.runs.keepalive import Keepalive
+from apps.runs.models import Run, RunEvent
 from apps.runs.selectors import run_events
 
 # Reads (and template rendering) for many open pages at once: off Django's one shared sync
@@ -22,7 +24,7 @@ from apps.runs.selectors import run_events
 read_in_pool = partial(database_sync_to_async, thread_sensitive=False)
 
 
-class RunConsumer(AsyncJsonWebsocketConsumer):
+class RunConsumer(Keepalive, AsyncJsonWebsocketConsumer):
     """Sends a run's events after ``after``, then each new one once, in order, each followed
     by the status line.
 
@@ -32,6 +34,12 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
     closes its socket on the final status has everything. A status message sends any event
     not sent yet too, so one lost ``run.event`` is made good by the next status (the final
     one at the latest).
+
+    While the run is live it speaks at least every ``KEEPALIVE_SECONDS``
+    (``apps.runs.keepalive``): a model call of 60 s leaves the run, race and play pages'
+    30 s watchdog nothing to trip on. Each tick checks the run's status and last stored
+    ``seq`` and catches up when either moved (a message lost while Redis was busy), else
+    sends ``{"type": "keepalive"}``; once the final status is sent, ticks stop.
     """
 
     async def connect(self):
@@ -48,9 +56,17 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         # The run page asks for its calls' passing line (?calls=1); other readers of the
         # socket (play, races, scripts) get events and statuses only, as before.
         self.with_calls = self._query("calls", "") == "1"
+        self.sent_status: str | None = None
+        self.final_sent = False
+        # One catch-up at a time: a keepalive tick's and a group message's reads would
+        # otherwise interleave, and an older status could follow a newer one.
+        self.catching_up = asyncio.Lock()
         await self._catch_up()
+        if not self.final_sent:
+            self.keepalive_start()
 
     async def disconnect(self, code):
+        await self.keepalive_stop()
         if hasattr(self, "group"):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
@@ -70,6 +86,18 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         keys = ("side", "phase", "seconds", "timeout")
         await self.send_json({"type": "call", **{key: message[key] for key in keys}})
 
+    async def keepalive_tick(self) -> bool:
+        head = await self._head()
+        if head is None:  # deleted meanwhile
+            await self.close(code=4404)
+            return False
+        status, last_seq = head
+        if status != self.sent_status or (last_seq is not None and last_seq > self.last_seq):
+            await self._catch_up()
+        elif not self.final_sent:
+            await self.send_keepalive()
+        return not self.final_sent
+
     def _query(self, name: str, default: str) -> str:
         query = parse_qs(self.scope.get("query_string", b"").decode())
         return query.get(name, [default])[0]
@@ -83,6 +111,16 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
     @read_in_pool
     def _allowed(self) -> bool:
         return can_view_runs(self.scope.get("user")) and Run.objects.filter(pk=self.run_id).exists()
+
+    @read_in_pool
+    def _head(self) -> tuple[str, int | None] | None:
+        """The run's status and its last stored event's ``seq`` (two indexed reads), or
+        None once the run is gone."""
+        status = Run.objects.filter(pk=self.run_id).values_list("status", flat=True).first()
+        if status is None:
+            return None
+        events = RunEvent.objects.filter(run_id=self.run_id).order_by("-seq")
+        return status, events.values_list("seq", flat=True).first()
 
     @read_in_pool
     def _read(self) -> tuple[list[tuple[int, str]], dict]:
@@ -108,10 +146,15 @@ class RunConsumer(AsyncJsonWebsocketConsumer):
         return [(event.seq, presenters.event_html(event, menu=menu)) for event in events], status
 
     async def _catch_up(self):
+        async with self.catching_up:
+            await self._send_news()
+
+    async def _send_news(self):
         events, status = await self._read()
         for seq, html in events:
             if seq <= self.last_seq:
                 continue
             self.last_seq = seq
             await self.send_json({"type": "event", "seq": seq, "html": html})
+        self.sent_status, self.final_sent = status["status"], status["final"]
         await self.send_json(status)

@@ -20,11 +20,14 @@ from dataclasses import dataclass, field
 from urllib.parse import parse_qs, urlparse
 
 import pytest
+from django.utils import timezone
 from playwright.sync_api import expect
 
 from apps.evaluations.models import Evaluation
-from apps.races.models import Race
-from apps.runs.models import Run
+from apps.races.models import Race, RaceLane
+from apps.runs.consumers import RunConsumer
+from apps.runs.models import Run, RunEvent
+from apps.tasks.models import Task
 from tests.play.conftest import customer_says
 from tests.support.outages import watched_by, web_server
 from tests.support.people import browser_signed_in
@@ -374,3 +377,77 @@ def test_the_live_pages_say_reconnecting_while_redis_is_down_and_keep_what_they_
             expect(shown.get_by_test_id("live")).to_have_text("Live…")
             assert shown.evaluate("() => window.stillTheSamePage") is True  # not reloaded
         assert shown_seqs(run_page) == [0, 1, 2]
+
+
+def quiet_race(user) -> Race:
+    """A race of airline/27 by ``user`` with one running lane that has said three things
+    and then waits (as for a model call that takes long): nothing is announced."""
+    task = Task.objects.get(domain_id="airline", task_id="27")
+    race = Race.objects.create(created_by=user, task=task, user_model="u/m", seed=300)
+    run = Run.objects.create(
+        created_by=user,
+        domain="airline",
+        task=task,
+        agent_model="org/model-b",
+        user_model="u/m",
+        status=Run.Status.RUNNING,
+        started_at=timezone.now(),
+        n_messages=3,
+    )
+    RunEvent.objects.bulk_create(
+        RunEvent(
+            run=run,
+            seq=seq,
+            kind=RunEvent.Kind.AGENT if seq % 2 == 0 else RunEvent.Kind.CUSTOMER,
+            message={"role": "assistant" if seq % 2 == 0 else "user", "content": f"line {seq}"},
+        )
+        for seq in range(3)
+    )
+    RaceLane.objects.create(race=race, run=run, position=0)
+    return race
+
+
+def test_quiet_run_and_race_pages_keep_one_socket_past_their_watchdog(
+    page, alice, base_url, monkeypatch
+):
+    """Issue 33: a run waiting 60 s for a model call said nothing on its socket; the run
+    and race pages' 30 s watchdog closed and reopened it ("Reconnecting…" flickered). The
+    consumer now sends keepalives while the run is live (every 3 s here, 15 s in
+    production): 35 quiet seconds pass on one socket per page."""
+    monkeypatch.setattr(RunConsumer, "KEEPALIVE_SECONDS", 3.0)
+    watched = watched_by(alice)
+    race = quiet_race(alice)
+    browser_signed_in(page, alice, base_url)
+    race_page = page.context.new_page()
+    sockets: dict[str, list[str]] = {"run": [], "race": []}
+    keepalives: dict[str, int] = {"run": 0, "race": 0}
+
+    def follow(name: str):
+        def opened(ws) -> None:
+            sockets[name].append(ws.url)
+
+            def received(payload) -> None:
+                if json.loads(payload).get("type") == "keepalive":
+                    keepalives[name] += 1
+
+            ws.on("framereceived", received)
+
+        return opened
+
+    page.on("websocket", follow("run"))
+    race_page.on("websocket", follow("race"))
+    page.goto(watched.pages[1])
+    race_page.goto(f"/races/{race.pk}/")
+    expect(page.get_by_test_id("live")).to_have_text("Live…")
+    page.evaluate("() => { window.stillTheSamePage = true; }")
+    race_page.evaluate("() => { window.stillTheSamePage = true; }")
+
+    page.wait_for_timeout(35_000)  # longer than the pages' watchdog (30 s)
+
+    assert len(sockets["run"]) == 1 and len(sockets["race"]) == 1, sockets
+    assert keepalives["run"] >= 8 and keepalives["race"] >= 8, keepalives
+    for shown in (page, race_page):
+        expect(shown.get_by_test_id("live-notice")).to_have_count(0)
+        assert shown.evaluate("() => window.stillTheSamePage") is True
+    expect(page.get_by_test_id("live")).to_have_text("Live…")
+    expect(page.get_by_test_id("conversation").get_by_test_id("event")).to_have_count(3)

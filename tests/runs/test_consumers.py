@@ -271,3 +271,52 @@ async def test_the_status_says_final_once_the_run_is_completed(run, alice_client
     assert still_running["status"] == "running"
     assert done["type"] == "status" and done["status"] == "completed" and done["final"] is True
     assert 'data-testid="reward"' in done["html"] and 'data-testid="stop"' not in done["html"]
+
+
+# --- Keepalives ---------------------------------------------------------------------------
+# Issue 33: the run, race and play pages close a socket silent for 30 s (their watchdog)
+# and reopen it, while a model call may take 60 s: "Reconnecting…" flickered. The
+# consumer now speaks every KEEPALIVE_SECONDS (15 s; shortened here) while the run is live.
+
+
+@pytest.fixture
+def quick_keepalives(monkeypatch):
+    from apps.runs.consumers import RunConsumer
+
+    monkeypatch.setattr(RunConsumer, "KEEPALIVE_SECONDS", 0.3)
+
+
+async def test_a_quiet_running_socket_gets_keepalives_and_is_never_closed(
+    run, alice_client, quick_keepalives
+):
+    async with watching(run, client=alice_client, after="2") as socket:
+        assert (await socket.receive_json_from(timeout=TIMEOUT))["type"] == "status"
+        assert kinds(await frames(socket, 4)) == ["keepalive"] * 4
+        # An event is stored and its message lost (never announced): a tick sends it.
+        (seq,) = await store(run, 1)
+        while (frame := await socket.receive_json_from(timeout=TIMEOUT))["type"] == "keepalive":
+            pass
+        assert (frame["type"], frame["seq"]) == ("event", seq)
+        assert (await socket.receive_json_from(timeout=TIMEOUT))["type"] == "status"
+        assert (await socket.receive_json_from(timeout=TIMEOUT))["type"] == "keepalive"
+
+
+async def test_a_lost_final_status_comes_with_a_tick_and_then_the_socket_is_quiet(
+    run, alice_client, quick_keepalives
+):
+    async with watching(run, client=alice_client, after="2") as socket:
+        await frames(socket, 2)  # the status, a keepalive
+        await complete(run)  # and nobody announces it
+        while (frame := await socket.receive_json_from(timeout=TIMEOUT))["type"] == "keepalive":
+            pass
+        assert (frame["type"], frame["final"]) == ("status", True)
+        # A finished run needs no keepalive: the page has closed its socket by now.
+        assert await socket.receive_nothing(timeout=1.5)
+
+
+async def test_a_finished_run_gets_no_keepalives(run, alice_client, quick_keepalives):
+    await complete(run)
+    async with watching(run, client=alice_client, after="2") as socket:
+        status = await socket.receive_json_from(timeout=TIMEOUT)
+        assert await socket.receive_nothing(timeout=1.5)
+    assert status["final"] is True
