@@ -670,7 +670,8 @@ SECTIONS: tuple[Section, ...] = (
                 "(none)",
                 "IPs and CIDRs of the TLS proxy in front of "
                 "`python -m tau2_env.gate.session_router`, whose "
-                "`X-Forwarded-For` it believes (`--trusted-proxies`); never `*`. Compose sets "
+                "`X-Forwarded-For` and `X-Forwarded-Proto` it believes (`--trusted-proxies`); "
+                "from anyone else it sets both from the connection. Never `*`. Compose sets "
                 "it to its proxy's fixed address (`TAU2_NETWORK`).",
                 None,
                 "the TLS proxy's IPs or CIDRs, without compose's proxy",

@@ -27,12 +27,15 @@ Each HTTP request is sent on a connection of its own (``Connection: close``), so
 request of a keep-alive client is routed afresh. Every answer carries
 ``X-Tau2-Process: <index>``.
 
-The client's address is the router's to say: it sends the processes one
-``X-Forwarded-For`` — the peer's address, or, when the peer is one of the proxies named
-in ``--trusted-proxies`` (``TAU2_ROUTER_TRUSTED_PROXIES``: IPs and CIDRs, comma-separated;
-default none), the address that proxy gave — and drops the ``X-Forwarded-For``,
-``X-Real-IP`` and ``Forwarded`` a client sent. The processes trust the router (127.0.0.1)
-and no one else, so per-address caps and logs never take a client's word for its address.
+The client's address and scheme are the router's to say, as uvicorn's
+``--forwarded-allow-ips`` says them: it sends the processes one ``X-Forwarded-For`` and
+one ``X-Forwarded-Proto`` — the peer's address and the router's own scheme (``http``: it
+listens on plain TCP), or, when the peer is one of the proxies named in
+``--trusted-proxies`` (``TAU2_ROUTER_TRUSTED_PROXIES``: IPs and CIDRs, comma-separated;
+default none), the address and scheme that proxy gave. It drops every ``X-Forwarded-*``,
+``X-Real-IP`` and ``Forwarded`` a client sent; a trusted proxy's other ``X-Forwarded-*``
+(``-Host``, ``-Port``, ``-Prefix``) pass. The processes trust the router (127.0.0.1) and no
+one else, so per-address caps, logs and the scheme never take a client's word.
 
 Caps: the processes share one ledger of open sessions (:mod:`tau2_env.gate.shared_slots`: a
 SQLite file the router names in ``TAU2_SLOTS_LEDGER``, or, with ``TAU2_SLOTS_URL``, a Redis
@@ -76,8 +79,13 @@ CHUNK = 64 * 1024
 HEAD_TIMEOUT_S = 60.0  # a client that sends no request head within this is dropped
 PROCESS_HEADER = b"x-tau2-process"
 TRUSTED_PROXIES_VAR = "TAU2_ROUTER_TRUSTED_PROXIES"
-# What a client may say of its own address; the router sends the processes its own.
-ADDRESS_HEADERS = (b"x-forwarded-for", b"x-real-ip", b"forwarded")
+# What a client may say of its own address and scheme; the router sends the processes its
+# own (from a trusted proxy: what the proxy said). Every other X-Forwarded-* passes from a
+# trusted proxy only.
+ADDRESS_HEADERS = (b"x-forwarded-for", b"x-forwarded-proto", b"x-real-ip", b"forwarded")
+FORWARDED_PREFIX = b"x-forwarded-"
+ROUTER_SCHEME = b"http"  # the router listens on plain TCP: TLS, if any, ends at a proxy
+SCHEMES = frozenset({b"http", b"https", b"ws", b"wss"})  # what uvicorn takes as a scheme
 
 
 @dataclass
@@ -163,6 +171,21 @@ class TrustedProxies:
 
     def __contains__(self, address: _Address) -> bool:
         return any(address in network for network in self.networks)
+
+    def trusts(self, peer: str) -> bool:
+        """Whether ``peer`` (the connection's own address) is one of these proxies."""
+        address = _address(peer)
+        return address is not None and address in self
+
+    def scheme_of(self, peer: str, head: _Head) -> bytes:
+        """The scheme the client used: the router's own (``http``), unless ``peer`` is a
+        trusted proxy that sent one ``X-Forwarded-Proto`` uvicorn takes (``http``,
+        ``https``, ``ws``, ``wss``); then that."""
+        if not self.trusts(peer):
+            return ROUTER_SCHEME
+        values = head.values(b"x-forwarded-proto")
+        said = values[0].strip().lower() if len(values) == 1 else b""
+        return said if said in SCHEMES else ROUTER_SCHEME
 
     def client_of(self, peer: str, head: _Head) -> str:
         """The client's address: ``peer``, unless ``peer`` is a trusted proxy; then the
@@ -287,7 +310,11 @@ class Router:
 
         peer = writer.get_extra_info("peername")
         client = self.trusted.client_of(peer[0], head) if peer else ""
-        headers = _forwarded(head, client, websocket=websocket)
+        trusted_peer = bool(peer) and self.trusted.trusts(peer[0])
+        scheme = self.trusted.scheme_of(peer[0], head) if peer else ROUTER_SCHEME
+        headers = _forwarded(
+            head, client, scheme=scheme, from_proxy=trusted_peer, websocket=websocket
+        )
         backend.open += 1
         try:
             up_reader, up_writer = await asyncio.open_connection(
@@ -396,17 +423,26 @@ def _succeeded(answer: _Head) -> bool:
     return 200 <= answer.status() < 300
 
 
-def _forwarded(head: _Head, client: str, *, websocket: bool) -> list[tuple[bytes, bytes]]:
+def _forwarded(
+    head: _Head, client: str, *, scheme: bytes, from_proxy: bool, websocket: bool
+) -> list[tuple[bytes, bytes]]:
     """The request's headers for a backend: the client's address (``client``, as the
-    router decided it) as the one ``X-Forwarded-For``, without the ``X-Forwarded-For``,
-    ``X-Real-IP`` and ``Forwarded`` the request brought, and ``Connection: close`` on
+    router decided it) as the one ``X-Forwarded-For`` and ``scheme`` as the one
+    ``X-Forwarded-Proto``, without the ``X-Forwarded-For``, ``X-Forwarded-Proto``,
+    ``X-Real-IP`` and ``Forwarded`` the request brought, nor (unless ``from_proxy``, a
+    trusted proxy's request) any other ``X-Forwarded-*``; and ``Connection: close`` on
     plain HTTP (one request per backend connection)."""
     drop = list(ADDRESS_HEADERS)
     if not websocket:
         drop += [b"connection", b"keep-alive"]
-    headers = head.without(*drop)
+    headers = [
+        (name, value)
+        for name, value in head.without(*drop)
+        if from_proxy or not name.lower().startswith(FORWARDED_PREFIX)
+    ]
     if client:
         headers.append((b"x-forwarded-for", client.encode()))
+    headers.append((b"x-forwarded-proto", scheme))
     if not websocket:
         headers.append((b"connection", b"close"))
     return headers
@@ -432,8 +468,9 @@ def _free_port() -> int:
 
 def start_backend(backend: Backend, *, app: str, env: dict[str, str], extra: list[str]) -> None:
     """Start ``backend``'s uvicorn (``TAU2_PROCESS_INDEX`` set in its environment). It
-    takes ``X-Forwarded-For`` from the router (127.0.0.1) only: the router has decided
-    the client's address (:meth:`TrustedProxies.client_of`)."""
+    takes ``X-Forwarded-For`` and ``X-Forwarded-Proto`` from the router (127.0.0.1) only:
+    the router has decided the client's address and scheme
+    (:meth:`TrustedProxies.client_of`, :meth:`TrustedProxies.scheme_of`)."""
     command = [sys.executable, "-m", "uvicorn", app, "--host", "127.0.0.1"]
     command += ["--port", str(backend.port)]
     command += ["--proxy-headers", "--forwarded-allow-ips", "127.0.0.1"]

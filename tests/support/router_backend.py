@@ -7,7 +7,9 @@
   answered for its opener (``DELETE`` closes it) and refused with 404 ``Session not
   found`` for anyone else, or where this process does not hold it.
 * ``/echo`` (HTTP or WebSocket) answers what reached this process: the client's address
-  as uvicorn's proxy headers made it (``scope["client"]``) and the address headers.
+  and scheme as uvicorn's proxy headers made them (``scope["client"]``,
+  ``scope["scheme"]``) and the forwarding headers (every ``X-Forwarded-*``, ``X-Real-IP``,
+  ``Forwarded``).
 * ``/health``.
 
 Every JSON answer names the process (``TAU2_PROCESS_INDEX``).
@@ -21,7 +23,7 @@ import uuid
 
 __all__ = ["ADDRESS_HEADERS", "app"]
 
-ADDRESS_HEADERS = ("x-forwarded-for", "x-real-ip", "forwarded")
+ADDRESS_HEADERS = ("x-real-ip", "forwarded")
 _sessions: dict[str, str] = {}  # MCP session id → the bearer token that opened it
 
 
@@ -66,7 +68,12 @@ def _echo(scope) -> dict:
     client = scope.get("client")
     return {
         "client": client[0] if client else None,
-        **{name: headers[name] for name in ADDRESS_HEADERS if name in headers},
+        "scheme": scope["scheme"],
+        **{
+            name: values
+            for name, values in headers.items()
+            if name in ADDRESS_HEADERS or name.startswith("x-forwarded-")
+        },
     }
 
 

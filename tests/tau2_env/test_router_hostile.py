@@ -29,11 +29,16 @@ APP = "tests.support.router_backend:app"
 PROXY = "127.0.0.2"
 ALICE = {"Authorization": "Bearer alice"}
 BOB = {"Authorization": "Bearer bob"}
-# What a client claims to be: an address it does not have, in every header that says one.
+# What a client claims to be: an address it does not have, in every header that says one,
+# a scheme it did not use (TLS, where it spoke plain HTTP), and a host, port and prefix.
 SPOOFED = {
     "X-Forwarded-For": "203.0.113.66",
     "X-Real-IP": "203.0.113.67",
-    "Forwarded": "for=203.0.113.68",
+    "Forwarded": "for=203.0.113.68;proto=https",
+    "X-Forwarded-Proto": "https",
+    "X-Forwarded-Host": "bank.example",
+    "X-Forwarded-Port": "443",
+    "X-Forwarded-Prefix": "/evil",
 }
 
 
@@ -96,7 +101,9 @@ def test_a_clients_own_forwarded_address_never_reaches_the_processes(router):
     for echoed in answers:
         assert echoed == {
             "client": "127.0.0.1",
+            "scheme": "http",
             "x-forwarded-for": ["127.0.0.1"],
+            "x-forwarded-proto": ["http"],
             "process": echoed["process"],
         }
 
@@ -104,10 +111,12 @@ def test_a_clients_own_forwarded_address_never_reaches_the_processes(router):
 async def test_a_websockets_own_forwarded_address_never_reaches_the_processes(router):
     async with connect(router.ws_url("/echo"), additional_headers=SPOOFED) as ws:
         echoed = json.loads(await ws.recv())
-    assert echoed["client"] == "127.0.0.1"
-    assert echoed["x-forwarded-for"] == ["127.0.0.1"]
-    assert "x-real-ip" not in echoed
-    assert "forwarded" not in echoed
+    assert echoed == {
+        "client": "127.0.0.1",
+        "scheme": "ws",
+        "x-forwarded-for": ["127.0.0.1"],
+        "x-forwarded-proto": ["http"],
+    }
 
 
 def test_the_trusted_proxy_names_the_client_and_nothing_the_client_wrote_passes(router):
@@ -122,6 +131,36 @@ def test_the_trusted_proxy_names_the_client_and_nothing_the_client_wrote_passes(
     assert "x-real-ip" not in echoed
     assert "forwarded" not in echoed
     assert alone["client"] == "198.51.100.8"
+    # The proxy ended TLS: its X-Forwarded-Proto is the scheme, and its other X-Forwarded-*
+    # pass (nginx here sends none; the router takes a trusted proxy's word on them).
+    assert echoed["scheme"] == "https" and echoed["x-forwarded-proto"] == ["https"]
+    assert echoed["x-forwarded-host"] == ["bank.example"]
+    assert (alone["scheme"], alone["x-forwarded-proto"]) == ("http", ["http"])
+
+
+async def test_a_trusted_proxys_websocket_keeps_its_scheme(router):
+    """nginx in front (deploy/nginx) ends TLS and says so; the socket is wss to the app."""
+    headers = {"X-Forwarded-For": "198.51.100.9", "X-Forwarded-Proto": "https"}
+    socket = connect(router.ws_url("/echo"), additional_headers=headers, local_addr=(PROXY, 0))
+    async with socket as ws:
+        echoed = json.loads(await ws.recv())
+    assert (echoed["client"], echoed["scheme"]) == ("198.51.100.9", "wss")
+
+
+@pytest.mark.parametrize(
+    ("peer", "said", "scheme"),
+    [
+        ("127.0.0.1", [b"https"], b"http"),  # a client's own word
+        (PROXY, [b"https"], b"https"),
+        (PROXY, [b"HTTPS "], b"https"),
+        (PROXY, [], b"http"),
+        (PROXY, [b"https", b"http"], b"http"),  # two: which proxy said which is unknown
+        (PROXY, [b"gopher"], b"http"),
+    ],
+)
+def test_only_a_trusted_proxy_says_the_scheme(peer, said, scheme):
+    head = _Head(b"GET / HTTP/1.1", [(b"X-Forwarded-Proto", value) for value in said])
+    assert TrustedProxies.parse(PROXY).scheme_of(peer, head) == scheme
 
 
 def test_it_refuses_to_start_trusting_every_client_and_says_why():
