@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+
+logger = logging.getLogger(__name__)
 
 KEEPALIVE = {"type": "keepalive"}
 
@@ -48,7 +51,14 @@ class Keepalive:
                 await task
 
     async def _keep_alive(self) -> None:
-        while True:
-            await asyncio.sleep(self.KEEPALIVE_SECONDS)
-            if not await self.keepalive_tick():
-                return
+        try:
+            while True:
+                await asyncio.sleep(self.KEEPALIVE_SECONDS)
+                if not await self.keepalive_tick():
+                    return
+        except OSError:
+            return  # the client left between two ticks (uvicorn's ClientDisconnected)
+        except Exception:
+            # The database is gone, say: the page's watchdog reopens the socket, and its
+            # connect says what is wrong (1013) until the database is back.
+            logger.warning("A live socket stopped its keepalives", exc_info=True)
