@@ -32,6 +32,7 @@ from apps.bounds import column_range
 from apps.evaluations import selectors
 from apps.evaluations.exports import scrub
 from apps.evaluations.models import Evaluation
+from apps.runs import endings
 from apps.runs.events import event_kind
 from apps.runs.models import MAX_TRIALS, Run, RunEvent
 from apps.tasks.models import Domain, Task
@@ -493,6 +494,10 @@ def _run(
         started_at=started,
         finished_at=finished,
         termination_reason=sim.termination_reason.value,
+        # The loop mark, as a run that ends here stores it (its messages as stored below).
+        loop_length=endings.loop_length(
+            [m.model_dump(mode="json") for m in sim.messages[-endings.LOOP_TAIL :]]
+        ),
         reward=min(max(reward, 0.0), 1.0) if reward is not None else None,
         reward_info=reward_info,
         n_messages=len(sim.messages),

@@ -248,11 +248,9 @@ def metrics_context(evaluation: Evaluation, summary: EvaluationSummary) -> dict[
 
 def loops_view(evaluation: Evaluation) -> list[dict[str, Any]]:
     """``[{"label", "count"}]``: the evaluation's ended runs whose conversation loops, by
-    how many of their last messages repeat (``apps.runs.endings``, a mark read from the
-    stored messages; τ²'s reasons above are as τ² gave them), longest first."""
-    ended = Run.objects.filter(evaluation=evaluation, status__in=Run.FINAL).values_list(
-        "pk", flat=True
-    )
+    how many of their last messages repeat (``apps.runs.endings``, a mark stored as each
+    run ended; τ²'s reasons above are as τ² gave them), longest first."""
+    ended = Run.objects.filter(evaluation=evaluation, status__in=Run.FINAL)
     counts = Counter(endings.looped_runs(ended).values())
     return [
         {"label": endings.loop_label(n), "count": c}

@@ -26,7 +26,7 @@ from apps.accounts.vault import SignInRequired, hf_token_for
 from apps.connections.llm_routes import route_for
 from apps.play import schemas, selectors
 from apps.play.selectors import Phase
-from apps.runs import defaults, queue
+from apps.runs import defaults, endings, queue
 from apps.runs.events import events_publish, judge_fields, status_publish
 from apps.runs.lifecycle import execution_id, run_finish
 from apps.runs.models import Run, RunEvent
@@ -199,6 +199,7 @@ def _take(*, run: Run, to: Phase, allowed: tuple[Phase, ...], holder: str = "") 
 def _stop(run: Run) -> None:
     Run.objects.filter(pk=run.pk).exclude(status__in=Run.FINAL).update(
         status=Run.Status.STOPPED,
+        loop_length=endings.measured_loop(run.pk),
         play_phase=Phase.ENDED,
         termination_reason="stopped",
         finished_at=timezone.now(),

@@ -1,6 +1,7 @@
 """How a run ended, said to a person: the limit that ended it, a conversation gone round in
 a loop, and the call a Stop waits for. Read from the run's row and its stored messages:
-marks for the page, never a change to τ²'s run or its score."""
+marks for the page, never a change to τ²'s run or its score. The loop mark is measured
+once, as the run ends (``Run.loop_length``): pages read the column."""
 
 from __future__ import annotations
 
@@ -73,20 +74,32 @@ def loop_label(n: int) -> str:
 
 
 def run_loop(run: Run) -> int:
-    """:func:`loop_length` of ``run``'s stored messages."""
-    tail = run.events.order_by("-seq").values_list("message", flat=True)[:LOOP_TAIL]
-    return loop_length(list(reversed(tail)))
+    """How many of ``run``'s last messages repeat: stored as it ended
+    (``Run.loop_length``), else (while it goes, or ended before the mark was stored)
+    measured from its stored messages."""
+    if run.loop_length is not None:
+        return run.loop_length
+    return measured_loop(run.pk)
 
 
-def looped_runs(run_ids: Iterable[int] | QuerySet) -> dict[int, int]:
-    """``{run id: loop length}`` for the runs among ``run_ids`` whose conversation loops.
-    ``run_ids`` may be a queryset of ids: it is then read as a subquery, in the same query."""
+def measured_loop(run_id: int) -> int:
+    """:func:`loop_length` of the run's stored messages (its last ``LOOP_TAIL``): what
+    :func:`apps.runs.lifecycle.run_finish` stores as the run ends."""
+    tail = RunEvent.objects.filter(run_id=run_id).order_by("-seq")
+    messages = tail.values_list("message", flat=True)[:LOOP_TAIL]
+    return loop_length(list(reversed(messages)))
+
+
+def measured_loops(run_ids: Iterable[int] | QuerySet, *, events: Any = RunEvent) -> dict[int, int]:
+    """``{run id: loop length}`` (0: no loop) for the runs among ``run_ids`` that have
+    messages, in one query (``run_ids`` may be a queryset of ids: read as a subquery).
+    ``events`` is the ``RunEvent`` model to read (a migration passes its own)."""
     ids = run_ids if isinstance(run_ids, QuerySet) else list(run_ids)
     if not isinstance(ids, QuerySet) and not ids:
         return {}
-    newest = RunEvent.objects.filter(run_id=OuterRef("run_id")).order_by("-seq").values("seq")[:1]
+    newest = events.objects.filter(run_id=OuterRef("run_id")).order_by("-seq").values("seq")[:1]
     rows = (
-        RunEvent.objects.filter(run_id__in=ids)
+        events.objects.filter(run_id__in=ids)
         .annotate(newest=Subquery(newest))
         .filter(seq__gt=F("newest") - LOOP_TAIL)
         .order_by("run_id", "seq")
@@ -94,7 +107,17 @@ def looped_runs(run_ids: Iterable[int] | QuerySet) -> dict[int, int]:
     tails: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for run_id, message in rows.values_list("run_id", "message").iterator():
         tails[run_id].append(message)
-    found = {run_id: loop_length(tail) for run_id, tail in tails.items()}
+    return {run_id: loop_length(tail) for run_id, tail in tails.items()}
+
+
+def looped_runs(runs: QuerySet[Run]) -> dict[int, int]:
+    """``{run id: loop length}`` for the ``runs`` whose conversation loops: the stored
+    mark of those that ended with one, measured from the messages of those without (a
+    run stopped before it started has none). One query, whatever the number of runs, and
+    one more while some have no mark."""
+    rows = list(runs.exclude(loop_length=0).values_list("pk", "loop_length"))
+    found = {run_id: n for run_id, n in rows if n}
+    found.update(measured_loops([run_id for run_id, n in rows if n is None]))
     return {run_id: n for run_id, n in found.items() if n}
 
 

@@ -42,7 +42,7 @@ from django.db.models import F, Q
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
-from apps.runs import hooks, queue
+from apps.runs import endings, hooks, queue
 from apps.runs.events import status_publish
 from apps.runs.models import Run
 
@@ -177,13 +177,16 @@ def run_finish(
     fields: dict[str, Any] | None = None,
 ) -> bool:
     """Move a run to a final status (once), with ``fields`` of its driver's own (a play
-    session's phase). Returns False if it was already final or ``worker`` no longer
-    holds it. Then each settled hook (``apps.runs.hooks``) hears of it."""
+    session's phase), and its loop mark (``Run.loop_length``) measured. Returns False if
+    it was already final or ``worker`` no longer holds it. Then each settled hook
+    (``apps.runs.hooks``) hears of it."""
     rows = Run.objects.filter(pk=run.pk).exclude(status__in=Run.FINAL)
     if worker is not None:
         rows = rows.filter(worker=worker)
     done = rows.update(
         status=status,
+        # Its messages are all stored by now (a driver stores its last ones, then ends it).
+        loop_length=endings.measured_loop(run.pk),
         failure=failure,
         error=error,
         termination_reason=termination_reason,

@@ -199,6 +199,14 @@ class Run(RunSides):
     )
 
     termination_reason = models.CharField(max_length=32, blank=True)
+    loop_length = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text=(
+            "How many of the last messages repeat (apps.runs.endings.loop_length; 0: no "
+            "loop), stored as the run ends; empty while it goes. A mark, not τ²'s."
+        ),
+    )
     error = models.TextField(blank=True)
     reward = models.FloatField(null=True, blank=True, db_index=True)
     reward_info = models.JSONField(null=True, blank=True)

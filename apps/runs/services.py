@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from apps.connections.llm_routes import connection_value, prices_of, route_resolve, side_provenance
 from apps.inference.selectors import resolve_agent_model
-from apps.runs import queue
+from apps.runs import endings, queue
 from apps.runs.events import status_publish
 from apps.runs.models import Run
 from apps.runs.spec import RunSpec, Side, spec_columns
@@ -254,6 +254,7 @@ def run_stop(*, run: Run, by) -> Run:
         return run
     stopped_now = Run.objects.filter(pk=run.pk, status=Run.Status.QUEUED).update(
         status=Run.Status.STOPPED,
+        loop_length=endings.measured_loop(run.pk),  # a fork has its parent's messages
         stop_requested=True,
         termination_reason="stopped",
         finished_at=timezone.now(),

@@ -8,6 +8,7 @@ import re
 from datetime import timedelta
 from html import unescape
 
+import pytest
 from django.utils import timezone
 
 from apps.runs import endings, presenters
@@ -133,3 +134,117 @@ def test_stop_says_it_waits_for_the_call_in_flight_and_since_when(alice):
     assert call is not None and call.side == "agent"
     run.status = Run.Status.STOPPED
     assert endings.in_flight(run) is None
+
+
+# --- The loop mark, stored as a run ends ----------------------------------------------------
+# The evaluation's "How the runs ended" read up to LOOP_TAIL messages of every ended run on
+# each view; the mark is now measured once, where every run ends (run_finish: model runs,
+# agent episodes, scored play sessions; a stopped session; a Stop before the start), and
+# the pages read Run.loop_length.
+
+
+def _looping_and_plain(alice) -> tuple[Run, Run]:
+    looping = stored_run(alice, status=Run.Status.RUNNING, reward=None, messages=4)
+    repeat(looping, loop_of(14))
+    plain = stored_run(alice, status=Run.Status.RUNNING, reward=None, messages=20)
+    return looping, plain
+
+
+def test_a_run_ending_stores_the_same_mark_its_messages_give(alice):
+    from apps.runs.lifecycle import run_finish
+
+    looping, plain = _looping_and_plain(alice)
+    before = {run.pk: endings.run_loop(run) for run in (looping, plain)}  # read live
+    assert before == {looping.pk: 14, plain.pk: 0}
+    for run in (looping, plain):
+        assert run.loop_length is None  # still going: measured, not stored
+        assert run_finish(run=run, status=Run.Status.COMPLETED, termination_reason="max_steps")
+        run.refresh_from_db()
+        assert run.loop_length == before[run.pk] == endings.run_loop(run)
+    # A mark, never τ²'s: the ending is as the driver gave it.
+    assert looping.termination_reason == "max_steps" and looping.reward is None
+
+
+def test_a_stopped_play_session_and_a_run_stopped_before_its_start_store_it_too(alice):
+    from apps.play.services import PlayRefused, play_say
+    from apps.runs.services import run_stop
+
+    session = stored_run(alice, status=Run.Status.RUNNING, reward=None, messages=2)
+    repeat(session, loop_of(8, agent="Sorry?", customer="I said hi."))
+    Run.objects.filter(pk=session.pk).update(kind=Run.Kind.HUMAN, stop_requested=True)
+    session.refresh_from_db()
+    with pytest.raises(PlayRefused, match="stopped"):
+        play_say(run=session, text="Hello?")
+    queued = stored_run(alice, status=Run.Status.QUEUED, reward=None, messages=0)
+    run_stop(run=queued, by=alice)
+    session.refresh_from_db()
+    queued.refresh_from_db()
+    assert (session.status, session.loop_length) == (Run.Status.STOPPED, 8)
+    assert (queued.status, queued.loop_length) == (Run.Status.STOPPED, 0)
+
+
+def test_the_run_page_reads_the_stored_mark_once_the_run_ended(alice, alice_client):
+    run = stored_run(alice, reward=0.0, messages=4)
+    repeat(run, loop_of(12))
+    Run.objects.filter(pk=run.pk).update(loop_length=10)  # what was stored, not re-measured
+    page = unescape(alice_client.get(f"/runs/{run.pk}/").content.decode())
+    assert re.findall(r'data-testid="loop-mark"[^>]*>([^<]+)<', page) == [
+        "looped: the last 10 messages repeat"
+    ]
+
+
+def _ended_evaluation(alice, tasks: list[str], trials: int):
+    """An evaluation of ``tasks`` × ``trials`` airline runs, each ended through run_finish
+    with 14 messages; every other one loops."""
+    from apps.runs.lifecycle import run_finish
+
+    outcomes = {task_id: [0.0] * trials for task_id in tasks}
+    evaluation = stored_evaluation(alice, outcomes=outcomes, split="")
+    for i, run in enumerate(Run.objects.filter(evaluation=evaluation).order_by("pk")):
+        Run.objects.filter(pk=run.pk).update(status=Run.Status.RUNNING)
+        repeat(run, loop_of(14) if i % 2 == 0 else [say("user", f"line {n}") for n in range(14)])
+        run_finish(run=run, status=Run.Status.COMPLETED, termination_reason="max_steps")
+    return evaluation
+
+
+def test_the_evaluation_page_reads_the_marks_in_queries_that_do_not_grow_with_its_runs(
+    alice, alice_client
+):
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    small = _ended_evaluation(alice, ["27"], 2)
+    big = _ended_evaluation(alice, ["27", "2", "3", "4", "5", "6"], 4)
+    read = {}
+    for evaluation in (small, big):
+        with CaptureQueriesContext(connection) as queries:
+            page = alice_client.get(f"/evaluations/{evaluation.pk}/").content.decode()
+        rows = re.findall(
+            r'data-testid="terminations-looped"[^>]*><th>([^<]+)</th><td>(\d+)<', page
+        )
+        read[evaluation.pk] = (len(queries.captured_queries), rows, queries.captured_queries)
+    assert read[small.pk][1] == [("looped: the last 14 messages repeat", "1")]
+    assert read[big.pk][1] == [("looped: the last 14 messages repeat", "12")]
+    assert read[big.pk][0] == read[small.pk][0]
+    # No run's messages are read for the marks any more.
+    assert not [q for q in read[big.pk][2] if '"runs_runevent"."message"' in q["sql"]]
+
+
+def test_runs_that_ended_before_the_column_get_their_mark_from_the_migration(alice, monkeypatch):
+    import importlib
+
+    from django.apps import apps
+
+    migration = importlib.import_module("apps.runs.migrations.0017_run_loop_length")
+    monkeypatch.setattr(migration, "BATCH", 2)  # several batches
+    looping, plain = _looping_and_plain(alice)
+    silent = stored_run(alice, status=Run.Status.STOPPED, reward=None, messages=0)
+    Run.objects.filter(pk__in=[looping.pk, plain.pk]).update(status=Run.Status.COMPLETED)
+    going = stored_run(alice, status=Run.Status.RUNNING, reward=None, messages=2)
+    assert not Run.objects.filter(loop_length__isnull=False).exists()
+
+    migration.measure_ended_runs(apps, None)
+
+    stored = dict(Run.objects.values_list("pk", "loop_length"))
+    assert stored == {looping.pk: 14, plain.pk: 0, silent.pk: 0, going.pk: None}
+    assert stored[looping.pk] == endings.measured_loop(looping.pk)  # the mark as it was
