@@ -76,8 +76,9 @@ def loop_label(n: int) -> str:
 def run_loop(run: Run) -> int:
     """How many of ``run``'s last messages repeat: stored as it ended
     (``Run.loop_length``), else (while it goes, or ended before the mark was stored)
-    measured from its stored messages."""
-    if run.loop_length is not None:
+    measured from its stored messages. A run tried again (an evaluation's retry) keeps
+    its last end's mark until it ends anew: only a final run's is read."""
+    if run.is_final and run.loop_length is not None:
         return run.loop_length
     return measured_loop(run.pk)
 

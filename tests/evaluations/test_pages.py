@@ -387,7 +387,7 @@ def test_the_page_reads_a_big_evaluation_in_a_fixed_number_of_queries(
     )
     assert big.runs.count() == 1200
     # 12, 3 for the breakdowns on a first view (runs, tasks, the modes compared), and 1 for
-    # the loops among the ended runs (their last messages, apps.runs.endings), 1 for
+    # the loops among the ended runs (the marks stored as they ended, apps.runs.endings), 1 for
     # the baselines of its domain (apps.evaluations.baselines: none to judge against), and
     # 1 for the visitor's schedules of it (the Schedules panel, apps.schedules).
     with django_assert_max_num_queries(18):

@@ -248,3 +248,11 @@ def test_runs_that_ended_before_the_column_get_their_mark_from_the_migration(ali
     stored = dict(Run.objects.values_list("pk", "loop_length"))
     assert stored == {looping.pk: 14, plain.pk: 0, silent.pk: 0, going.pk: None}
     assert stored[looping.pk] == endings.measured_loop(looping.pk)  # the mark as it was
+
+
+def test_a_run_tried_again_is_measured_afresh_until_it_ends_again(alice):
+    run = stored_run(alice, status=Run.Status.RUNNING, reward=None, messages=20)
+    # Its first end stored a mark; an evaluation's retry queued it again, and it goes on.
+    Run.objects.filter(pk=run.pk).update(loop_length=12)
+    run.refresh_from_db()
+    assert endings.run_loop(run) == 0
