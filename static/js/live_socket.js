@@ -4,9 +4,10 @@
 // socket is down the page keeps what it shows and one notice says it is reconnecting.
 (() => {
   // A quiet socket may have missed a message (e.g. the final status while Redis was busy):
-  // reopening it after this long makes the server send again what the page lacks. A
-  // server that sends `{"type": "keepalive"}` more often (the evaluation page's, every
-  // 15 s) keeps a healthy socket from ever being reopened; such frames reach no page.
+  // reopening it after this long makes the server send again what the page lacks. The
+  // run and evaluation sockets send `{"type": "keepalive"}` more often (every 15 s while
+  // their run or evaluation goes: apps/runs/keepalive.py), so a healthy socket is never
+  // reopened; such frames reach no page.
   const QUIET_MS = 30000;
   // A drop that reopens within this long (the watchdog's, a resume) shows no notice.
   const NOTICE_AFTER_MS = 1000;
