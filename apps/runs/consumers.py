@@ -11,6 +11,7 @@ from urllib.parse import parse_qs
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.db.models import OuterRef, Subquery
 
 from apps.accounts.access import can_view_runs
 from apps.runs import presenters
@@ -114,13 +115,11 @@ class RunConsumer(Keepalive, AsyncJsonWebsocketConsumer):
 
     @read_in_pool
     def _head(self) -> tuple[str, int | None] | None:
-        """The run's status and its last stored event's ``seq`` (two indexed reads), or
-        None once the run is gone."""
-        status = Run.objects.filter(pk=self.run_id).values_list("status", flat=True).first()
-        if status is None:
-            return None
-        events = RunEvent.objects.filter(run_id=self.run_id).order_by("-seq")
-        return status, events.values_list("seq", flat=True).first()
+        """The run's status and its last stored event's ``seq`` (one query on two indexes),
+        or None once the run is gone."""
+        last = RunEvent.objects.filter(run_id=OuterRef("pk")).order_by("-seq").values("seq")[:1]
+        rows = Run.objects.filter(pk=self.run_id).annotate(last_seq=Subquery(last))
+        return rows.values_list("status", "last_seq").first()
 
     @read_in_pool
     def _read(self) -> tuple[list[tuple[int, str]], dict]:
