@@ -19,6 +19,7 @@ from django.test import Client, override_settings
 from apps.evaluations.imports import evaluation_import
 from apps.evaluations.models import Evaluation
 from apps.evaluations.summary import EvaluationSummary
+from apps.runs import endings
 from apps.runs.models import Run, RunEvent
 from tau2_env.engine.evaluation import trial_seeds
 from tau2_env.generations import tau2_generation
@@ -92,6 +93,8 @@ def test_a_tau2_run_file_imports_and_tau2_scores_every_conversation_the_same(ali
         assert [e.kind for e in events][:3] == ["agent", "customer", "agent"]
         # get_user_details, then (τ² 0.2's gold) send_certificate
         assert run.n_messages == len(events) and run.n_tool_calls == 1 + GOLD_CERTIFICATE
+        # The loop mark is stored as for a run that ends here (none: a gold conversation).
+        assert run.loop_length == endings.measured_loop(run.pk) == 0
     assert {t: runs[(t, 0)].reward for t in ("27", UNSOLVED)} == {"27": 1.0, UNSOLVED: 0.0}
 
     report = evaluation.provenance["import"]
