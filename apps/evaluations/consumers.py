@@ -35,7 +35,8 @@ class EvaluationConsumer(Keepalive, AsyncJsonWebsocketConsumer):
     was busy is caught here, not by the page reopening its socket) and, when nothing
     changed, sends ``{"type": "keepalive"}``: a page's watchdog (30 s) and a proxy's idle
     timeout never see a quiet socket, so a healthy page never reconnects
-    (``apps.runs.keepalive``, shared with the run socket).
+    (``apps.runs.keepalive``, shared with the run socket). Once the final state is sent,
+    the ticks stop.
     """
 
     async def connect(self):
@@ -49,8 +50,8 @@ class EvaluationConsumer(Keepalive, AsyncJsonWebsocketConsumer):
         self.sent: tuple[int, str] | None = None  # (version, status) last sent
         self.cells: list | None = None
         self.head: dict | None = None
+        self.sent_final = False
         await self._send_state()
-        self.keepalive_start()
 
     async def disconnect(self, code):
         await self.keepalive_stop()
@@ -58,8 +59,9 @@ class EvaluationConsumer(Keepalive, AsyncJsonWebsocketConsumer):
             await self.channel_layer.group_discard(self.group, self.channel_name)
 
     async def keepalive_tick(self) -> bool:
-        # The page closes its socket once the evaluation is final; a deleted one ends here.
-        return await self._send_state(only_if_changed=True)
+        # A final evaluation needs no ticks (its page has closed the socket); a deleted one
+        # ends here too. One tried again is announced, and its state starts them again.
+        return await self._send_state(only_if_changed=True) and not self.sent_final
 
     async def evaluation_update(self, message):
         stale = self.sent is not None and message["version"] <= self.sent[0]
@@ -96,7 +98,8 @@ class EvaluationConsumer(Keepalive, AsyncJsonWebsocketConsumer):
             return False
         head = {k: v for k, v in state.items() if k not in ("matrix", "charts")}
         if only_if_changed and head == self.head:
-            await self.send_keepalive()
+            if not self.sent_final:  # (a tick that read while the final state went out)
+                await self.send_keepalive()
             return True
         self.head = head
         cells = state["matrix"]["cells"]
@@ -106,5 +109,8 @@ class EvaluationConsumer(Keepalive, AsyncJsonWebsocketConsumer):
             del state["matrix"]
         self.cells = cells
         self.sent = (state["version"], state["status"])
+        self.sent_final = bool(state["final"])
         await self.send_json(state)
+        if not self.sent_final:
+            self.keepalive_start()
         return True

@@ -63,8 +63,6 @@ class RunConsumer(Keepalive, AsyncJsonWebsocketConsumer):
         # otherwise interleave, and an older status could follow a newer one.
         self.catching_up = asyncio.Lock()
         await self._catch_up()
-        if not self.final_sent:
-            self.keepalive_start()
 
     async def disconnect(self, code):
         await self.keepalive_stop()
@@ -157,3 +155,5 @@ class RunConsumer(Keepalive, AsyncJsonWebsocketConsumer):
             await self.send_json({"type": "event", "seq": seq, "html": html})
         self.sent_status, self.final_sent = status["status"], status["final"]
         await self.send_json(status)
+        if not self.final_sent:
+            self.keepalive_start()  # from connect on, and again for a run tried again

@@ -40,7 +40,9 @@ class Keepalive:
         await self.send_json(KEEPALIVE)  # type: ignore[attr-defined]
 
     def keepalive_start(self) -> None:
-        if self._keepalive is None:
+        """Start the ticks, unless they are going (again after they ended: a final run
+        or evaluation tried again is live again)."""
+        if self._keepalive is None or self._keepalive.done():
             self._keepalive = asyncio.ensure_future(self._keep_alive())
 
     async def keepalive_stop(self) -> None:

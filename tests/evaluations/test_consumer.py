@@ -286,3 +286,31 @@ async def test_a_quiet_socket_gets_keepalives_and_is_never_closed(
             pass
         assert frame["version"] == 1 and frame["patch"] == [[2, [run_id, "c", 1.0]]]
         assert (await socket.receive_json_from(timeout=TIMEOUT))["type"] == "keepalive"
+
+
+async def test_once_the_final_state_is_sent_the_keepalives_stop(
+    evaluation, bob_client, monkeypatch
+):
+    """The page closes its socket on the final state; a script that keeps it open gets no
+    more ticks (apps.runs.keepalive, as the run socket's)."""
+    from apps.evaluations.consumers import EvaluationConsumer
+
+    monkeypatch.setattr(EvaluationConsumer, "KEEPALIVE_SECONDS", 0.3)
+    async with watching(evaluation, client=bob_client) as (socket, first):
+        assert first["final"] is False
+        assert (await socket.receive_json_from(timeout=TIMEOUT))["type"] == "keepalive"
+        for task_id, trial in (("27", 0), ("27", 1), ("2", 0)):
+            await finish(evaluation, task_id, trial)
+        last = await finish(evaluation, "2", 1, reward=0.0)
+        await database_sync_to_async(services.evaluation_run_settled)(run_id=last)
+        while not (frame := await socket.receive_json_from(timeout=TIMEOUT)).get("final"):
+            pass
+        assert frame["type"] == "state"
+        # (The run's settling may announce the evaluation twice: a second final state.)
+        after = []
+        for _ in range(3):
+            if await socket.receive_nothing(timeout=1.5):
+                break
+            after.append(await socket.receive_json_from(timeout=TIMEOUT))
+        assert {(f["type"], f.get("final")) for f in after} <= {("state", True)}
+        assert await socket.receive_nothing(timeout=1.5)

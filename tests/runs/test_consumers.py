@@ -320,3 +320,19 @@ async def test_a_finished_run_gets_no_keepalives(run, alice_client, quick_keepal
         status = await socket.receive_json_from(timeout=TIMEOUT)
         assert await socket.receive_nothing(timeout=1.5)
     assert status["final"] is True
+
+
+async def test_a_run_tried_again_after_its_end_gets_keepalives_again(
+    run, alice_client, quick_keepalives
+):
+    await complete(run)
+    async with watching(run, client=alice_client, after="2") as socket:
+        assert (await socket.receive_json_from(timeout=TIMEOUT))["final"] is True
+        assert await socket.receive_nothing(timeout=1)
+        # An evaluation's retry queues the run again and a worker takes it up.
+        await database_sync_to_async(Run.objects.filter(pk=run.pk).update)(
+            status=Run.Status.RUNNING, finished_at=None
+        )
+        await announce_status(run)
+        assert (await socket.receive_json_from(timeout=TIMEOUT))["final"] is False
+        assert kinds(await frames(socket, 2)) == ["keepalive"] * 2
