@@ -14,8 +14,9 @@ own) all end up there. ``tau2_env.llm.compat.install()`` replaces that global wi
   environment keys (litellm does that when ``api_key`` is ``None``);
 * every call has the caller's LLM arguments (τ²'s ``llm_args``: temperature, top_p,
   ``reasoning_effort``… exactly as ``tau2 run --agent-llm-args`` passes them), a
-  timeout, litellm's cache off, and retries for rate limits and timeouts only (never
-  for 401/402).
+  timeout, litellm's cache off, and retries for rate limits, timeouts and 503s only
+  (never for 401/402), made here one attempt at a time so that each is told to the
+  observers (:class:`CallNotice`) and kept (:class:`Attempt`).
 
 A route's ``provider`` is the kind of endpoint (:data:`LITELLM_PREFIXES`): Hugging
 Face's router, OpenAI, Anthropic, Google Gemini, Mistral, OpenRouter, Together,
@@ -48,8 +49,10 @@ import cachetools
 # importing litellm tries (and, offline, retries for seconds) to download its price list.
 from tau2_env.llm._tau2 import registry  # noqa: F401
 import litellm
+import openai
 from litellm.llms.custom_httpx.http_handler import HTTPHandler
 from litellm.types.router import RetryPolicy
+from litellm.utils import get_num_retries_from_retry_policy
 
 # isort: on
 from tau2_env import config, versions
@@ -57,8 +60,10 @@ from tau2_env.llm import outbound
 from tau2_env.llm.llm_args import ROLE_KEY, ROUTE_KEYS
 
 __all__ = [
+    "ATTEMPTS",
     "LITELLM_PREFIXES",
     "ROLE_KEY",
+    "Attempt",
     "CallNotice",
     "Explained",
     "LLMCallError",
@@ -88,8 +93,13 @@ ROLE_JUDGE = "judge"
 
 # Retries for transient failures only. 401 (AuthenticationError) and 402
 # (PaymentRequiredError, a BadRequestError) are never retried: a retry cannot fix them
-# and each one costs the visitor a request.
+# and each one costs the visitor a request. The policy is read here, per failed attempt,
+# with litellm's own reading of it (``get_num_retries_from_retry_policy``), and litellm
+# gets none: it makes one attempt per call, and :func:`routed_completion` the others, as
+# litellm's ``completion_with_retries`` made them (at once, no wait between).
 RETRIES = 2
+ATTEMPTS = RETRIES + 1  # at most, per call
+RETRY_WAIT = 0.0  # seconds between attempts: litellm's "constant_retry" waits none
 _RETRY_POLICY = RetryPolicy(
     RateLimitErrorRetries=RETRIES,
     TimeoutErrorRetries=RETRIES,
@@ -234,17 +244,17 @@ def resolve_route(*, hf_token: str | None = None) -> Route:
 def litellm_kwargs(route: Route) -> dict[str, Any]:
     """The keyword arguments that send a litellm ``completion`` along ``route``.
 
-    Always: the route's key, endpoint and extra headers, a timeout, the retry policy,
-    no OpenAI-SDK retries of its own and no litellm cache (its key may ignore
-    ``api_key``). ``num_retries`` is left out on purpose: litellm hands it to the OpenAI
-    SDK as ``max_retries``, which retries 5xx behind the policy's back. The sampling
-    arguments (temperature, …) are the caller's: τ²'s ``llm_args``.
+    Always: the route's key, endpoint and extra headers, a timeout, no OpenAI-SDK
+    retries of its own and no litellm cache (its key may ignore ``api_key``). No retry
+    policy and no ``num_retries``: litellm makes one attempt (``num_retries`` it would
+    also hand to the OpenAI SDK as ``max_retries``, which retries 5xx behind the
+    policy's back); :func:`routed_completion` retries. The sampling arguments
+    (temperature, …) are the caller's: τ²'s ``llm_args``.
     """
     kwargs: dict[str, Any] = {
         "model": route.litellm_model,
         "api_key": route.api_key,
         "timeout": route.timeout,
-        "retry_policy": _RETRY_POLICY,
         "max_retries": 0,
         "caching": False,
     }
@@ -414,15 +424,48 @@ def metered() -> Iterator[UsageMeter]:
 
 
 @dataclass(frozen=True)
+class Attempt:
+    """One attempt of an LLM call and how it ended: ``outcome`` is ``"answered"`` or the
+    failure's kind (:func:`explain_error`'s: ``timeout``, ``rate_limited``,
+    ``provider_error``…), ``said`` the same in a few words ("timed out after 120 s"),
+    ``seconds`` the attempt's own time, ``role`` whose call it was."""
+
+    role: str
+    outcome: str
+    seconds: float
+    said: str
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "role": self.role,
+            "outcome": self.outcome,
+            "seconds": round(self.seconds, 3),
+            "said": self.said,
+        }
+
+
+@dataclass(frozen=True)
 class CallNotice:
-    """One LLM call's progress, told to :func:`observe_calls`' observers: ``phase`` is
-    ``"waiting"`` as it is sent, then ``"answered"`` or ``"failed"`` after ``seconds``
-    in all (litellm's retries of it included); ``timeout`` is each attempt's bound."""
+    """One LLM call's progress, told to :func:`observe_calls`' observers.
+
+    ``phase`` is ``"waiting"`` as it is sent, ``"retrying"`` after each attempt that
+    failed and will be tried again, then ``"answered"`` or ``"failed"``; ``seconds`` is
+    the call's time so far (all its attempts and the waits between); ``timeout`` is each
+    attempt's bound. ``attempt`` is the attempt now under way (for ``"retrying"``: the
+    one about to be made) of at most ``attempts``; ``reason`` says why the last one
+    failed ("timed out after 120 s"), ``wait`` the seconds before the next; ``tries``
+    are the attempts made so far, in order.
+    """
 
     role: str
     phase: str
     seconds: float
     timeout: float
+    attempt: int = 1
+    attempts: int = 1
+    reason: str = ""
+    wait: float = 0.0
+    tries: tuple[Attempt, ...] = ()
 
 
 _observers: contextvars.ContextVar[tuple[Callable[[CallNotice], None], ...]] = (
@@ -486,19 +529,52 @@ def routed_completion(*args: Any, **kwargs: Any) -> Any:
     call.update(litellm_kwargs(route))
     _log_redactor.remember(route)
     started = time.monotonic()
-    _tell(CallNotice(role=role, phase="waiting", seconds=0.0, timeout=route.timeout))
-    try:
-        response = _send(call)
-    except Exception as exc:
-        took = time.monotonic() - started
-        _tell(CallNotice(role=role, phase="failed", seconds=took, timeout=route.timeout))
-        kind, message = explain_error(exc, route=route)
-        raise LLMCallError(
-            f"{route.describe()} failed: {message}",
-            status_code=getattr(exc, "status_code", None),
-            transient=is_transient(exc) and kind not in PERMANENT_KINDS,
-            kind=kind,
-        ) from None
+    tries: list[Attempt] = []
+
+    def tell(phase: str, **more: Any) -> None:
+        _tell(
+            CallNotice(
+                role=role,
+                phase=phase,
+                seconds=time.monotonic() - started,
+                timeout=route.timeout,
+                tries=tuple(tries),
+                **more,
+            )
+        )
+
+    tell("waiting", attempt=1, attempts=ATTEMPTS)
+    while True:
+        began = time.monotonic()
+        try:
+            response = _send(call)
+            break
+        except Exception as exc:
+            kind, message = explain_error(exc, route=route)
+            tries.append(
+                Attempt(role, kind, time.monotonic() - began, attempt_words(exc, kind, route))
+            )
+            allowed = 1 + retries_for(exc)
+            if len(tries) < allowed:
+                tell(
+                    "retrying",
+                    attempt=len(tries) + 1,
+                    attempts=allowed,
+                    reason=tries[-1].said,
+                    wait=RETRY_WAIT,
+                )
+                if RETRY_WAIT:
+                    time.sleep(RETRY_WAIT)
+                continue
+            tell("failed", attempt=len(tries), attempts=allowed, reason=tries[-1].said)
+            tried = f" (tried {len(tries)} times)" if len(tries) > 1 else ""
+            raise LLMCallError(
+                f"{route.describe()} failed{tried}: {message}",
+                status_code=getattr(exc, "status_code", None),
+                transient=is_transient(exc) and kind not in PERMANENT_KINDS,
+                kind=kind,
+            ) from None
+    tries.append(Attempt(role, "answered", time.monotonic() - began, "answered"))
     missing = _unreadable(response)
     if missing is not None:
         raise LLMCallError(
@@ -507,11 +583,34 @@ def routed_completion(*args: Any, **kwargs: Any) -> Any:
             "endpoint",
             kind="bad_reply",
         )
-    took = time.monotonic() - started
-    _tell(CallNotice(role=role, phase="answered", seconds=took, timeout=route.timeout))
+    tell("answered", attempt=len(tries), attempts=len(tries))
     for meter in _meters.get():
         meter.add(role, response)
     return response
+
+
+def retries_for(exc: BaseException) -> int:
+    """How many retries the policy grants a call whose attempt failed with ``exc``: as
+    litellm's ``completion`` decided it (only for the OpenAI SDK's errors, which litellm
+    maps every provider's to; 2 for a timeout, a rate limit or a 503, else 0)."""
+    if not isinstance(exc, openai.APIError | openai.APITimeoutError | openai.APIConnectionError):
+        return 0
+    assert isinstance(exc, Exception)
+    return get_num_retries_from_retry_policy(exception=exc, retry_policy=_RETRY_POLICY) or 0
+
+
+def attempt_words(exc: BaseException, kind: str, route: Route) -> str:
+    """How an attempt failed, in a few words for a status line and a tooltip."""
+    status = getattr(exc, "status_code", None)
+    if kind == "timeout":
+        return f"timed out after {route.timeout:g} s"
+    if kind == "rate_limited" or status == 429:
+        return "rate limited (HTTP 429)"
+    if status == 503:
+        return "provider unavailable (HTTP 503)"
+    if isinstance(status, int) and status >= 400:
+        return f"{kind.replace('_', ' ')} (HTTP {status})"
+    return kind.replace("_", " ")
 
 
 def _unreadable(response: Any) -> str | None:

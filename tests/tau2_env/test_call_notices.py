@@ -1,25 +1,26 @@
 """Each LLM call told as it happens (issue 33): ``gateway.observe_calls`` hears a call
-start and end, with its total time (litellm's retries of it included); the call and its
-request are unchanged, and an observer that fails never fails the call."""
+start, each retry (which attempt of how many, why, the wait) and its end, with its total
+time (all its attempts included); the call and its request are unchanged (a retry sends
+the same bytes), and an observer that fails never fails the call."""
 
 from __future__ import annotations
 
 import pytest
 
-from tau2_env.llm import gateway
+from tau2_env.llm import compat, gateway
 from tau2_env.llm.llm_args import ROLE_KEY
 from tests.support.llm_server import delayed, error, text
 
 MESSAGES = [{"role": "user", "content": "Hi"}]
 
 
-def _route(llm_server) -> gateway.Route:
+def _route(llm_server, *, timeout: float = 30.0) -> gateway.Route:
     return gateway.Route(
         provider="openai_compatible",
         model="m",
         base_url=llm_server.base_url,
         api_key="sk-test-key-0123456789",
-        timeout=30.0,
+        timeout=timeout,
         label="mine",
     )
 
@@ -40,12 +41,107 @@ def test_a_failed_call_is_told_with_its_time_including_retries(llm_server):
     with (
         gateway.conversation(user=_route(llm_server)),
         gateway.observe_calls(heard.append),
-        pytest.raises(gateway.LLMCallError),
+        pytest.raises(gateway.LLMCallError) as failed,
     ):
         gateway.routed_completion(messages=MESSAGES, **{ROLE_KEY: "user"})
 
+    assert [n.phase for n in heard] == ["waiting", "retrying", "retrying", "failed"]
+    assert len(llm_server.chat_requests()) == gateway.RETRIES + 1 == 3  # as litellm made them
+    last = heard[-1]
+    assert (last.attempt, last.attempts, last.reason) == (3, 3, "rate limited (HTTP 429)")
+    assert [t.outcome for t in last.tries] == ["rate_limited"] * 3
+    assert "(tried 3 times)" in str(failed.value) and failed.value.transient
+
+
+@pytest.fixture(params=["litellm", "direct"])
+def sender(request, monkeypatch, llm_server):
+    """Calls made by plain litellm, or by the direct path (its first call of the shape,
+    answered, checked by litellm; the others sent direct, a failure read by litellm)."""
+    if request.param == "direct":
+        compat.install()
+        path = compat.DirectPath()
+        monkeypatch.setattr(gateway, "_send", path.complete)
+        llm_server.responder = lambda r: text("warm")
+        with gateway.conversation(user=_route(llm_server, timeout=TINY)):
+            gateway.routed_completion(messages=MESSAGES, **{ROLE_KEY: "user"})
+        llm_server.requests.clear()
+        return path
+    monkeypatch.setattr(gateway, "_send", gateway._litellm_completion)
+    return None
+
+
+TINY = 0.4  # each attempt's timeout: no test waits 120 s
+
+
+def _failing(times: int, failure):
+    """A responder that answers ``failure`` to the first ``times`` calls, then "Hello"."""
+    seen = []
+
+    def respond(request):
+        seen.append(request)
+        return failure if len(seen) <= times else text("Hello")
+
+    return respond
+
+
+@pytest.mark.parametrize(
+    ("failure", "said", "outcome"),
+    [
+        (delayed(text("late"), 2.0), f"timed out after {TINY:g} s", "timeout"),
+        (error(429, "slow down"), "rate limited (HTTP 429)", "rate_limited"),
+        (error(503, "overloaded"), "provider unavailable (HTTP 503)", "provider_error"),
+    ],
+    ids=["timeout", "429", "503"],
+)
+def test_each_retry_is_told_as_it_happens_and_the_answer_carries_every_attempt(
+    llm_server, sender, failure, said, outcome
+):
+    llm_server.responder = _failing(2, failure)
+    heard: list[gateway.CallNotice] = []
+    with (
+        gateway.conversation(user=_route(llm_server, timeout=TINY)),
+        gateway.observe_calls(heard.append),
+    ):
+        response = gateway.routed_completion(messages=MESSAGES, **{ROLE_KEY: "user"})
+
+    assert response.choices[0].message.content == "Hello"
+    assert [n.phase for n in heard] == ["waiting", "retrying", "retrying", "answered"]
+    first, second = heard[1], heard[2]
+    assert (first.attempt, first.attempts, first.reason) == (2, 3, said)
+    assert (second.attempt, second.attempts, second.reason) == (3, 3, said)
+    assert first.wait == second.wait == gateway.RETRY_WAIT
+    answered = heard[-1]
+    assert [t.outcome for t in answered.tries] == [outcome, outcome, "answered"]
+    assert answered.seconds >= sum(t.seconds for t in answered.tries)
+    if outcome == "timeout":
+        assert all(t.seconds >= TINY for t in answered.tries[:2])
+    # Three requests, byte for byte the same: a retry resends the call as it was.
+    bodies = [r.body for r in llm_server.chat_requests()]
+    assert len(bodies) == 3 and len(set(map(repr, bodies))) == 1
+    if sender is not None:
+        assert sender.counts["replayed"] == 2 and sender.counts["direct"] == 1
+
+
+@pytest.mark.parametrize("status", [401, 402, 400])
+def test_a_refused_key_or_request_is_never_retried(llm_server, sender, status):
+    llm_server.responder = lambda request: error(status, "no")
+    heard: list[gateway.CallNotice] = []
+    with (
+        gateway.conversation(user=_route(llm_server, timeout=TINY)),
+        gateway.observe_calls(heard.append),
+        pytest.raises(gateway.LLMCallError) as failed,
+    ):
+        gateway.routed_completion(messages=MESSAGES, **{ROLE_KEY: "user"})
+
+    assert len(llm_server.chat_requests()) == 1
     assert [n.phase for n in heard] == ["waiting", "failed"]
-    assert len(llm_server.chat_requests()) == gateway.RETRIES + 1  # litellm's retries, as before
+    assert "tried" not in str(failed.value) and not failed.value.transient
+
+
+def test_litellm_is_given_no_retry_policy_it_makes_one_attempt_per_call(llm_server):
+    call = gateway.litellm_kwargs(_route(llm_server))
+    assert "retry_policy" not in call and "num_retries" not in call
+    assert call["max_retries"] == 0
 
 
 def test_an_observer_that_fails_never_fails_the_call_nor_changes_its_request(llm_server):
