@@ -82,8 +82,10 @@ class RunConsumer(Keepalive, AsyncJsonWebsocketConsumer):
         """One of the run's LLM calls started or ended: passed on as it came (not stored)."""
         if not self.with_calls:
             return
-        keys = ("side", "phase", "seconds", "timeout")
-        await self.send_json({"type": "call", **{key: message[key] for key in keys}})
+        keys = ("side", "phase", "seconds", "timeout", "attempt", "attempts", "reason", "wait")
+        await self.send_json(
+            {"type": "call", **{key: message[key] for key in keys if key in message}}
+        )
 
     async def keepalive_tick(self) -> bool:
         head = await self._head()

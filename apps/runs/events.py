@@ -45,8 +45,9 @@ class StatusMessage(TypedDict):
 class CallMessage(TypedDict):
     """Sent to ``run_<id>`` as one of the run's LLM calls starts and ends (``run.call``):
     ``side`` ("agent", "customer", "judge"), ``phase`` (``tau2_env.llm.gateway.CallNotice``),
-    its ``seconds`` so far and each attempt's ``timeout``. Not stored: a live page's
-    passing line."""
+    its ``seconds`` so far and each attempt's ``timeout``; for ``"retrying"``, the
+    ``attempt`` about to be made of at most ``attempts``, the ``reason`` the last one
+    failed and the ``wait`` before the next. Not stored: a live page's passing line."""
 
     type: Literal["run.call"]
     run_id: int
@@ -54,6 +55,10 @@ class CallMessage(TypedDict):
     phase: str
     seconds: float
     timeout: float
+    attempt: int
+    attempts: int
+    reason: str
+    wait: float
 
 
 class LostRun(RuntimeError):
@@ -154,6 +159,7 @@ def events_publish(
     run: Run,
     messages: list[dict[str, Any]],
     latency_ms: int | None = None,
+    attempts: list[dict[str, Any]] | None = None,
     agent_prices: tuple[Decimal, Decimal] | None = None,
     worker: str | None = None,
 ) -> list[RunEvent]:
@@ -164,9 +170,17 @@ def events_publish(
     counted and priced apart (:func:`customer_prices`). With ``worker`` the write happens only
     while that worker holds the run, else :class:`LostRun` is raised and nothing is stored:
     a turn is never recorded twice.
+
+    ``latency_ms`` and ``attempts`` (the model's time for the batch, all its attempts
+    included, and those attempts when there were more than one) go on the batch's last
+    message that is not a tool result: the one the model produced.
     """
     if not messages:
         return []
+    timed = max(
+        (i for i, m in enumerate(messages) if m.get("role") != "tool"),
+        default=len(messages) - 1,
+    )
     for message in messages:
         if holds_nul(message):
             raise UnstorableMessage(message)
@@ -207,7 +221,8 @@ def events_publish(
                     seq=start + offset,
                     kind=kind,
                     message=message,
-                    latency_ms=latency_ms if offset == len(messages) - 1 else None,
+                    latency_ms=latency_ms if offset == timed else None,
+                    attempts=attempts if offset == timed and attempts else None,
                     prompt_tokens=p,
                     completion_tokens=c,
                     cost_usd=event_cost,
@@ -265,5 +280,9 @@ def call_publish(*, run_id: int, notice: gateway.CallNotice) -> None:
             phase=notice.phase,
             seconds=round(notice.seconds, 1),
             timeout=notice.timeout,
+            attempt=notice.attempt,
+            attempts=notice.attempts,
+            reason=notice.reason,
+            wait=round(notice.wait, 1),
         )
     )

@@ -369,7 +369,13 @@ class RunEvent(models.Model):
     seq = models.PositiveIntegerField()
     kind = models.CharField(max_length=24, choices=Kind.choices)
     message = models.JSONField(help_text="τ²'s message, model_dump(mode='json').")
+    # The model's time for this message: the whole call's, from its first attempt to the
+    # answer (failed attempts and the waits between them included); set on the message
+    # the model produced. ``attempts``: each LLM attempt behind it, in order (role,
+    # outcome, seconds, said), when it took more than one; null for one attempt and for
+    # runs stored before attempts were kept. τ²'s own message fields stay in ``message``.
     latency_ms = models.PositiveIntegerField(null=True, blank=True)
+    attempts = models.JSONField(null=True, blank=True)
     prompt_tokens = models.PositiveIntegerField(default=0)
     completion_tokens = models.PositiveIntegerField(default=0)
     cost_usd = models.DecimalField(max_digits=12, decimal_places=6, null=True, blank=True)

@@ -138,8 +138,43 @@ def event_view(event: RunEvent) -> dict[str, Any]:
         "reasoning": reasoning,
         "reasoning_size": reasoning_size(reasoning) if reasoning else "",
         "latency_ms": event.latency_ms,
+        **timing_view(event.latency_ms, event.attempts),
         "tokens": event.prompt_tokens + event.completion_tokens,
         "cost": event.cost_usd,
+    }
+
+
+def duration_words(seconds: float) -> str:
+    """``640 ms``, ``30.7 s``, ``8 min 17 s`` or ``1 h 2 min``: a model's time, for people."""
+    if seconds < 1:
+        return f"{round(seconds * 1000)} ms"
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    whole = round(seconds)
+    if whole < 3600:
+        return f"{whole // 60} min {whole % 60} s"
+    return f"{whole // 3600} h {whole % 3600 // 60} min"
+
+
+_SIDES = {"user": "customer", "agent": "agent", "judge": "judge"}
+
+
+def timing_view(latency_ms: int | None, attempts: list[dict] | None) -> dict[str, Any]:
+    """A message's model time for its header: ``took`` ("8 min 17 s", "" for none),
+    ``attempts_n`` (0 when only one was made, or for runs stored before attempts were
+    kept) and ``attempts_title``, one line per attempt ("1. customer: timed out after
+    120 s, 2 min 0 s"), for the tooltip."""
+    tries = [a for a in attempts or [] if isinstance(a, dict)]
+    lines = [
+        f"{n}. {_SIDES.get(str(a.get('role')), a.get('role') or '?')}: "
+        f"{a.get('said') or a.get('outcome') or '?'}, "
+        f"{duration_words(float(a.get('seconds') or 0))}"
+        for n, a in enumerate(tries, start=1)
+    ]
+    return {
+        "took": duration_words(latency_ms / 1000) if latency_ms else "",
+        "attempts_n": len(tries) if len(tries) > 1 else 0,
+        "attempts_title": "\n".join(lines),
     }
 
 

@@ -187,6 +187,7 @@ def _drive(
             run=run,
             messages=hop.messages,
             latency_ms=int(hop.seconds * 1000),
+            attempts=[a.as_json() for a in hop.attempts] if len(hop.attempts) > 1 else None,
             agent_prices=prices,
             worker=worker,
         )

@@ -54,7 +54,9 @@
   function tickCall() {
     if (!call || final) return;
     const seconds = Math.round((Date.now() - call.since) / 1000);
-    live.textContent = `${call.side}: waiting for the model's answer, ${seconds} s (each try times out after ${call.timeout} s)`;
+    live.textContent = call.retry
+      ? `${call.side}: ${call.retry}, retrying (${call.attempt} of ${call.attempts}), ${seconds} s in all`
+      : `${call.side}: waiting for the model's answer, ${seconds} s (each try times out after ${call.timeout} s)`;
   }
 
   function show(data) {
@@ -67,8 +69,21 @@
       window.scrollTo({ top: document.body.scrollHeight, behavior: "smooth" });
     } else if (data.type === "call" && !final) {
       // One of the run's LLM calls started or ended: a passing line, ticking while it waits.
-      call = data.phase === "waiting" ? { side: data.side, timeout: data.timeout, since: Date.now() } : null;
-      live.textContent = data.phase === "failed" ? `${data.side}: the call failed after ${data.seconds} s` : "Live…";
+      // A retry says why the last attempt failed and which one is under way now.
+      if (data.phase === "waiting" || data.phase === "retrying") {
+        call = {
+          side: data.side,
+          timeout: data.timeout,
+          since: Date.now() - 1000 * (data.seconds || 0),
+          retry: data.phase === "retrying" ? data.reason : "",
+          attempt: data.attempt,
+          attempts: data.attempts,
+        };
+      } else {
+        call = null;
+      }
+      const tried = data.attempt > 1 ? ` (${data.attempt} attempts)` : "";
+      live.textContent = data.phase === "failed" ? `${data.side}: the call failed after ${data.seconds} s${tried}: ${data.reason || "no answer"}` : "Live…";
       tickCall();
     } else if (data.type === "status") {
       const current = document.getElementById("run-status");

@@ -295,7 +295,12 @@ class Hop:
 
     messages: list[dict[str, Any]]  # τ²'s messages as JSON, ``turn_idx`` numbered
     speaker: str  # "agent" or "customer": who was asked to speak
-    seconds: float  # wall time of the hop (LLM call, tool calls)
+    # Wall time of the hop (LLM call, tool calls), from its first try: a hop tried again
+    # after a transient failure counts its failed tries and the waits between them too.
+    seconds: float
+    # Every LLM call attempt the hop made, in order, the failed ones included (each call's
+    # retries, and those of the tries of the hop that failed before).
+    attempts: tuple[gateway.Attempt, ...] = ()
 
 
 class Episode:
@@ -569,7 +574,13 @@ class Episode:
         if self._agent_llm is None:
             raise RuntimeError("Episode.run needs an agent_llm: τ²'s LLMAgent plays the agent")
         attempt = 0
-        with self.llm_context():
+        tries: list[gateway.Attempt] = []  # the LLM attempts of the hop under way
+
+        def heard(notice: gateway.CallNotice) -> None:
+            if notice.phase in ("answered", "failed"):
+                tries.extend(notice.tries)
+
+        with self.llm_context(), gateway.observe_calls(heard):
             while not self.done:
                 if should_stop is not None and should_stop():
                     return "stopped"
@@ -579,7 +590,9 @@ class Episode:
                     if self._opening or self._orchestrator.to_role == Role.AGENT
                     else "customer"
                 )
-                started = time.perf_counter()
+                if attempt == 0:  # a hop tried again keeps its first try's start
+                    started = time.perf_counter()
+                    tries.clear()
                 try:
                     if self._opening:
                         self._open()
@@ -592,7 +605,7 @@ class Episode:
                     # conversation is as it was before it, and the run stops.
                     interrupted = getattr(exc, "kind", "") == "interrupted"
                     if interrupted and should_stop is not None and should_stop():
-                        self._report(on_hop, written, speaker, started)
+                        self._report(on_hop, written, speaker, started, tries)
                         return "stopped"
                     wait = None
                     if (
@@ -606,7 +619,7 @@ class Episode:
                         time.sleep(wait)
                         continue
                     self.failure = exc
-                    self._report(on_hop, written, speaker, started)
+                    self._report(on_hop, written, speaker, started, tries)
                     self.error = f"The {speaker}'s model call failed: {exc}"
                     self._ended = (
                         TerminationReason.AGENT_ERROR
@@ -615,12 +628,17 @@ class Episode:
                     )
                     return "failed"
                 attempt = 0
-                self._report(on_hop, written, speaker, started)
+                self._report(on_hop, written, speaker, started, tries)
         self._score_if_due()
         return "ended"
 
     def _report(
-        self, on_hop: Callable[[Hop], None] | None, written: int, speaker: str, started: float
+        self,
+        on_hop: Callable[[Hop], None] | None,
+        written: int,
+        speaker: str,
+        started: float,
+        tries: list[gateway.Attempt],
     ) -> None:
         if on_hop is not None and len(self.messages) > written:
             on_hop(
@@ -628,6 +646,7 @@ class Episode:
                     messages=self.messages_json(written),
                     speaker=speaker,
                     seconds=time.perf_counter() - started,
+                    attempts=tuple(tries),
                 )
             )
 

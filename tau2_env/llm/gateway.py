@@ -567,9 +567,12 @@ def routed_completion(*args: Any, **kwargs: Any) -> Any:
                     time.sleep(RETRY_WAIT)
                 continue
             tell("failed", attempt=len(tries), attempts=allowed, reason=tries[-1].said)
-            tried = f" (tried {len(tries)} times)" if len(tries) > 1 else ""
+            tried = ""
+            if len(tries) > 1:
+                took = time.monotonic() - started
+                tried = f" ({len(tries)} attempts in {took:.1f} s)"
             raise LLMCallError(
-                f"{route.describe()} failed{tried}: {message}",
+                f"{route.describe()} failed: {message.rstrip()}{tried}",
                 status_code=getattr(exc, "status_code", None),
                 transient=is_transient(exc) and kind not in PERMANENT_KINDS,
                 kind=kind,

@@ -1,0 +1,174 @@
+"""A model call retried is told while it happens and kept on its message (issue 33).
+
+The customer's model, on the scripted local server, times out, is rate limited or
+answers 503 a few times, then answers. The run goes on; its page's socket heard
+"retrying (2 of 3)" as it happened; the stored message has every attempt and the whole
+call's time, across them (the newcomer saw "30670 ms" for a turn of 6.5 minutes). A
+refused key is asked once; retries spent end the run failed, with a reason that says so.
+Timeouts are tiny here (``TAU2_LLM_TIMEOUT``): no test waits 120 s.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+from websockets.sync.client import connect
+
+from apps.runs.models import Run, RunEvent
+from apps.runs.runner import run_execute
+from tests.support.llm_server import Reply, delayed, error, text
+from tests.support.scripts import (
+    finished,
+    gold_script,
+    is_agent_request,
+    queued_run,
+    run_start,
+    wait_for,
+)
+
+TINY = 0.5  # seconds each attempt may take in these tests
+
+
+def _customer_fails(llm_server, times: int, failure: Reply) -> list:
+    """The gold script, but the customer's first ``times`` calls get ``failure``; returns
+    the customer's requests as they come."""
+    gold_script(llm_server)
+    gold = llm_server.responder
+    lock = threading.Lock()
+    seen: list = []
+
+    def respond(request):
+        if not is_agent_request(request):
+            with lock:
+                seen.append(request)
+                n = len(seen)
+            if n <= times:
+                return failure
+        return gold(request)
+
+    llm_server.responder = respond
+    return seen
+
+
+@pytest.fixture
+def quick(monkeypatch, settings):
+    """Tiny timeouts, and one retry of a failed hop at once (as the test worker has it)."""
+    monkeypatch.setenv("TAU2_LLM_TIMEOUT", str(TINY))
+    settings.TAU2_RUN_TRANSIENT_RETRIES = 1
+    settings.TAU2_RUN_BACKOFF_SECONDS = 0.0
+
+
+def _retried(run: Run) -> RunEvent:
+    (event,) = run.events.filter(attempts__isnull=False)
+    return event
+
+
+@pytest.mark.parametrize(
+    ("failure", "outcome", "said"),
+    [
+        (delayed(text("too late"), 3.0), "timeout", f"timed out after {TINY:g} s"),
+        (error(429, "slow down"), "rate_limited", "rate limited (HTTP 429)"),
+        (error(503, "overloaded"), "provider_error", "provider unavailable (HTTP 503)"),
+    ],
+    ids=["timeout", "429", "503"],
+)
+def test_a_call_retried_twice_is_kept_with_its_three_attempts_and_its_whole_time(
+    committed_db, quick, llm_server, alice, alice_client, failure, outcome, said
+):
+    customer = _customer_fails(llm_server, 2, failure)
+    run = queued_run(alice)
+
+    assert run_execute(run_id=run.pk, worker="retries-test") == Run.Status.COMPLETED
+
+    run.refresh_from_db()
+    assert run.reward == 1.0
+    event = _retried(run)
+    assert event.kind == RunEvent.Kind.CUSTOMER and event.seq == 1  # the customer's opening
+    assert [a["outcome"] for a in event.attempts] == [outcome, outcome, "answered"]
+    assert [a["said"] for a in event.attempts] == [said, said, "answered"]
+    assert {a["role"] for a in event.attempts} == {"user"}
+    assert event.latency_ms / 1000 >= sum(a["seconds"] for a in event.attempts)
+    if outcome == "timeout":
+        assert event.latency_ms >= 2 * TINY * 1000
+    assert len(customer) >= 3
+    # τ²'s own message is as τ² made it: nothing of ours in it.
+    assert "attempts" not in event.message and "latency_ms" not in event.message
+
+    page = alice_client.get(f"/runs/{run.pk}/").content.decode()
+    assert 'data-attempts="3"' in page and "· 3 attempts</span>" in page
+    assert f"1. customer: {said}, " in page and "3. customer: answered, " in page
+
+
+def test_a_call_whose_retries_are_spent_is_tried_again_as_a_hop_and_timed_from_its_first_try(
+    committed_db, quick, llm_server, alice
+):
+    # Three 503s spend the call's retries; the worker tries the hop again, which answers.
+    _customer_fails(llm_server, 3, error(503, "overloaded"))
+    run = queued_run(alice)
+
+    assert run_execute(run_id=run.pk, worker="retries-test") == Run.Status.COMPLETED
+
+    event = _retried(Run.objects.get(pk=run.pk))
+    assert [a["outcome"] for a in event.attempts] == ["provider_error"] * 3 + ["answered"]
+    assert event.latency_ms / 1000 >= sum(a["seconds"] for a in event.attempts)
+
+
+def test_a_refused_key_is_asked_once(committed_db, quick, llm_server, alice):
+    customer = _customer_fails(llm_server, 100, error(401, "bad key"))
+    run = queued_run(alice)
+
+    assert run_execute(run_id=run.pk, worker="retries-test") == Run.Status.FAILED
+
+    run.refresh_from_db()
+    assert run.failure == Run.Failure.PROVIDER
+    assert len(customer) == 1
+    assert "(HTTP 401)" in run.error and "attempts" not in run.error
+
+
+def test_retries_spent_end_the_run_failed_saying_how_many_attempts_it_made(
+    committed_db, quick, llm_server, alice, alice_client
+):
+    customer = _customer_fails(llm_server, 100, delayed(text("too late"), 3.0))
+    run = queued_run(alice)
+
+    assert run_execute(run_id=run.pk, worker="retries-test") == Run.Status.FAILED
+
+    run.refresh_from_db()
+    assert run.status == Run.Status.FAILED and run.failure == Run.Failure.TRANSIENT
+    assert run.error.startswith("The customer's model call failed: ")
+    assert f"no answer within {TINY:g} s" in run.error and "(3 attempts in " in run.error
+    assert len(customer) == 3 * 2  # the call's 3 attempts, in each of the hop's 2 tries
+    assert "3 attempts in" in alice_client.get(f"/runs/{run.pk}/").content.decode()
+
+
+@pytest.mark.slow
+def test_a_running_runs_page_hears_retrying_2_of_3_as_it_happens(
+    asgi_server, celery_worker, llm_server, alice, alice_client
+):
+    # Through the real worker and the real socket: 503, 503, then the answer.
+    _customer_fails(llm_server, 2, error(503, "overloaded"))
+    started = run_start(alice_client)
+    calls: list[dict] = []
+    cookie = f"sessionid={alice_client.cookies['sessionid'].value}"
+    with connect(
+        asgi_server.ws_url(f"/ws/runs/{started.pk}/?after=-1&calls=1"),
+        additional_headers={"Cookie": cookie, "Origin": asgi_server.url},
+        open_timeout=10,
+    ) as ws:
+        for _ in range(400):
+            data = json.loads(ws.recv(timeout=30))
+            if data["type"] == "call":
+                calls.append(data)
+            elif data["type"] == "status" and data["final"]:
+                break
+    done = wait_for(started, finished)
+    assert done.reward == 1.0
+    retrying = [c for c in calls if c["phase"] == "retrying"]
+    assert [(c["side"], c["attempt"], c["attempts"]) for c in retrying] == [
+        ("customer", 2, 3),
+        ("customer", 3, 3),
+    ], calls
+    assert retrying[0]["reason"] == "provider unavailable (HTTP 503)"
+    assert len(_retried(done).attempts) == 3
