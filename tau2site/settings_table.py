@@ -749,8 +749,8 @@ SECTIONS: tuple[Section, ...] = (
                 "TAU2_RUN_TRANSIENT_RETRIES",
                 "`4`",
                 "A hop whose LLM call hit a rate limit, a provider 5xx, a timeout or a lost "
-                "connection (after litellm's own retries) is tried again this many times; "
-                "401/402/403/404 never are.",
+                "connection (after the call's own 3 attempts, each told on the run page) is "
+                "tried again this many times; 401/402/403/404 never are.",
                 "4",
                 "a rate-limited/5xx/timed-out hop is tried again this often",
             ),

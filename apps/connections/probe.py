@@ -123,7 +123,7 @@ def _probe(*, connection: Connection, model: str, user) -> TestOutcome:
     timeout = float(settings.TAU2_CONNECTION_TEST_TIMEOUT)
     route = dataclasses.replace(route, timeout=timeout)
     call = gateway.litellm_kwargs(route)
-    call.pop("retry_policy", None)  # not one retry: the Test says what happens now
+    # Not one retry (litellm_kwargs gives litellm none): the Test says what happens now.
     started = time.monotonic()
     try:
         response = gateway.litellm.completion(

@@ -340,13 +340,24 @@ def test_a_failed_direct_call_fails_as_litellm_fails_it_without_sending_twice(ll
     assert len(llm_server.chat_requests()) == 1  # never sent again: litellm read our answer
     assert direct.counts["replayed"] == 1 and direct.counts["direct"] == 0
 
-    # A rate limit is retried by litellm's policy, as it always was: 429, then an answer.
+    # litellm makes one attempt (it is given no retry policy): a 429 is litellm's error.
+    llm_server.requests.clear()
+    llm_server.responder = lambda request: error(429, "slow down")
+    with pytest.raises(litellm.RateLimitError):
+        direct.complete(call())
+    assert len(llm_server.chat_requests()) == 1 and direct.counts["replayed"] == 2
+
+    # The route retries it, as litellm's policy did: 429, then an answer sent direct, the
+    # same bytes.
     llm_server.requests.clear()
     replies = [error(429, "slow down"), text("Hello again.")]
     llm_server.responder = lambda request: replies.pop(0)
-    response = direct.complete(call())
+    with gateway.conversation(user=route):
+        response = tau2_llm_utils.completion(**{"messages": messages, gateway.ROLE_KEY: "user"})
     assert response.choices[0].message.content == "Hello again."
-    assert len(llm_server.chat_requests()) == 2
+    first, second = llm_server.chat_requests()
+    assert first.body == second.body
+    assert direct.counts["replayed"] == 3 and direct.counts["direct"] == 1
 
     # Through the route, the error reads as it always has.
     llm_server.responder = lambda request: error(402, "no credits")

@@ -1,0 +1,72 @@
+"""A retried model call, watched in Chromium (issue 33): alice opens her run while the
+customer's model answers 503; the page's live line says "customer: provider unavailable
+(HTTP 503), retrying (2 of 3)" while the second attempt is under way, and once the run
+has ended the customer's message reads "… · 3 attempts", each attempt in its tooltip, as
+a reload shows it. On the production path: real ASGI app, Celery worker, scripted LLM."""
+
+import threading
+
+import pytest
+from playwright.sync_api import expect
+
+from apps.runs.services import run_create
+from apps.runs.spec import RunSpec, Side
+from apps.tasks.models import Task
+from tests.runs.conftest import (  # noqa: F401
+    AGENT_MODEL,
+    agent_models,
+    gold_script,
+    is_agent_request,
+)
+from tests.support.browser import page_signed_in_as
+from tests.support.llm_server import delayed, error
+from tests.support.run_page import run_body_html, wait_until_ended_live
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+
+def test_alice_sees_a_retry_as_it_happens_and_the_attempts_on_the_message(
+    page, alice, base_url, celery_worker, llm_server
+):
+    gold_script(llm_server)
+    gold = llm_server.responder
+    watching = threading.Event()  # the page is open: the first attempt may fail now
+    lock = threading.Lock()
+    customer: list = []
+
+    def responder(request):
+        if not is_agent_request(request):
+            with lock:
+                customer.append(request)
+                n = len(customer)
+            if n == 1:
+                watching.wait(timeout=5)  # within the worker's 8 s timeout
+                return error(503, "overloaded")
+            if n == 2:  # the second attempt takes a while: the page says so meanwhile
+                return delayed(error(503, "overloaded"), 3.0)
+        return gold(request)
+
+    llm_server.responder = responder
+    task = Task.objects.get(domain_id="airline", task_id="27")
+    run = run_create(
+        user=alice, task=task, spec=RunSpec(agent=Side(AGENT_MODEL), max_steps=30, seed=301)
+    )
+    page = page_signed_in_as(page, alice, base_url)
+    page.goto(f"/runs/{run.pk}/")
+    page.wait_for_timeout(1000)  # its socket opened (the first attempt is held till now)
+    watching.set()
+    live = page.get_by_test_id("live")
+
+    expect(live).to_contain_text(
+        "customer: provider unavailable (HTTP 503), retrying (2 of 3)", timeout=10_000
+    )
+    wait_until_ended_live(page)
+
+    took = page.locator("#message-1 [data-testid=took]")
+    expect(took).to_contain_text("· 3 attempts")
+    title = took.get_attribute("title") or ""
+    assert title.splitlines()[0].startswith("1. customer: provider unavailable (HTTP 503), ")
+    assert title.splitlines()[2].startswith("3. customer: answered, ")
+    live_html = run_body_html(page)
+    page.reload()
+    assert run_body_html(page) == live_html
