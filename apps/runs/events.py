@@ -47,7 +47,9 @@ class CallMessage(TypedDict):
     ``side`` ("agent", "customer", "judge"), ``phase`` (``tau2_env.llm.gateway.CallNotice``),
     its ``seconds`` so far and each attempt's ``timeout``; for ``"retrying"``, the
     ``attempt`` about to be made of at most ``attempts``, the ``reason`` the last one
-    failed and the ``wait`` before the next. Not stored: a live page's passing line."""
+    failed and the ``wait`` before the next; for ``"again"`` (the worker tries the whole
+    turn again after a call whose attempts were spent), the turn's ``attempt`` of at most
+    ``attempts`` and the ``wait`` before it. Not stored: a live page's passing line."""
 
     type: Literal["run.call"]
     run_id: int

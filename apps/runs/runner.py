@@ -21,6 +21,7 @@ goes on. A lost database or broker hands the run back and its Celery task tries 
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import random
 
@@ -205,12 +206,33 @@ def _drive(
             return True
         return False
 
+    last_failed: list[gateway.CallNotice] = []  # the last call that failed, for its turn
+
     # Stop ends a model call in flight within seconds, not after its timeout.
     def on_call(notice: gateway.CallNotice) -> None:
+        if notice.phase == "failed":
+            last_failed[:] = [notice]
         call_publish(run_id=run.pk, notice=notice)
 
+    def backoff(exc: gateway.LLMCallError, attempt: int) -> float | None:
+        """The worker's wait before trying a failed turn again, told to the page."""
+        wait = _backoff(exc, attempt)
+        if wait is not None and last_failed:
+            failed = last_failed[0]
+            call_publish(
+                run_id=run.pk,
+                notice=dataclasses.replace(
+                    failed,
+                    phase="again",
+                    attempt=attempt + 1,
+                    attempts=settings.TAU2_RUN_TRANSIENT_RETRIES + 1,
+                    wait=wait,
+                ),
+            )
+        return wait
+
     with outbound.interruptible(heartbeat.stopped), gateway.observe_calls(on_call):
-        outcome = episode.run(on_hop=on_hop, should_stop=should_stop, backoff=_backoff)
+        outcome = episode.run(on_hop=on_hop, should_stop=should_stop, backoff=backoff)
     reason = episode.termination_reason.value if episode.termination_reason else ""
     if outcome == "stopped" and over_budget:
         run_finish(

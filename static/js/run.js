@@ -83,7 +83,14 @@
         call = null;
       }
       const tried = data.attempt > 1 ? ` (${data.attempt} attempts)` : "";
-      live.textContent = data.phase === "failed" ? `${data.side}: the call failed after ${data.seconds} s${tried}: ${data.reason || "no answer"}` : "Live…";
+      if (data.phase === "failed") {
+        live.textContent = `${data.side}: the call failed after ${data.seconds} s${tried}: ${data.reason || "no answer"}`;
+      } else if (data.phase === "again") {
+        // The worker tries the whole turn again: its attempts were spent on a passing failure.
+        live.textContent = `${data.side}: ${data.reason || "the call failed"}, the turn is tried again in ${Math.round(data.wait)} s (${data.attempt} of ${data.attempts})`;
+      } else {
+        live.textContent = "Live…";
+      }
       tickCall();
     } else if (data.type === "status") {
       const current = document.getElementById("run-status");

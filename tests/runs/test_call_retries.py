@@ -16,8 +16,10 @@ import threading
 import pytest
 from websockets.sync.client import connect
 
+from apps.runs import runner
 from apps.runs.models import Run, RunEvent
 from apps.runs.runner import run_execute
+from tau2_env.llm import gateway
 from tests.support.llm_server import Reply, delayed, error, text
 from tests.support.scripts import (
     finished,
@@ -102,13 +104,33 @@ def test_a_call_retried_twice_is_kept_with_its_three_attempts_and_its_whole_time
 
 
 def test_a_call_whose_retries_are_spent_is_tried_again_as_a_hop_and_timed_from_its_first_try(
-    committed_db, quick, llm_server, alice
+    committed_db, quick, llm_server, alice, monkeypatch
 ):
     # Three 503s spend the call's retries; the worker tries the hop again, which answers.
     _customer_fails(llm_server, 3, error(503, "overloaded"))
+    told: list[gateway.CallNotice] = []
+    publish = runner.call_publish
+
+    def heard(*, run_id, notice):
+        told.append(notice)
+        publish(run_id=run_id, notice=notice)
+
+    monkeypatch.setattr(runner, "call_publish", heard)
     run = queued_run(alice)
 
     assert run_execute(run_id=run.pk, worker="retries-test") == Run.Status.COMPLETED
+
+    phases = [(n.phase, n.attempt, n.attempts) for n in told if n.role == "user"][:6]
+    assert phases == [
+        ("waiting", 1, 3),
+        ("retrying", 2, 3),
+        ("retrying", 3, 3),
+        ("failed", 3, 3),
+        ("again", 2, 2),  # the turn's second try, of 1 + TAU2_RUN_TRANSIENT_RETRIES
+        ("waiting", 1, 3),
+    ]
+    again = next(n for n in told if n.phase == "again")
+    assert again.reason == "provider unavailable (HTTP 503)" and again.wait == 0.0
 
     event = _retried(Run.objects.get(pk=run.pk))
     assert [a["outcome"] for a in event.attempts] == ["provider_error"] * 3 + ["answered"]
