@@ -554,7 +554,8 @@ def routed_completion(*args: Any, **kwargs: Any) -> Any:
             tries.append(
                 Attempt(role, kind, time.monotonic() - began, attempt_words(exc, kind, route))
             )
-            allowed = 1 + retries_for(exc)
+            # What waiting cannot cure (a stop, a reply τ² cannot read) is never retried.
+            allowed = 1 if kind in PERMANENT_KINDS else 1 + retries_for(exc)
             if len(tries) < allowed:
                 tell(
                     "retrying",
@@ -577,15 +578,19 @@ def routed_completion(*args: Any, **kwargs: Any) -> Any:
                 transient=is_transient(exc) and kind not in PERMANENT_KINDS,
                 kind=kind,
             ) from None
-    tries.append(Attempt(role, "answered", time.monotonic() - began, "answered"))
+    took = time.monotonic() - began
     missing = _unreadable(response)
     if missing is not None:
+        unreadable = "a reply τ² cannot read"
+        tries.append(Attempt(role, "bad_reply", took, unreadable))
+        tell("failed", attempt=len(tries), attempts=len(tries), reason=unreadable)
         raise LLMCallError(
             f"{route.describe()} failed: {_where(route)} answered with a reply τ² cannot read "
             f"({missing}): it must be a chat completion of the provider's API; check the "
             "endpoint",
             kind="bad_reply",
         )
+    tries.append(Attempt(role, "answered", took, "answered"))
     tell("answered", attempt=len(tries), attempts=len(tries))
     for meter in _meters.get():
         meter.add(role, response)

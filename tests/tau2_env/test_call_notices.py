@@ -9,7 +9,7 @@ import pytest
 
 from tau2_env.llm import compat, gateway
 from tau2_env.llm.llm_args import ROLE_KEY
-from tests.support.llm_server import delayed, error, text
+from tests.support.llm_server import answer, delayed, error, text
 
 MESSAGES = [{"role": "user", "content": "Hi"}]
 
@@ -158,3 +158,19 @@ def test_an_observer_that_fails_never_fails_the_call_nor_changes_its_request(llm
     assert observed.choices[0].message.content == plain.choices[0].message.content == "Hello"
     first, second = llm_server.chat_requests()
     assert first.body == second.body
+
+
+def test_a_reply_that_cannot_be_read_is_told_as_failed_and_never_retried(llm_server):
+    llm_server.responder = lambda request: answer('{"model": "m", "choices": []}')
+    heard: list[gateway.CallNotice] = []
+    with (
+        gateway.conversation(user=_route(llm_server)),
+        gateway.observe_calls(heard.append),
+        pytest.raises(gateway.LLMCallError) as failed,
+    ):
+        gateway.routed_completion(messages=MESSAGES, **{ROLE_KEY: "user"})
+
+    assert failed.value.kind == "bad_reply"
+    assert [n.phase for n in heard] == ["waiting", "failed"]
+    assert [t.outcome for t in heard[-1].tries] == ["bad_reply"]
+    assert len(llm_server.chat_requests()) == 1
