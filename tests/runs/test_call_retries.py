@@ -18,6 +18,7 @@ from websockets.sync.client import connect
 
 from apps.runs import runner
 from apps.runs.models import Run, RunEvent
+from apps.runs.presenters import timing_view
 from apps.runs.runner import run_execute
 from tau2_env.llm import gateway
 from tests.support.llm_server import Reply, delayed, error, text
@@ -194,3 +195,34 @@ def test_a_running_runs_page_hears_retrying_2_of_3_as_it_happens(
     ], calls
     assert retrying[0]["reason"] == "provider unavailable (HTTP 503)"
     assert len(_retried(done).attempts) == 3
+
+
+@pytest.mark.parametrize(
+    ("latency_ms", "attempts", "took", "n"),
+    [
+        (133_338, None, "2 min 13 s", 0),  # a run stored before attempts were kept
+        (30_670, [], "30.7 s", 0),
+        (640, None, "640 ms", 0),
+        (
+            497_000,
+            [
+                {"role": "user", "outcome": "timeout", "seconds": 120.0, "said": "timed out"},
+                {"role": "user", "outcome": "timeout", "seconds": 120.0, "said": "timed out"},
+                {"role": "user", "outcome": "answered", "seconds": 257.0, "said": "answered"},
+            ],
+            "8 min 17 s",
+            3,
+        ),
+    ],
+)
+def test_a_messages_time_reads_in_minutes_and_seconds_with_its_attempts(
+    latency_ms, attempts, took, n
+):
+    view = timing_view(latency_ms, attempts)
+    assert (view["took"], view["attempts_n"]) == (took, n)
+    if n:
+        assert view["attempts_title"].splitlines() == [
+            "1. customer: timed out, 2 min 0 s",
+            "2. customer: timed out, 2 min 0 s",
+            "3. customer: answered, 4 min 17 s",
+        ]
