@@ -25,13 +25,17 @@ from tau2_env.llm._tau2 import registry
 
 __all__ = [
     "DomainInfo",
+    "RetrievalConfig",
     "TaskInfo",
     "ToolInfo",
     "catalogue_hash",
+    "default_retrieval_config",
     "domain_names",
     "get_domain",
     "get_task",
     "load_domain_tasks",
+    "retrieval_configs",
+    "retrieval_refusal",
     "skipped_domains",
     "task_set_version",
     "tau2_version",
@@ -123,8 +127,59 @@ def skipped_domains() -> dict[str, str]:
     return {d: why for d, why in tau2_gen.CATALOGUE_SKIPS.items() if d in registry.get_domains()}
 
 
+@dataclass(frozen=True)
+class RetrievalConfig:
+    """One way a knowledge domain's agent reaches its documents (``tau2 run
+    --retrieval-config``), and why this server cannot run it (``refusal``; ``None``: it
+    runs here, offline)."""
+
+    name: str
+    refusal: str | None
+
+    @property
+    def available(self) -> bool:
+        return self.refusal is None
+
+
+def retrieval_configs(domain: str) -> tuple[RetrievalConfig, ...]:
+    """The retrieval configurations of ``domain`` in τ²'s order (none for a domain
+    without a knowledge base, and on τ² 0.2)."""
+    return tuple(
+        RetrievalConfig(name=name, refusal=why)
+        for name, why in tau2_gen.RETRIEVAL_CONFIGS.get(domain, {}).items()
+    )
+
+
+def default_retrieval_config(domain: str) -> str | None:
+    """The retrieval configuration ``domain`` runs with when none is chosen (an offline
+    one; ``None`` for a domain without retrieval configurations)."""
+    return tau2_gen.DEFAULT_RETRIEVAL_CONFIGS.get(domain)
+
+
+def retrieval_refusal(*, domain: str, retrieval_config: str | None) -> str | None:
+    """Why ``domain`` cannot run with ``retrieval_config`` here (``None``: it can; for a
+    knowledge domain, ``None`` means its default)."""
+    known = tau2_gen.RETRIEVAL_CONFIGS.get(domain, {})
+    if retrieval_config is None:
+        return None
+    if not known:
+        return f"{domain} has no retrieval configurations (asked for {retrieval_config!r})"
+    if retrieval_config not in known:
+        return (
+            f"Unknown retrieval configuration {retrieval_config!r} for {domain}; "
+            f"known: {', '.join(known)}"
+        )
+    return known[retrieval_config]
+
+
 @functools.cache
 def _environment(domain: str):
+    default = default_retrieval_config(domain)
+    if default is not None:
+        # A knowledge domain's tools and policy depend on its retrieval configuration:
+        # the catalogue shows those of its default (τ²'s constructor default may not
+        # build offline).
+        return tau2_gen.build_environment(domain=domain, env_kwargs={"retrieval_variant": default})
     return registry.get_env_constructor(domain)()
 
 

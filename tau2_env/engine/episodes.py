@@ -332,6 +332,7 @@ class Episode:
         seed: int | None = None,
         score_on_end: bool = True,
         mode: str = DEFAULT,
+        retrieval_config: str | None = None,
     ) -> None:
         compat.install()  # idempotent: τ²'s LLM calls go along this episode's routes
         if task is None:
@@ -363,6 +364,15 @@ class Episode:
             raise ValueError(refusal)
         self.mode = mode
         self.solo = mode == NO_USER  # τ²'s solo mode: no customer, the agent works alone
+        # A knowledge domain's retrieval configuration (None: the domain has none).
+        refusal = catalog.retrieval_refusal(domain=domain, retrieval_config=retrieval_config)
+        if refusal is not None:
+            raise ValueError(refusal)
+        self.retrieval_config = retrieval_config or catalog.default_retrieval_config(domain)
+        # What `tau2 run --retrieval-config` gives the environment and the evaluator.
+        self.env_kwargs = tau2_gen.environment_kwargs(
+            domain=domain, task=task, retrieval_config=self.retrieval_config
+        )
         self._limits = (max_steps, max_errors)
         self._llm_args = (agent_llm_args, user_llm_args)
 
@@ -404,6 +414,10 @@ class Episode:
         if self.solo:
             # τ²'s solo environment (telecom's has a policy of its own), by τ²'s constructor.
             self.environment = tau2_gen.build_solo_environment(domain=domain)
+        elif self.env_kwargs:
+            # Built as `tau2 run` builds it for this task (a knowledge domain's retrieval
+            # configuration): τ²'s own constructor with the run's environment arguments.
+            self.environment = tau2_gen.build_environment(domain=domain, env_kwargs=self.env_kwargs)
         else:
             # A fresh environment without re-validating the domain's database each time;
             # the orchestrator applies the task's initial state and replays the history.
@@ -807,6 +821,7 @@ class Episode:
                 evaluation_type=self.evaluation_type(),
                 solo_mode=self.solo,
                 domain=self.domain,
+                env_kwargs=self.env_kwargs,
             )
         self.evaluation_seconds = time.perf_counter() - started
         self.judge_usage = meter.of(gateway.ROLE_JUDGE)

@@ -49,6 +49,7 @@ def tau2_cli_run(
     user_key_variable: str | None = None,
     agent: str | None = None,
     user: str | None = None,
+    retrieval_config: str | None = None,
 ) -> Path:
     """Run ``tau2 run`` in ``directory`` and return the results file it wrote.
 
@@ -58,7 +59,8 @@ def tau2_cli_run(
     without them each side keeps τ²'s own default (the agent's is recorded as
     ``"api_key": "dummy_key"``, the customer's litellm reads from the environment).
     ``agent``/``user`` pick τ²'s agent and user implementations (``--agent
-    llm_agent_solo --user dummy_user`` for the ablations).
+    llm_agent_solo --user dummy_user`` for the ablations). ``retrieval_config`` is
+    passed as ``--retrieval-config`` (banking_knowledge, τ² 1.x).
     """
     env = {name: value for name, value in os.environ.items() if name not in _DROPPED}
     env.update({key_variable: key, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
@@ -67,6 +69,8 @@ def tau2_cli_run(
         command += ["--agent", agent]
     if user:
         command += ["--user", user]
+    if retrieval_config:
+        command += ["--retrieval-config", retrieval_config]
     command += [
         "--task-ids",
         *task_ids,

@@ -28,13 +28,17 @@ __all__ = [
     "AGENT_CLASSES",
     "GENERATION",
     "CATALOGUE_SKIPS",
+    "DEFAULT_RETRIEVAL_CONFIGS",
+    "RETRIEVAL_CONFIGS",
     "AgentBase",
     "TerminationReason",
     "build_agent",
     "build_dummy_user",
+    "build_environment",
     "build_orchestrator",
     "build_solo_environment",
     "build_user",
+    "environment_kwargs",
     "evaluate",
     "is_valid_agent_history_message",
     "run_config_default",
@@ -49,6 +53,26 @@ AgentBase = BaseAgent
 
 # Domains the catalogue leaves out, and why (none here: every 0.2 domain builds offline).
 CATALOGUE_SKIPS: dict[str, str] = {}
+
+# Retrieval configurations by domain: none (0.2 has no knowledge domain).
+RETRIEVAL_CONFIGS: dict[str, dict[str, str | None]] = {}
+DEFAULT_RETRIEVAL_CONFIGS: dict[str, str] = {}
+
+
+def environment_kwargs(
+    *, domain: str, task: Task, retrieval_config: str | None
+) -> dict[str, Any] | None:
+    """What ``tau2 run`` 0.2 gives an environment constructor beyond its defaults:
+    nothing. Raises ``ValueError`` for a retrieval configuration (0.2 has none)."""
+    if retrieval_config is not None:
+        raise ValueError(f"τ² 0.2 has no retrieval configurations (asked: {retrieval_config!r})")
+    return None
+
+
+def build_environment(*, domain: str, env_kwargs: dict[str, Any]) -> Any:
+    """τ²'s environment of ``domain`` built with ``env_kwargs`` by τ²'s own constructor."""
+    return compat.tau2_constructor(domain)(**env_kwargs)
+
 
 # τ²'s agents by their registry names (``tau2 run --agent``).
 AGENT_CLASSES: dict[str, Any] = {
@@ -171,8 +195,10 @@ def evaluate(
     evaluation_type: EvaluationType,
     solo_mode: bool,
     domain: str,
+    env_kwargs: dict[str, Any] | None = None,
 ) -> RewardInfo:
-    """τ²'s ``evaluate_simulation`` of ``simulation``."""
+    """τ²'s ``evaluate_simulation`` of ``simulation`` (0.2's evaluator takes no environment
+    arguments; ``env_kwargs`` is always ``None`` here, see :func:`environment_kwargs`)."""
     return evaluate_simulation(
         simulation=simulation,
         task=task,

@@ -23,6 +23,7 @@ from tau2.data_model.simulation import RewardInfo, SimulationRun, TerminationRea
 from tau2.data_model.tasks import Task
 from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
 from tau2.orchestrator.orchestrator import Orchestrator
+from tau2.runner.build import _build_env_kwargs
 from tau2.user.user_simulator import DummyUser, UserSimulator
 
 # isort: on
@@ -32,13 +33,17 @@ __all__ = [
     "AGENT_CLASSES",
     "GENERATION",
     "CATALOGUE_SKIPS",
+    "DEFAULT_RETRIEVAL_CONFIGS",
+    "RETRIEVAL_CONFIGS",
     "AgentBase",
     "TerminationReason",
     "build_agent",
     "build_dummy_user",
+    "build_environment",
     "build_orchestrator",
     "build_solo_environment",
     "build_user",
+    "environment_kwargs",
     "evaluate",
     "is_valid_agent_history_message",
     "run_config_default",
@@ -52,16 +57,78 @@ GENERATION = "1"
 # HalfDuplexAgent; BaseAgent is gone).
 AgentBase = HalfDuplexAgent
 
-# Domains the catalogue leaves out, and why. banking_knowledge's environment, built as its
-# constructor defaults, retrieves with "alltools", which embeds the knowledge base with
-# OpenAI's embeddings: never built by the catalogue (its offline retrieval configurations
-# are the next step).
-CATALOGUE_SKIPS: dict[str, str] = {
-    "banking_knowledge": (
-        "banking_knowledge is not offered yet: its default retrieval (alltools) needs "
-        "OpenAI embeddings, and its offline retrieval configurations are not wired in"
-    ),
-}
+# Domains the catalogue leaves out, and why: none. banking_knowledge is built with one of
+# its offline retrieval configurations (RETRIEVAL_CONFIGS), never with its constructor's
+# default (alltools, which embeds the knowledge base with OpenAI's embeddings).
+CATALOGUE_SKIPS: dict[str, str] = {}
+
+_KNOWLEDGE = "banking_knowledge"
+
+
+def _retrieval_refusal(name: str) -> str | None:
+    """Why this server cannot run banking_knowledge's retrieval configuration ``name``
+    (``None``: it runs offline), read from τ²'s own declaration of the configuration:
+    what it embeds with, whether it reranks with an LLM, whether it needs a shell."""
+    from tau2.domains.banking_knowledge.retrieval import resolve_variant
+
+    variant = resolve_variant(name)
+    needs, limits = [], []
+    specs = [variant.kb_search, variant.kb_search_bm25, variant.kb_search_dense]
+    for spec in specs:
+        if spec is None:
+            continue
+        if spec.type == "embedding":
+            provider = {"openai": "OpenAI", "openrouter": "OpenRouter"}.get(
+                spec.embedder_type or "", spec.embedder_type or "an embeddings provider"
+            )
+            needs.append(f"{provider} embeddings ({spec.embedder_model})")
+        if spec.reranker:
+            needs.append("an LLM reranker (OpenAI)")
+    if needs:
+        limits.append("it has no connection for embeddings or reranking yet")
+    if variant.shell is not None:
+        needs.append("a shell sandbox (sandbox-runtime with bubblewrap)")
+        limits.append("it runs no shell sandbox")
+    if not needs:
+        return None
+    needs = list(dict.fromkeys(needs))
+    listed = ", ".join(needs[:-1]) + " and " + needs[-1] if len(needs) > 1 else needs[0]
+    return f"{name} needs {listed}, which this server cannot run: {' and '.join(limits)}"
+
+
+def _retrieval_configs() -> dict[str, dict[str, str | None]]:
+    if _KNOWLEDGE not in registry.get_domains():
+        return {}
+    from tau2.domains.banking_knowledge.retrieval import get_all_variant_names
+
+    return {_KNOWLEDGE: {name: _retrieval_refusal(name) for name in get_all_variant_names()}}
+
+
+# Retrieval configurations by domain (``tau2 run --retrieval-config``), each with why this
+# server cannot run it (``None``: it runs offline here), in τ²'s order.
+RETRIEVAL_CONFIGS: dict[str, dict[str, str | None]] = _retrieval_configs()
+
+# The configuration a domain runs with when none is chosen: bm25, the offline one τ²'s own
+# docs use (AGENTS.md: "For offline-only, use e.g. bm25"; getting-started.md). τ²'s default,
+# alltools (the leaderboard guide's), needs OpenAI embeddings and a shell sandbox.
+DEFAULT_RETRIEVAL_CONFIGS: dict[str, str] = {_KNOWLEDGE: "bm25"} if RETRIEVAL_CONFIGS else {}
+
+
+def environment_kwargs(
+    *, domain: str, task: Task, retrieval_config: str | None
+) -> dict[str, Any] | None:
+    """What ``tau2 run --domain <domain> --retrieval-config <retrieval_config>`` gives
+    ``task``'s environment constructor and its evaluator (τ²'s own ``_build_env_kwargs``:
+    the retrieval variant, the task, and for banking_knowledge the reads its golden
+    actions name); ``None`` when that is nothing."""
+    config = TextRunConfig(domain=domain, retrieval_config=retrieval_config)
+    return _build_env_kwargs(config, task) or None
+
+
+def build_environment(*, domain: str, env_kwargs: dict[str, Any]) -> Any:
+    """τ²'s environment of ``domain`` built with ``env_kwargs`` by τ²'s own constructor."""
+    return compat.tau2_constructor(domain)(**env_kwargs)
+
 
 # τ²'s agents by their registry names (``tau2 run --agent``).
 AGENT_CLASSES: dict[str, Any] = {
@@ -185,15 +252,16 @@ def evaluate(
     evaluation_type: EvaluationType,
     solo_mode: bool,
     domain: str,
+    env_kwargs: dict[str, Any] | None = None,
 ) -> RewardInfo:
     """τ²'s ``evaluate_simulation`` of ``simulation``, as a live run scores it (half
-    duplex, no environment arguments, strict replay)."""
+    duplex, the run's environment arguments, strict replay)."""
     return evaluate_simulation(
         simulation=simulation,
         task=task,
         evaluation_type=evaluation_type,
         solo_mode=solo_mode,
         domain=domain,
-        env_kwargs=None,
+        env_kwargs=env_kwargs,
         strict_replay=True,
     )

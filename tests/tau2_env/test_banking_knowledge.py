@@ -1,0 +1,184 @@
+"""banking_knowledge (τ² 1.x) in the engine: its retrieval configurations, and an episode
+that sends what ``tau2 run --domain banking_knowledge --retrieval-config X`` sends and
+ends with the same termination and ``reward_info``.
+
+The scripted LLM plays task_001 (a customer who applies for the card the agent
+recommends, scored on the database): the agent looks in the knowledge base with the
+configuration's tool, when it has one, then recommends the Gold Rewards Card; the customer
+applies with their own tool and stops.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+import uuid
+
+import pytest
+
+import tests.support.llm_server as scripted_openai
+from tau2_env.engine import catalog
+from tau2_env.engine.episodes import Episode
+from tau2_env.llm import gateway
+from tests.support.llm_server import RecordedRequest, ScriptedLLM, text, tool_call
+from tests.support.tau2_cli import tau2_cli_run
+
+pytestmark = pytest.mark.upstream
+
+DOMAIN = "banking_knowledge"
+TASK = "task_001"
+SEED = 300
+MAX_STEPS = 20
+ARGS = {"temperature": 0}
+# τ²'s KB_search answers end with how long it took ("[retrieval=2ms, reranking=0ms,
+# total=2ms]"): wall time, different in every play, so left out of the comparison.
+_TIMINGS = re.compile(r"retrieval=\d+ms, reranking=\d+ms, total=\d+ms")
+OFFLINE = ("no_knowledge", "full_kb", "golden_retrieval", "bm25", "grep_only", "bm25_grep")
+
+
+class _CountingUUIDs:
+    """The scripted server's tool-call ids, counted from zero in each play."""
+
+    def __init__(self) -> None:
+        self.restart()
+
+    def restart(self) -> None:
+        self._counter = itertools.count(1)
+
+    def uuid4(self) -> uuid.UUID:
+        return uuid.UUID(int=next(self._counter))
+
+
+def _tools(request: RecordedRequest) -> set[str]:
+    return {t["function"]["name"] for t in request.body.get("tools") or []}
+
+
+def _bodies(llm: ScriptedLLM) -> list[str]:
+    return [_TIMINGS.sub("timings", json.dumps(r.body)) for r in llm.chat_requests()]
+
+
+def _script(llm: ScriptedLLM) -> None:
+    """task_001 solved, statelessly: each reply follows from the request it answers."""
+
+    def responder(request: RecordedRequest):
+        said = [m for m in request.messages if m.get("role") != "system"]
+        tools = _tools(request)
+        called = {
+            call["function"]["name"]
+            for m in said
+            if m.get("role") == "assistant"
+            for call in m.get("tool_calls") or []
+        }
+        if "transfer_to_human_agents" in tools:  # the agent
+            if "KB_search" in tools and "KB_search" not in called:
+                return tool_call("KB_search", query="credit card cash back annual fee")
+            if "grep" in tools and "grep" not in called:
+                return tool_call("grep", pattern="Rewards Card")
+            return text("The Gold Rewards Card gives the most cash back with no annual fee.")
+        if any(m.get("role") == "tool" for m in said):
+            return text("Thanks, I applied. ###STOP###")
+        if "apply_for_credit_card" not in called and "Gold Rewards" in json.dumps(said):
+            return tool_call(
+                "apply_for_credit_card",
+                card_type="Gold Rewards Card",
+                customer_name="Sarah Bosch",
+                annual_income=100000,
+                rho_bank_subscription=True,
+            )
+        return text("Hi, I'm looking for a credit card for my everyday purchases.")
+
+    llm.responder = responder
+
+
+def test_banking_knowledge_is_in_the_catalogue_with_its_97_tasks_and_bm25_by_default():
+    assert DOMAIN in catalog.domain_names()
+    assert DOMAIN not in catalog.skipped_domains()
+    assert catalog.default_retrieval_config(DOMAIN) == "bm25"
+    domain = catalog.get_domain(DOMAIN)
+    assert len(domain.splits["base"]) == 97
+    # The default's tools: bm25's knowledge-base search.
+    assert "KB_search" in {t.name for t in domain.tools}
+
+
+def test_the_offline_configurations_run_and_the_others_say_why_not():
+    configs = {c.name: c.refusal for c in catalog.retrieval_configs(DOMAIN)}
+    assert {name for name, why in configs.items() if why is None} == set(OFFLINE)
+    assert "OpenAI embeddings" in configs["alltools"]
+    assert "shell sandbox" in configs["alltools"]
+    assert "OpenRouter embeddings" in configs["qwen_embeddings"]
+    assert "LLM reranker" in configs["bm25_reranker"]
+    assert "shell sandbox" in configs["terminal_use"]
+    assert catalog.retrieval_configs("airline") == ()
+
+
+def test_an_episode_refuses_a_configuration_this_server_cannot_run(llm_server):
+    route = gateway.hf_route(model="org/customer", token="hf_not_a_token_0001")
+    with pytest.raises(ValueError, match="OpenAI embeddings"):
+        Episode(domain=DOMAIN, task_id=TASK, user_llm=route, retrieval_config="alltools")
+    with pytest.raises(ValueError, match="no retrieval configurations"):
+        Episode(domain="airline", task_id="27", user_llm=route, retrieval_config="bm25")
+    with pytest.raises(ValueError, match="Unknown retrieval configuration"):
+        Episode(domain=DOMAIN, task_id=TASK, user_llm=route, retrieval_config="nonsense")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("retrieval_config", OFFLINE)
+def test_an_episode_sends_what_tau2_run_sends_and_scores_the_same(
+    llm_server, monkeypatch, tmp_path, retrieval_config
+):
+    ids = _CountingUUIDs()
+    monkeypatch.setattr(scripted_openai, "uuid", ids)
+    _script(llm_server)
+    results = tau2_cli_run(
+        tmp_path,
+        domain=DOMAIN,
+        task_ids=[TASK],
+        seed=SEED,
+        max_steps=MAX_STEPS,
+        agent_llm="openai/scripted-agent",
+        user_llm="openai/scripted-customer",
+        agent_args={**ARGS, "api_base": llm_server.base_url},
+        user_args={**ARGS, "api_base": llm_server.base_url},
+        retrieval_config=retrieval_config,
+    )
+    (simulation,) = json.loads(results.read_text())["simulations"]
+    cli = _bodies(llm_server)
+
+    llm_server.requests.clear()
+    ids.restart()
+
+    def route(model: str) -> gateway.Route:
+        return gateway.Route(
+            provider="openai_compatible",
+            model=model,
+            base_url=llm_server.base_url,
+            api_key="sk-scripted-not-a-key",
+        )
+
+    episode = Episode(
+        domain=DOMAIN,
+        task_id=TASK,
+        user_llm=route("scripted-customer"),
+        agent_llm=route("scripted-agent"),
+        agent_llm_args=dict(ARGS),
+        user_llm_args=dict(ARGS),
+        seed=simulation["seed"],
+        max_steps=MAX_STEPS,
+        retrieval_config=retrieval_config,
+    )
+    assert episode.run() == "ended", episode.error
+    ours = _bodies(llm_server)
+
+    assert len(ours) == len(cli)
+    for index, (theirs, mine) in enumerate(zip(cli, ours, strict=True)):
+        assert mine == theirs, f"request {index} differs"
+    assert episode.termination_reason.value == simulation["termination_reason"]
+    assert episode.reward_info.model_dump(mode="json") == simulation["reward_info"]
+    assert simulation["reward_info"]["reward"] == 1.0
+    # The agent's knowledge tool was called (where the configuration has one).
+    agent_calls = [
+        call["name"] for m in simulation["messages"] for call in m.get("tool_calls") or []
+    ]
+    expected = {"bm25": "KB_search", "grep_only": "grep"}.get(retrieval_config)
+    assert expected is None or expected in agent_calls
