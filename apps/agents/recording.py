@@ -190,7 +190,7 @@ def agent_run_build(*, user_id: int, key_id: str, agent: str, opening: Opening) 
         customer=Side(opening.user_model, _connection_of(opening.user_origin)),
         max_steps=DEFAULT_MAX_STEPS,
         seed=opening.seed,
-    )
+    ).for_domain(opening.domain)  # the engine's episode: the domain's default retrieval
     return Run(
         **spec_columns(spec, seed_field="given_seed"),
         **customer_prices(spec.customer),

@@ -100,6 +100,8 @@ def evaluation_export(evaluation: Evaluation, *, url: Callable[[str], str] = str
         "user_model": evaluation.user_model,
         # τ²'s ablation (Run.Mode) and the agent and user it ran with, as tau2 run names them.
         "mode": evaluation.mode,
+        # A knowledge domain's retrieval configuration (tau2 run --retrieval-config).
+        "retrieval_config": evaluation.retrieval_config or None,
         "implementations": dict(
             zip(("agent", "user"), IMPLEMENTATIONS[evaluation.mode], strict=True)
         ),
@@ -203,6 +205,9 @@ def evaluation_export_tau2(evaluation: Evaluation) -> dict[str, Any]:
     agent, user = IMPLEMENTATIONS[evaluation.mode]
     info["agent_info"]["implementation"] = agent
     info["user_info"]["implementation"] = user
+    if evaluation.retrieval_config:
+        # As `tau2 run --retrieval-config` records it in its Info (τ² 1.x).
+        info["retrieval_config"] = evaluation.retrieval_config
     return {
         "timestamp": _iso(evaluation.finished_at or evaluation.created_at),
         "info": info,

@@ -19,6 +19,7 @@ from apps.evaluations.external import agent_name_problem
 from apps.evaluations.models import Evaluation
 from apps.evaluations.significance import Planner
 from apps.runs import defaults
+from apps.runs.forms import retrieval_clean, retrieval_field
 from apps.runs.models import MAX_TRIALS, Run
 from apps.tasks import selectors as task_selectors
 from apps.tasks.models import Task
@@ -108,6 +109,7 @@ class EvaluationForm(LLMArgsMixin, forms.Form):
         "dummy_user: the agent gets the ticket and every tool, telecom only) or Oracle plan "
         "(--agent llm_agent_gt: the agent is given the expected actions).",
     )
+    retrieval_config = forms.CharField(required=False)  # retrieval_field(), set per form
     num_trials = integer_field(
         Evaluation,
         "num_trials",
@@ -162,6 +164,7 @@ class EvaluationForm(LLMArgsMixin, forms.Form):
             forms.IntegerField(max_value=settings.TAU2_RUN_MAX_STEPS).validators[-1]
         )
         self.fields["user_model"].initial = defaults.customer_model()
+        self.fields["retrieval_config"] = retrieval_field()
 
     def split_options(self) -> list[dict]:
         """Every domain's splits for the split list (the page shows the chosen domain's)."""
@@ -191,6 +194,7 @@ class EvaluationForm(LLMArgsMixin, forms.Form):
         self.clean_llm_args(data)
         self._clean_agent(data)
         domain, split = data.get("domain"), data.get("split")
+        retrieval_clean(self, data, domain)
         if not domain or not split:
             return data
         splits = next((d.splits.all() for d in self.domains if d.name == domain), [])

@@ -65,6 +65,9 @@ class Evaluation(RunSides):
     # The ablation (apps.runs.models.Run.Mode): part of what the evaluation is; never
     # ranked or pooled with another mode.
     mode = models.CharField(max_length=16, choices=Run.Mode.choices, default=Run.Mode.DEFAULT)
+    # A knowledge domain's retrieval configuration (``tau2 run --retrieval-config``; "" for
+    # a domain without retrieval). Part of what the conversation was played with.
+    retrieval_config = models.CharField(max_length=64, blank=True, default="")
     num_trials = models.PositiveSmallIntegerField(default=1)
     seed = models.BigIntegerField(default=300, help_text="As `tau2 run --seed`.")
     trial_seeds = models.JSONField(default=list, help_text="Each trial's seed, as τ² derives.")

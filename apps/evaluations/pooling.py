@@ -73,11 +73,23 @@ class Identity:
     # The agents are the teams' own programs (evaluations of an outside agent): taubench.com
     # lists such systems as "custom" submissions, apart from models under τ²'s LLMAgent.
     custom_agent: bool = False
+    # A knowledge domain's retrieval configuration ("" for a domain without one).
+    retrieval_config: str = ""
 
     @property
     def key(self) -> tuple:
+        # A custom agent and the retrieval configuration only when there is one, so the keys
+        # of every other evaluation (and the baselines stored under their hashes) stay as
+        # they were.
         return (
-            self.custom_agent,
+            self._key
+            + (("custom agent",) if self.custom_agent else ())
+            + ((self.retrieval_config,) if self.retrieval_config else ())
+        )
+
+    @property
+    def _key(self) -> tuple:
+        return (
             self.split,
             self.task_set_hash,
             self.tau2_version,
@@ -127,6 +139,7 @@ def identity_of(evaluation: Evaluation) -> Identity:
             else side_args(evaluation.agent_llm_args, default=DEFAULT_AGENT_ARGS)
         ),
         custom_agent=bool(getattr(evaluation, "external_agent", False)),
+        retrieval_config=evaluation.retrieval_config,
     )
 
 
@@ -147,6 +160,11 @@ def differences(this: Identity, other: Identity) -> list[str]:
         out.append(f"another τ² version ({this.tau2_version}, not {other.tau2_version})")
     if this.mode != other.mode:
         out.append(f"another mode ({this.mode_label}, not {other.mode_label})")
+    if this.retrieval_config != other.retrieval_config:
+        out.append(
+            f"another retrieval configuration ({this.retrieval_config or 'none'}, not "
+            f"{other.retrieval_config or 'none'})"
+        )
     if this.user_model != other.user_model:
         out.append(f"another customer model ({this.user_model}, not {other.user_model})")
     if this.user_connection_id != other.user_connection_id:

@@ -48,6 +48,7 @@ from apps.runs.services import (
     prices_for_storage,
     run_in_mode,
     run_stop,
+    spec_for_domain,
     spec_validate,
 )
 from apps.runs.spec import RunSpec, Side, spec_columns
@@ -120,6 +121,7 @@ def evaluation_create(
     refusal = episodes.mode_domain_refusal(domain=domain, mode=mode)
     if refusal:
         raise ValidationError({"mode": refusal})
+    spec = spec_for_domain(spec, domain)
     splits = catalog.get_domain(domain).splits
     if split and split not in splits:
         raise ValidationError({"split": f"{domain} has no split {split!r}."})
@@ -182,6 +184,8 @@ def evaluation_create(
                 "user": side_provenance(connection=customer.connection, model=customer.model),
                 # The tasks tau2 run in this mode leaves out (its agent refuses them).
                 **({"mode_left_out": left_out} if left_out else {}),
+                # A knowledge domain's retrieval configuration (`--retrieval-config`).
+                **({"retrieval_config": spec.retrieval_config} if spec.retrieval_config else {}),
             },
         )
         # Trial-major, as τ² runs them: every task's trial 0, then trial 1, …

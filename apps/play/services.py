@@ -30,7 +30,7 @@ from apps.runs import defaults, endings, queue
 from apps.runs.events import events_publish, judge_fields, status_publish
 from apps.runs.lifecycle import execution_id, run_finish
 from apps.runs.models import Run, RunEvent
-from apps.runs.services import customer_prices, run_provenance, user_provider
+from apps.runs.services import customer_prices, run_provenance, spec_for_domain, user_provider
 from apps.runs.spec import RunSpec, Side, spec_columns
 from apps.tasks.models import Task
 from tau2_env import config
@@ -112,6 +112,7 @@ def play_start(*, user, task: Task, spec: RunSpec) -> Run:
     """
     if spec.customer.connection is None:
         hf_token_for(user=user)  # fail here, with the vault's message, not on a worker
+    spec = spec_for_domain(spec, task.domain_id)
     now = timezone.now()
     with transaction.atomic():
         run = Run.objects.create(
@@ -361,6 +362,7 @@ def play_episode(*, run: Run, route: gateway.Route, score_on_end: bool = True) -
         termination_reason=run.termination_reason or None,
         max_steps=run.max_steps,
         score_on_end=score_on_end,
+        retrieval_config=run.retrieval_config or None,
     )
 
 

@@ -16,6 +16,7 @@ from apps.runs.models import MAX_TRIALS, ReviewLabel, Run, RunEvent
 from apps.runs.spec import RunSpec, Side
 from apps.tasks import selectors as task_selectors
 from apps.tasks.models import Task
+from tau2_env.engine import catalog
 
 # Querystring → form field: what a link to the form may preselect.
 PREFILLS = {
@@ -68,7 +69,7 @@ def spec_from(data: Mapping[str, Any], *, lanes: bool = False) -> RunSpec:
     their LLM arguments)."""
     given = {
         name: data[name]
-        for name in ("max_steps", "max_errors", "seed", "mode")
+        for name in ("max_steps", "max_errors", "seed", "mode", "retrieval_config")
         if data.get(name) not in (None, "")
     }
     judge = data.get("judge_model")
@@ -78,6 +79,62 @@ def spec_from(data: Mapping[str, Any], *, lanes: bool = False) -> RunSpec:
         judge=_side(judge) if judge is not None else None,
         **given,
     )
+
+
+class RetrievalSelect(forms.Select):
+    """The retrieval configurations, those this server cannot run disabled with why (in
+    their title and their text)."""
+
+    def __init__(self, *args, refusals: Mapping[str, str] | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.refusals = dict(refusals or {})
+
+    def create_option(self, name, value, label, selected, index, subindex=None, attrs=None):
+        option = super().create_option(name, value, label, selected, index, subindex, attrs)
+        why = self.refusals.get(str(value))
+        if why:
+            option["attrs"].update(disabled=True, title=why)
+            option["label"] = f"{label} — cannot run here: {why}"
+        return option
+
+
+def retrieval_field() -> forms.ChoiceField:
+    """A knowledge domain's retrieval configuration (``tau2 run --retrieval-config``):
+    every one τ² has, for every domain the catalogue knows that has some (banking_knowledge
+    on τ² 1.x); those this server cannot run are shown disabled with the reason."""
+    options, refusals, defaults_ = [], {}, []
+    for domain in catalog.domain_names():
+        default = catalog.default_retrieval_config(domain)
+        if default is not None:
+            defaults_.append(f"{domain}: {default}")
+        for config in catalog.retrieval_configs(domain):
+            options.append((config.name, config.name))
+            if config.refusal:
+                refusals[config.name] = config.refusal
+    default_label = "the domain's default" + (f" ({', '.join(defaults_)})" if defaults_ else "")
+    return forms.ChoiceField(
+        label="Retrieval",
+        required=False,
+        choices=[("", default_label), *options],
+        widget=RetrievalSelect(refusals=refusals, attrs={"data-testid": "retrieval-config"}),
+        help_text="banking_knowledge only: how the agent reaches the bank's documents, as "
+        "tau2 run --retrieval-config. The offline ones run here.",
+    )
+
+
+def retrieval_clean(form: forms.Form, data: dict[str, Any], domain: str | None) -> None:
+    """Refuses a retrieval configuration ``domain`` has not, or this server cannot run,
+    on the form's ``retrieval_config`` field, saying why."""
+    chosen = data.get("retrieval_config") or None
+    if domain and chosen:
+        why = catalog.retrieval_refusal(domain=domain, retrieval_config=chosen)
+        if why:
+            form.add_error("retrieval_config", why)
+
+
+def has_retrieval() -> bool:
+    """Whether any domain the catalogue knows has retrieval configurations."""
+    return any(catalog.retrieval_configs(d) for d in catalog.domain_names())
 
 
 class RunForm(LLMArgsMixin, forms.Form):
@@ -109,6 +166,7 @@ class RunForm(LLMArgsMixin, forms.Form):
     max_steps = integer_field(
         Run, "max_steps", label="Step limit", min_value=1, initial=defaults.MAX_STEPS
     )
+    retrieval_config = forms.CharField(required=False)  # retrieval_field(), set per form
     seed = integer_field(Run, "given_seed", label="Seed", required=False)
     # Set only when the form repeats an evaluation's trial ("run with another model"), so
     # the new run gets that trial's seed; a run started from scratch is trial 0.
@@ -127,6 +185,7 @@ class RunForm(LLMArgsMixin, forms.Form):
         for_user(self, user)
         self.fields["domain"].choices = [(d.name, d.name) for d in task_selectors.domain_list()]
         self.fields["domain"].widget.attrs["data-testid"] = "domain"
+        self.fields["retrieval_config"] = retrieval_field()
         self.fields["task_id"].widget.attrs.update(
             {
                 "data-testid": "task-input",
@@ -153,6 +212,7 @@ class RunForm(LLMArgsMixin, forms.Form):
                     "the domain it belongs to.",
                 )
             data["task"] = task
+        retrieval_clean(self, data, domain)
         self.clean_llm_args(data)
         return data
 

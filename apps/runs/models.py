@@ -139,6 +139,9 @@ class Run(RunSides):
     # fields of apps.connections.models.RunSides.
     # The ablation the episode runs in (Run.Mode); its evaluation's mode.
     mode = models.CharField(max_length=16, choices=Mode.choices, default=Mode.DEFAULT)
+    # A knowledge domain's retrieval configuration (``tau2 run --retrieval-config``; "" for
+    # a domain without retrieval). Part of what the conversation was played with.
+    retrieval_config = models.CharField(max_length=64, blank=True, default="")
     max_steps = models.PositiveIntegerField(default=DEFAULT_MAX_STEPS)
     # τ²'s own limit of tool errors (``tau2 run --max-errors``), its default τ²'s.
     max_errors = models.PositiveIntegerField(default=DEFAULT_MAX_ERRORS)

@@ -171,6 +171,7 @@ def _drive(
         max_errors=run.max_errors,
         seed=run.seed,
         mode=run.mode,  # τ²'s agent (and customer) of the run's ablation, if any
+        retrieval_config=run.retrieval_config or None,
     )
     prices = run.agent_prices
     # The greeting of a new conversation (a No-User one has none: its agent speaks first,

@@ -67,6 +67,8 @@ def run_provenance(
         "judge": _judge(spec.judge),
         "args": args,
         "agent_prices": list(agent_prices) if agent_prices else None,
+        # A knowledge domain's retrieval configuration (`tau2 run --retrieval-config`).
+        **({"retrieval_config": spec.retrieval_config} if spec.retrieval_config else {}),
     }
 
 
@@ -109,6 +111,16 @@ def spec_validate(spec: RunSpec) -> RunSpec:
     return replace(spec, agent=replace(spec.agent, model=model)).seeded()
 
 
+def spec_for_domain(spec: RunSpec, domain: str) -> RunSpec:
+    """``spec`` for a conversation on ``domain`` (:meth:`RunSpec.for_domain`: a knowledge
+    domain's retrieval configuration filled in); raises ``ValidationError`` saying why
+    ``domain`` cannot run with the one chosen."""
+    try:
+        return spec.for_domain(domain)
+    except ValueError as exc:
+        raise ValidationError({"retrieval_config": str(exc)}) from None
+
+
 def model_run_build(
     *,
     user,
@@ -126,6 +138,7 @@ def model_run_build(
     price_in, price_out = (
         Decimal(str(p)) if p is not None else None for p in prices or (None, None)
     )
+    spec = spec_for_domain(spec, task.domain_id)
     return Run(
         **spec_columns(spec, seed_field="given_seed"),
         **customer_prices(spec.customer),

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from apps.runs import defaults
+from tau2_env.engine import catalog
 from tau2_env.llm.llm_args import DEFAULT_AGENT_ARGS, DEFAULT_USER_ARGS
 
 if TYPE_CHECKING:
@@ -72,6 +73,9 @@ class RunSpec:
     None when the customer's route judges. ``seed``: the seed given, as to ``tau2 run
     --seed`` (None only for a session whose task was picked without one: play, an
     outside agent's episode). ``mode``: the paper's ablation (``Run.Mode``).
+    ``retrieval_config``: a knowledge domain's retrieval configuration, as ``tau2 run
+    --retrieval-config`` (banking_knowledge; "" for a domain without one — see
+    :meth:`for_domain`, which fills in the domain's default).
     """
 
     agent: Side
@@ -81,6 +85,7 @@ class RunSpec:
     max_errors: int = defaults.MAX_ERRORS
     seed: int | None = defaults.SEED
     mode: str = DEFAULT_MODE
+    retrieval_config: str = ""
 
     def __post_init__(self) -> None:
         # The one place the sides' defaults are filled in: the server's customer, and
@@ -103,6 +108,18 @@ class RunSpec:
     def seeded(self) -> RunSpec:
         """This spec with a seed: τ²'s default when it has none (a model run needs one)."""
         return self if self.seed is not None else replace(self, seed=defaults.SEED)
+
+    def for_domain(self, domain: str) -> RunSpec:
+        """This spec for a conversation on ``domain``: a knowledge domain's retrieval
+        configuration filled in (its default when none is chosen). Raises ``ValueError``
+        saying why when ``domain`` cannot run with the one chosen (a configuration this
+        server cannot run, or one given for a domain without retrieval)."""
+        chosen = self.retrieval_config or None
+        refusal = catalog.retrieval_refusal(domain=domain, retrieval_config=chosen)
+        if refusal is not None:
+            raise ValueError(refusal)
+        config = chosen or catalog.default_retrieval_config(domain) or ""
+        return self if config == self.retrieval_config else replace(self, retrieval_config=config)
 
     def with_agent(self, agent: Side) -> RunSpec:
         """This spec played by ``agent``'s model and connection, with this spec's agent
@@ -130,6 +147,7 @@ def spec_columns(spec: RunSpec, *, seed_field: str) -> dict[str, Any]:
         "max_steps": spec.max_steps,
         "max_errors": spec.max_errors,
         "mode": spec.mode,
+        "retrieval_config": spec.retrieval_config,
         seed_field: spec.seed,
     }
 
@@ -148,4 +166,5 @@ def spec_read(row, *, seed_field: str) -> RunSpec:
         max_errors=row.max_errors,
         seed=getattr(row, seed_field),
         mode=row.mode,
+        retrieval_config=row.retrieval_config,
     )

@@ -49,6 +49,7 @@ def start_request_of(evaluation: Evaluation) -> dict[str, str]:
         "user_model": spec.customer.value,
         "judge_model": spec.judge.value if spec.judge is not None else "",
         "mode": spec.mode,
+        "retrieval_config": spec.retrieval_config,
         "num_trials": evaluation.num_trials,
         "seed": spec.seed,
         "max_steps": spec.max_steps,

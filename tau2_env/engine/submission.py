@@ -134,11 +134,16 @@ class DomainScores:
     num_trials: int
     simulations: int
     tasks: int
+    # banking_knowledge's retrieval configuration, from the results' info (τ² 1.x's
+    # prepare_submission copies it into the domain's results; 0.2 has none).
+    retrieval_config: str | None = None
 
     def results(self) -> DomainResults:
+        extra = {"retrieval_config": self.retrieval_config} if self.retrieval_config else {}
         return DomainResults(
             **{f"pass_{k}": self.pass_hat_ks.get(k) for k in KS},
             cost=self.cost,
+            **extra,
         )
 
 
@@ -153,6 +158,7 @@ def domain_scores(results: Results) -> DomainScores:
         num_trials=results.info.num_trials,
         simulations=len(results.simulations),
         tasks=len(results.tasks),
+        retrieval_config=getattr(results.info, "retrieval_config", None),
     )
 
 

@@ -6,6 +6,7 @@ domain's tools are the agent's, the others the customer's.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 
@@ -84,6 +85,47 @@ def gold_script(llm: ScriptedLLM, *, delay: float = 0.0) -> None:
         if "certificate" in request.text():
             return text("Thanks, that's all. ###STOP###")
         return text("Hi, my flight was delayed and I want compensation. I'm ethan_martin_2396.")
+
+    llm.responder = responder
+
+
+# banking_knowledge's task the banking script solves (τ² 1.x): the customer applies for the
+# card the agent recommends, scored on the database.
+BANKING_TASK = ("banking_knowledge", "task_001")
+
+
+def banking_script(llm: ScriptedLLM) -> None:
+    """banking_knowledge/task_001 solved, statelessly: the agent looks in the knowledge
+    base with its configuration's tool, when it has one (``KB_search``, ``grep``), then
+    recommends the Gold Rewards Card; the customer applies with their own tool and stops.
+    The agent's requests are those that offer ``transfer_to_human_agents``."""
+
+    def responder(request: RecordedRequest):
+        said = [m for m in request.messages if m.get("role") != "system"]
+        tools = set(request.tool_names)
+        called = {
+            call["function"]["name"]
+            for m in said
+            if m.get("role") == "assistant"
+            for call in m.get("tool_calls") or []
+        }
+        if "transfer_to_human_agents" in tools:  # the agent
+            if "KB_search" in tools and "KB_search" not in called:
+                return tool_call("KB_search", query="credit card cash back annual fee")
+            if "grep" in tools and "grep" not in called:
+                return tool_call("grep", pattern="Rewards Card")
+            return text("The Gold Rewards Card gives the most cash back with no annual fee.")
+        if any(m.get("role") == "tool" for m in said):
+            return text("Thanks, I applied. ###STOP###")
+        if "apply_for_credit_card" not in called and "Gold Rewards" in json.dumps(said):
+            return tool_call(
+                "apply_for_credit_card",
+                card_type="Gold Rewards Card",
+                customer_name="Sarah Bosch",
+                annual_income=100000,
+                rho_bank_subscription=True,
+            )
+        return text("Hi, I'm looking for a credit card for my everyday purchases.")
 
     llm.responder = responder
 

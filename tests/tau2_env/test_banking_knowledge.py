@@ -2,10 +2,7 @@
 that sends what ``tau2 run --domain banking_knowledge --retrieval-config X`` sends and
 ends with the same termination and ``reward_info``.
 
-The scripted LLM plays task_001 (a customer who applies for the card the agent
-recommends, scored on the database): the agent looks in the knowledge base with the
-configuration's tool, when it has one, then recommends the Gold Rewards Card; the customer
-applies with their own tool and stops.
+The scripted LLM plays task_001 (``tests.support.scripts.banking_script``).
 """
 
 from __future__ import annotations
@@ -21,7 +18,8 @@ import tests.support.llm_server as scripted_openai
 from tau2_env.engine import catalog
 from tau2_env.engine.episodes import Episode
 from tau2_env.llm import gateway
-from tests.support.llm_server import RecordedRequest, ScriptedLLM, text, tool_call
+from tests.support.llm_server import ScriptedLLM
+from tests.support.scripts import banking_script
 from tests.support.tau2_cli import tau2_cli_run
 
 pytestmark = pytest.mark.upstream
@@ -37,6 +35,10 @@ _TIMINGS = re.compile(r"retrieval=\d+ms, reranking=\d+ms, total=\d+ms")
 OFFLINE = ("no_knowledge", "full_kb", "golden_retrieval", "bm25", "grep_only", "bm25_grep")
 
 
+def _bodies(llm: ScriptedLLM) -> list[str]:
+    return [_TIMINGS.sub("timings", json.dumps(r.body)) for r in llm.chat_requests()]
+
+
 class _CountingUUIDs:
     """The scripted server's tool-call ids, counted from zero in each play."""
 
@@ -48,47 +50,6 @@ class _CountingUUIDs:
 
     def uuid4(self) -> uuid.UUID:
         return uuid.UUID(int=next(self._counter))
-
-
-def _tools(request: RecordedRequest) -> set[str]:
-    return {t["function"]["name"] for t in request.body.get("tools") or []}
-
-
-def _bodies(llm: ScriptedLLM) -> list[str]:
-    return [_TIMINGS.sub("timings", json.dumps(r.body)) for r in llm.chat_requests()]
-
-
-def _script(llm: ScriptedLLM) -> None:
-    """task_001 solved, statelessly: each reply follows from the request it answers."""
-
-    def responder(request: RecordedRequest):
-        said = [m for m in request.messages if m.get("role") != "system"]
-        tools = _tools(request)
-        called = {
-            call["function"]["name"]
-            for m in said
-            if m.get("role") == "assistant"
-            for call in m.get("tool_calls") or []
-        }
-        if "transfer_to_human_agents" in tools:  # the agent
-            if "KB_search" in tools and "KB_search" not in called:
-                return tool_call("KB_search", query="credit card cash back annual fee")
-            if "grep" in tools and "grep" not in called:
-                return tool_call("grep", pattern="Rewards Card")
-            return text("The Gold Rewards Card gives the most cash back with no annual fee.")
-        if any(m.get("role") == "tool" for m in said):
-            return text("Thanks, I applied. ###STOP###")
-        if "apply_for_credit_card" not in called and "Gold Rewards" in json.dumps(said):
-            return tool_call(
-                "apply_for_credit_card",
-                card_type="Gold Rewards Card",
-                customer_name="Sarah Bosch",
-                annual_income=100000,
-                rho_bank_subscription=True,
-            )
-        return text("Hi, I'm looking for a credit card for my everyday purchases.")
-
-    llm.responder = responder
 
 
 def test_banking_knowledge_is_in_the_catalogue_with_its_97_tasks_and_bm25_by_default():
@@ -129,7 +90,7 @@ def test_an_episode_sends_what_tau2_run_sends_and_scores_the_same(
 ):
     ids = _CountingUUIDs()
     monkeypatch.setattr(scripted_openai, "uuid", ids)
-    _script(llm_server)
+    banking_script(llm_server)
     results = tau2_cli_run(
         tmp_path,
         domain=DOMAIN,

@@ -14,6 +14,7 @@ from apps.accounts.vault import SignInRequired
 from apps.evaluations import baselines, presenters, regrade, selectors, services
 from apps.evaluations.forms import EvaluationForm, preview_for
 from apps.evaluations.models import Evaluation
+from apps.runs.forms import has_retrieval
 from apps.tasks.selectors import TaskFilters
 from apps.tasks.task_sets import task_set_label
 
@@ -72,7 +73,8 @@ def _page(request, form: EvaluationForm, preview):
                         form[n]
                         for n in ("agent_model", "external_agent", "user_model", "judge_model")
                     ]
-                    + [form["mode"]],
+                    + [form["mode"]]
+                    + ([form["retrieval_config"]] if has_retrieval() else []),
                 ),
                 ("Trials and limits", [form[n] for n in (*_PREFILLED[1:], "name")]),
             ],

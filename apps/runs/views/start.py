@@ -14,7 +14,14 @@ from django.views.decorators.http import require_POST
 from apps.accounts.access import can_start, signin_required_to_start
 from apps.connections.picker import llm_args_initial
 from apps.runs import selectors, services
-from apps.runs.forms import PREFILLS, RunForm, query_text, run_form_initial, spec_from
+from apps.runs.forms import (
+    PREFILLS,
+    RunForm,
+    has_retrieval,
+    query_text,
+    run_form_initial,
+    spec_from,
+)
 from apps.runs.models import Run
 
 
@@ -50,6 +57,8 @@ def run_new(request):
     model_fields = [
         form[name] for name in ("agent_model", "user_model", "judge_model", "max_steps", "seed")
     ]
+    if has_retrieval():  # a knowledge domain (banking_knowledge on τ² 1.x)
+        model_fields.append(form["retrieval_config"])
     return render(
         request,
         "runs/new.html",
