@@ -136,3 +136,47 @@ def task_set_installed() -> tuple[str, str]:
     (the last catalogue load's hash; the installed τ²'s own before any load)."""
     latest = catalogue_latest()
     return catalog.tau2_version(), latest.task_set_hash if latest else catalog.catalogue_hash()
+
+
+# How many of a search's documents the domain page lists at once.
+DOCUMENTS_SHOWN = 50
+
+
+@dataclass(frozen=True)
+class DocumentPage:
+    """A knowledge domain's documents on its page: how many it has (``total``), those
+    matching ``query`` (``count``; the first :data:`DOCUMENTS_SHOWN` in ``matches``), and
+    the one opened (``shown``; None: none, or no such id)."""
+
+    total: int
+    query: str
+    count: int
+    matches: list[catalog.Document]
+    shown: catalog.Document | None
+
+
+def document_page(*, domain: str, query: str = "", doc_id: str = "") -> DocumentPage | None:
+    """``domain``'s knowledge-base documents for its page, searched (every word of
+    ``query`` in the id, title or text) and one opened; ``None`` for a domain without a
+    knowledge base."""
+    everything = catalog.documents(domain)
+    if not everything:
+        return None
+    query = " ".join(query.split())[:200]
+    found = catalog.document_search(domain, query)
+    shown = next((d for d in everything if d.id == doc_id), None) if doc_id else None
+    return DocumentPage(
+        total=len(everything),
+        query=query,
+        count=len(found),
+        matches=found[:DOCUMENTS_SHOWN],
+        shown=shown,
+    )
+
+
+def task_document_list(task: Task) -> list[tuple[str, catalog.Document | None]]:
+    """The documents ``task``'s answer rests on (τ²'s ``required_documents``, what
+    golden retrieval gives the agent), each with its document (None: not in the knowledge
+    base); empty when the task names none."""
+    refs = (task.raw or {}).get("required_documents") or []
+    return catalog.task_documents(task.domain_id, [str(r) for r in refs])

@@ -77,6 +77,7 @@ def task_detail(request, domain: str, task_id: str):
                 for action in criteria.get("actions") or []
             ],
             "splits": task.split_names,
+            "required_documents": selectors.task_document_list(task),
         },
     )
 
@@ -92,5 +93,11 @@ def domain_detail(request, domain: str):
             "domains": selectors.domain_list(),  # the switcher
             "agent_tools": [t for t in tools if t.requestor == "assistant"],
             "user_tools": [t for t in tools if t.requestor == "user"],
+            # A knowledge domain's documents, searched (?doc_q=) and one opened (?doc=).
+            "documents": selectors.document_page(
+                domain=domain_obj.name,
+                query=str(request.GET.get("doc_q", "")),
+                doc_id=str(request.GET.get("doc", ""))[:255],
+            ),
         },
     )

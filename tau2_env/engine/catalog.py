@@ -24,12 +24,15 @@ from tau2_env.llm import tau2_gen
 from tau2_env.llm._tau2 import registry
 
 __all__ = [
+    "Document",
     "DomainInfo",
     "RetrievalConfig",
     "TaskInfo",
     "ToolInfo",
     "catalogue_hash",
     "default_retrieval_config",
+    "document_search",
+    "documents",
     "domain_names",
     "get_domain",
     "get_task",
@@ -37,6 +40,7 @@ __all__ = [
     "retrieval_configs",
     "retrieval_refusal",
     "skipped_domains",
+    "task_documents",
     "task_set_version",
     "tau2_version",
     "title_from",
@@ -170,6 +174,45 @@ def retrieval_refusal(*, domain: str, retrieval_config: str | None) -> str | Non
             f"known: {', '.join(known)}"
         )
     return known[retrieval_config]
+
+
+@dataclass(frozen=True)
+class Document:
+    """One document of a domain's knowledge base (banking_knowledge's policies and
+    product sheets), as its agent retrieves it."""
+
+    id: str
+    title: str
+    content: str
+
+
+@functools.cache
+def documents(domain: str) -> tuple[Document, ...]:
+    """The documents of ``domain``'s knowledge base in τ²'s order (none for a domain
+    without one, and on τ² 0.2)."""
+    return tuple(Document(**doc) for doc in tau2_gen.knowledge_documents(domain))
+
+
+def document_search(domain: str, query: str) -> list[Document]:
+    """``domain``'s documents whose id, title or text contain every word of ``query``
+    (any case), those with every word in the title first; all of them for no words."""
+    words = query.lower().split()
+    if not words:
+        return list(documents(domain))
+    found = [
+        d
+        for d in documents(domain)
+        if all(w in f"{d.id} {d.title} {d.content}".lower() for w in words)
+    ]
+    return sorted(found, key=lambda d: not all(w in d.title.lower() for w in words))
+
+
+def task_documents(domain: str, refs: Iterable[str]) -> list[tuple[str, Document | None]]:
+    """Each of a task's ``required_documents`` (ids or titles, as τ²'s golden retrieval
+    reads them) with its document (``None``: not in the knowledge base)."""
+    by_title = {d.title: d for d in documents(domain)}
+    by_id = {d.id: d for d in documents(domain)}
+    return [(ref, by_title.get(ref) or by_id.get(ref)) for ref in refs]
 
 
 @functools.cache

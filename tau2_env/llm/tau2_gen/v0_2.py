@@ -40,6 +40,7 @@ __all__ = [
     "build_user",
     "environment_kwargs",
     "evaluate",
+    "knowledge_documents",
     "is_valid_agent_history_message",
     "run_config_default",
     "termination_reason",
@@ -67,6 +68,11 @@ def environment_kwargs(
     if retrieval_config is not None:
         raise ValueError(f"τ² 0.2 has no retrieval configurations (asked: {retrieval_config!r})")
     return None
+
+
+def knowledge_documents(domain: str) -> list[dict[str, str]]:
+    """The documents of ``domain``'s knowledge base: none (0.2 has no knowledge domain)."""
+    return []
 
 
 def build_environment(*, domain: str, env_kwargs: dict[str, Any]) -> Any:

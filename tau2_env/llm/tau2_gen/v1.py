@@ -45,6 +45,7 @@ __all__ = [
     "build_user",
     "environment_kwargs",
     "evaluate",
+    "knowledge_documents",
     "is_valid_agent_history_message",
     "run_config_default",
     "termination_reason",
@@ -123,6 +124,19 @@ def environment_kwargs(
     actions name); ``None`` when that is nothing."""
     config = TextRunConfig(domain=domain, retrieval_config=retrieval_config)
     return _build_env_kwargs(config, task) or None
+
+
+def knowledge_documents(domain: str) -> list[dict[str, str]]:
+    """The documents of ``domain``'s knowledge base (``id``, ``title``, ``content``, in
+    τ²'s order), as its agent retrieves them; none for a domain without one."""
+    if domain != _KNOWLEDGE or not RETRIEVAL_CONFIGS:
+        return []
+    from tau2.domains.banking_knowledge.environment import get_knowledge_base
+
+    return [
+        {"id": doc.id, "title": doc.title, "content": doc.content}
+        for doc in get_knowledge_base().get_all_documents()
+    ]
 
 
 def build_environment(*, domain: str, env_kwargs: dict[str, Any]) -> Any:
