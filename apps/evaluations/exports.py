@@ -205,9 +205,6 @@ def evaluation_export_tau2(evaluation: Evaluation) -> dict[str, Any]:
     agent, user = IMPLEMENTATIONS[evaluation.mode]
     info["agent_info"]["implementation"] = agent
     info["user_info"]["implementation"] = user
-    if evaluation.retrieval_config:
-        # As `tau2 run --retrieval-config` records it in its Info (τ² 1.x).
-        info["retrieval_config"] = evaluation.retrieval_config
     return {
         "timestamp": _iso(evaluation.finished_at or evaluation.created_at),
         "info": info,

@@ -180,10 +180,12 @@ def tau2_info(
         "agent_info": agent_info(llm=agent_llm, llm_args=agent.llm_args),
         "environment_info": {
             "domain_name": domain,
-            "policy": catalog.get_domain(domain).policy,
+            "policy": catalog.results_policy(domain, spec.retrieval_config),
             "tool_defs": None,
         },
         "seed": spec.seed,
+        # As `tau2 run --retrieval-config` records it (τ² 1.x, knowledge domains only).
+        **({"retrieval_config": spec.retrieval_config} if spec.retrieval_config else {}),
         "tau2_studio": studio or {},
     }
 

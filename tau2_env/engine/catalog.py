@@ -37,6 +37,7 @@ __all__ = [
     "get_domain",
     "get_task",
     "load_domain_tasks",
+    "results_policy",
     "retrieval_configs",
     "retrieval_refusal",
     "skipped_domains",
@@ -213,6 +214,15 @@ def task_documents(domain: str, refs: Iterable[str]) -> list[tuple[str, Document
     by_title = {d.title: d for d in documents(domain)}
     by_id = {d.id: d for d in documents(domain)}
     return [(ref, by_title.get(ref) or by_id.get(ref)) for ref in refs]
+
+
+@functools.cache
+def results_policy(domain: str, retrieval_config: str = "") -> str:
+    """The policy a results file of ``domain`` played with ``retrieval_config`` records
+    in its ``info``, as ``tau2 run`` writes it (a knowledge domain's: its configuration's
+    prompt; otherwise the domain's policy)."""
+    own = tau2_gen.results_policy(domain, retrieval_config or None)
+    return own if own is not None else get_domain(domain).policy
 
 
 @functools.cache

@@ -14,6 +14,7 @@ from apps.evaluations.models import Evaluation
 from apps.evaluations.pooling import differences, identity_of
 from apps.runs.models import Run
 from apps.runs.spec import RunSpec, Side
+from tau2_env.engine import catalog
 from tests.evaluations.test_evaluations import wait_until
 from tests.support.scripts import AGENT_MODEL, BANKING_TASK, banking_script
 
@@ -55,7 +56,9 @@ def test_a_banking_evaluation_runs_offline_with_bm25_by_default(celery_worker, l
 
     exported = evaluation_export(evaluation)
     assert exported["retrieval_config"] == "bm25"
-    assert evaluation_export_tau2(evaluation)["info"]["retrieval_config"] == "bm25"
+    info = evaluation_export_tau2(evaluation)["info"]
+    assert info["retrieval_config"] == "bm25"
+    assert info["environment_info"]["policy"] == catalog.results_policy(DOMAIN, "bm25")
 
 
 @pytest.mark.slow

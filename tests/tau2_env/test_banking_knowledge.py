@@ -103,7 +103,13 @@ def test_an_episode_sends_what_tau2_run_sends_and_scores_the_same(
         user_args={**ARGS, "api_base": llm_server.base_url},
         retrieval_config=retrieval_config,
     )
-    (simulation,) = json.loads(results.read_text())["simulations"]
+    written = json.loads(results.read_text())
+    (simulation,) = written["simulations"]
+    # What the product's results files record of the configuration, as tau2 run does.
+    assert written["info"]["retrieval_config"] == retrieval_config
+    assert written["info"]["environment_info"]["policy"] == catalog.results_policy(
+        DOMAIN, retrieval_config
+    )
     cli = _bodies(llm_server)
 
     llm_server.requests.clear()

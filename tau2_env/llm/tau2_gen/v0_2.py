@@ -41,6 +41,7 @@ __all__ = [
     "environment_kwargs",
     "evaluate",
     "knowledge_documents",
+    "results_policy",
     "is_valid_agent_history_message",
     "run_config_default",
     "termination_reason",
@@ -73,6 +74,11 @@ def environment_kwargs(
 def knowledge_documents(domain: str) -> list[dict[str, str]]:
     """The documents of ``domain``'s knowledge base: none (0.2 has no knowledge domain)."""
     return []
+
+
+def results_policy(domain: str, retrieval_config: str | None) -> str | None:
+    """The policy a results file's ``info`` holds when not the domain's own: never (0.2)."""
+    return None
 
 
 def build_environment(*, domain: str, env_kwargs: dict[str, Any]) -> Any:

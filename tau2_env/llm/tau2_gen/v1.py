@@ -46,6 +46,7 @@ __all__ = [
     "environment_kwargs",
     "evaluate",
     "knowledge_documents",
+    "results_policy",
     "is_valid_agent_history_message",
     "run_config_default",
     "termination_reason",
@@ -137,6 +138,18 @@ def knowledge_documents(domain: str) -> list[dict[str, str]]:
         {"id": doc.id, "title": doc.title, "content": doc.content}
         for doc in get_knowledge_base().get_all_documents()
     ]
+
+
+def results_policy(domain: str, retrieval_config: str | None) -> str | None:
+    """The policy ``tau2 run --retrieval-config <retrieval_config>`` writes in its results'
+    ``info`` (τ²'s ``get_info_policy_override``: the configuration's prompt, a placeholder
+    for golden_retrieval's per-task one); ``None`` when it writes the domain's own."""
+    if domain != _KNOWLEDGE or not retrieval_config:
+        return None
+    from tau2.domains.banking_knowledge.environment import get_knowledge_base
+    from tau2.domains.banking_knowledge.retrieval import get_info_policy_override
+
+    return get_info_policy_override(retrieval_config, get_knowledge_base())
 
 
 def build_environment(*, domain: str, env_kwargs: dict[str, Any]) -> Any:
