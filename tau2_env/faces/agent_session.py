@@ -256,7 +256,8 @@ class AgentSession:
                 )
             return self._start_claimed(credentials, evaluation)
         domain = _optional("domain", domain, (str,), "a string") or config.default_domain()
-        split = _optional("split", split, (str,), "a string") or config.default_split()
+        asked_split = _optional("split", split, (str,), "a string")
+        split = asked_split or config.default_split()
         task_id = _optional("task_id", task_id, (str, int), "a string or an integer")
         seed = _optional("seed", seed, (int,), "an integer")
         user_model = _optional("user_model", user_model, (str,), "a string")
@@ -264,6 +265,10 @@ class AgentSession:
             raise BadRequest(
                 f"Unknown domain {domain!r}; known: {', '.join(catalog.domain_names())}"
             )
+        if asked_split is None and split not in catalog.get_domain(domain).splits:
+            # A domain without the server's default split (banking_knowledge has only
+            # "base"): its whole set, rather than refusing a reset that named no split.
+            split = catalog.BASE_SPLIT
         route = _customer_route(credentials, user_model)
         try:
             if task_id is None or split not in catalog.get_domain(domain).splits:

@@ -13,6 +13,7 @@ import re
 import uuid
 
 import pytest
+from openenv.core.env_server.mcp_types import CallToolAction
 
 import tests.support.llm_server as scripted_openai
 from tau2_env.engine import catalog
@@ -149,3 +150,28 @@ def test_an_episode_sends_what_tau2_run_sends_and_scores_the_same(
     ]
     expected = {"bm25": "KB_search", "grep_only": "grep"}.get(retrieval_config)
     assert expected is None or expected in agent_calls
+
+
+async def test_an_openenv_agent_searches_the_knowledge_base_and_solves_task_001(
+    asgi_server, llm_server, monkeypatch
+):
+    """The OpenEnv face on banking_knowledge: the agent's tools are the default
+    configuration's (bm25's KB_search), and the episode scores as τ² does."""
+    from tau2_env import Tau2Env
+
+    monkeypatch.setenv("HF_TOKEN", "hf_server_token_0000000000")
+    banking_script(llm_server)
+    async with Tau2Env(base_url=asgi_server.url) as env:
+        opened = await env.reset(domain=DOMAIN, task_id=TASK)
+        tools = {t.name for t in await env.list_tools(use_cache=False)}
+        found = await env.call_tool("KB_search", query="gold rewards card cash back")
+        reply = await env.call_tool(
+            "respond_to_user", message="The Gold Rewards Card suits you: no annual fee."
+        )
+        ended = await env.step(CallToolAction(tool_name="done", arguments={}))
+
+    assert opened.observation.metadata["domain"] == DOMAIN
+    assert {"KB_search", "respond_to_user", "done"} <= tools and "grep" not in tools
+    assert "Gold Rewards" in found
+    assert "###STOP###" in reply
+    assert ended.done is True and ended.reward == 1.0
