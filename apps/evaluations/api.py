@@ -96,6 +96,7 @@ class EvaluationSerializer(serializers.ModelSerializer):
             "agent_model",
             "user_model",
             "mode",
+            "retrieval_config",
             "num_trials",
             "seed",
             "runs",
@@ -266,6 +267,11 @@ class EvaluationStartSerializer(serializers.Serializer):
     user_model = serializers.CharField(required=False, help_text="The simulated customer.")
     judge_model = serializers.CharField(required=False)
     mode = serializers.CharField(required=False, help_text="default, no_user or oracle_plan.")
+    retrieval_config = serializers.CharField(
+        required=False,
+        help_text="banking_knowledge only: the retrieval configuration, as tau2 run "
+        "--retrieval-config (empty: the domain's default, bm25).",
+    )
     num_trials = serializers.IntegerField(required=False, help_text="k: each task k times.")
     seed = serializers.IntegerField(required=False)
     max_steps = serializers.IntegerField(required=False)

@@ -15,6 +15,7 @@ from apps.evaluations.pooling import differences, identity_of
 from apps.runs.models import Run
 from apps.runs.spec import RunSpec, Side
 from tau2_env.engine import catalog
+from tests.evaluations.test_api_start import key_of, post
 from tests.evaluations.test_evaluations import wait_until
 from tests.support.scripts import AGENT_MODEL, BANKING_TASK, banking_script
 
@@ -122,3 +123,23 @@ def test_the_form_refuses_a_configuration_for_a_domain_without_retrieval(alice_c
     )
     assert response.status_code == 400
     assert "airline has no retrieval configurations" in response.content.decode()
+
+
+def test_the_api_starts_a_banking_evaluation_with_a_configuration_and_says_it(
+    alice, llm_server, settings
+):
+    settings.TAU2_EVAL_MAX_IN_FLIGHT = 0  # its runs are created and stay queued
+    key = key_of(alice)
+    body = {"domain": DOMAIN, "split": "base", "task_ids": [TASK], "agent_model": AGENT_MODEL}
+    response = post(
+        "/api/evaluations/", key=key, body={**body, "retrieval_config": "golden_retrieval"}
+    )
+    assert response.status_code == 201, response.content
+    assert response.json()["retrieval_config"] == "golden_retrieval"
+    assert Evaluation.objects.get(pk=response.json()["id"]).retrieval_config == "golden_retrieval"
+
+    refused = post(
+        "/api/evaluations/", key=key, body={**body, "retrieval_config": "openai_embeddings"}
+    )
+    assert refused.status_code == 400
+    assert "OpenAI embeddings" in refused.json()["retrieval_config"][0]
