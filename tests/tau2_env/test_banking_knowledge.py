@@ -16,7 +16,7 @@ import pytest
 from openenv.core.env_server.mcp_types import CallToolAction
 
 import tests.support.llm_server as scripted_openai
-from tau2_env.engine import catalog
+from tau2_env.engine import catalog, submission
 from tau2_env.engine.episodes import Episode
 from tau2_env.llm import gateway
 from tests.support.llm_server import ScriptedLLM
@@ -111,6 +111,9 @@ def test_an_episode_sends_what_tau2_run_sends_and_scores_the_same(
     assert written["info"]["environment_info"]["policy"] == catalog.results_policy(
         DOMAIN, retrieval_config
     )
+    # A submission's banking results carry it, as τ²'s prepare_submission copies it.
+    scores = submission.domain_scores(submission.trajectories_read(results.read_text()))
+    assert scores.results().retrieval_config == retrieval_config
     cli = _bodies(llm_server)
 
     llm_server.requests.clear()
