@@ -35,7 +35,9 @@ def _evaluation(alice, retrieval_config: str = "") -> Evaluation:
 
 
 @pytest.mark.slow
-def test_a_banking_evaluation_runs_offline_with_bm25_by_default(celery_worker, llm_server, alice):
+def test_a_banking_evaluation_runs_offline_with_bm25_by_default(
+    celery_worker, llm_server, alice, alice_client
+):
     banking_script(llm_server)
     evaluation = _evaluation(alice)
     assert evaluation.retrieval_config == "bm25"
@@ -54,6 +56,9 @@ def test_a_banking_evaluation_runs_offline_with_bm25_by_default(celery_worker, l
         for name in r.tool_names
     }
     assert "KB_search" in agent_tools and "grep" not in agent_tools
+
+    for page in (f"/runs/{run.pk}/", f"/evaluations/{evaluation.pk}/"):
+        assert "retrieval bm25" in alice_client.get(page).content.decode()
 
     exported = evaluation_export(evaluation)
     assert exported["retrieval_config"] == "bm25"
