@@ -14,7 +14,7 @@ from apps.inference.selectors import model_choices
 from apps.races import selectors, services
 from apps.races.forms import RaceForm
 from apps.races.models import MAX_LANES, MIN_LANES, Race
-from apps.runs.forms import query_text, run_form_initial, spec_from
+from apps.runs.forms import has_retrieval, query_text, run_form_initial, spec_from
 from apps.runs.selectors import task_picker
 from apps.runs.spec import Side
 
@@ -87,6 +87,7 @@ def race_new(request):
             "choices": model_choices(),
             "connections": connection_groups(request.user),
             "args_fields": form.llm_args_fields,
+            "has_retrieval": has_retrieval(),  # a knowledge domain (banking_knowledge, τ² 1.x)
         },
         status=400 if form.errors else 200,  # a refused start is a client error
     )
