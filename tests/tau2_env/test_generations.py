@@ -53,8 +53,13 @@ def test_a_domain_the_catalogue_leaves_out_is_named_with_why():
 
 @pytest.mark.upstream
 def test_banking_knowledge_is_never_built_with_its_embedding_retrieval():
-    assert "alltools" in catalog.skipped_domains()["banking_knowledge"]
-    assert {"airline", "retail", "telecom"} <= set(catalog.domain_names())
+    # Offered with an offline retrieval configuration; alltools (τ²'s default, OpenAI
+    # embeddings) is refused with the reason (tests/tau2_env/test_banking_knowledge.py).
+    assert catalog.skipped_domains() == {}
+    assert {"airline", "retail", "telecom", "banking_knowledge"} <= set(catalog.domain_names())
+    assert catalog.default_retrieval_config("banking_knowledge") == "bm25"
+    refusals = {c.name: c.refusal for c in catalog.retrieval_configs("banking_knowledge")}
+    assert "OpenAI embeddings" in refusals["alltools"]
 
 
 def test_a_termination_reason_of_the_other_generation_is_refused_by_name():

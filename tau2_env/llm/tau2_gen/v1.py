@@ -21,6 +21,12 @@ from tau2.agent.base_agent import HalfDuplexAgent, is_valid_agent_history_messag
 from tau2.agent.llm_agent import LLMAgent, LLMGTAgent, LLMSoloAgent
 from tau2.data_model.simulation import RewardInfo, SimulationRun, TerminationReason, TextRunConfig
 from tau2.data_model.tasks import Task
+from tau2.domains.banking_knowledge.environment import get_knowledge_base
+from tau2.domains.banking_knowledge.retrieval import (
+    get_all_variant_names,
+    get_info_policy_override,
+    resolve_variant,
+)
 from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
 from tau2.orchestrator.orchestrator import Orchestrator
 from tau2.runner.build import _build_env_kwargs
@@ -71,8 +77,6 @@ def _retrieval_refusal(name: str) -> str | None:
     """Why this server cannot run banking_knowledge's retrieval configuration ``name``
     (``None``: it runs offline), read from τ²'s own declaration of the configuration:
     what it embeds with, whether it reranks with an LLM, whether it needs a shell."""
-    from tau2.domains.banking_knowledge.retrieval import resolve_variant
-
     variant = resolve_variant(name)
     needs, limits = [], []
     specs = [variant.kb_search, variant.kb_search_bm25, variant.kb_search_dense]
@@ -101,8 +105,6 @@ def _retrieval_refusal(name: str) -> str | None:
 def _retrieval_configs() -> dict[str, dict[str, str | None]]:
     if _KNOWLEDGE not in registry.get_domains():
         return {}
-    from tau2.domains.banking_knowledge.retrieval import get_all_variant_names
-
     return {_KNOWLEDGE: {name: _retrieval_refusal(name) for name in get_all_variant_names()}}
 
 
@@ -132,8 +134,6 @@ def knowledge_documents(domain: str) -> list[dict[str, str]]:
     τ²'s order), as its agent retrieves them; none for a domain without one."""
     if domain != _KNOWLEDGE or not RETRIEVAL_CONFIGS:
         return []
-    from tau2.domains.banking_knowledge.environment import get_knowledge_base
-
     return [
         {"id": doc.id, "title": doc.title, "content": doc.content}
         for doc in get_knowledge_base().get_all_documents()
@@ -146,9 +146,6 @@ def results_policy(domain: str, retrieval_config: str | None) -> str | None:
     for golden_retrieval's per-task one); ``None`` when it writes the domain's own."""
     if domain != _KNOWLEDGE or not retrieval_config:
         return None
-    from tau2.domains.banking_knowledge.environment import get_knowledge_base
-    from tau2.domains.banking_knowledge.retrieval import get_info_policy_override
-
     return get_info_policy_override(retrieval_config, get_knowledge_base())
 
 
