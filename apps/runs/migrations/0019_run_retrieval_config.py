@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("runs", "0016_step_limit_tau2s"),
+        ("runs", "0018_event_attempts"),
     ]
 
     operations = [

@@ -5,7 +5,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("evaluations", "0009_start_request_body"),
+        ("evaluations", "0010_external_agent"),
     ]
 
     operations = [
