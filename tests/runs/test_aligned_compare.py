@@ -1,9 +1,10 @@
 """Compare aligns runs of one task by expected action and tool call, not by index.
 
-alice's runs of airline/27 (expected: look the customer up, then a $150 certificate):
-the gold run; one that also reads a reservation (an inserted call); one that sends $149
-(different arguments, the first divergent write); one that never looks the customer up
-(a missing call). bob, on her team, compares them too.
+alice's runs of airline/27 (expected: look the customer up, then a $150 certificate on
+τ² 0.2; the lookup alone on 1.x): the gold run; one that also reads a reservation (an
+inserted call); one that sends $149 (0.2: different arguments; 1.x: a certificate none
+is owed; either way the first divergent write); one that never looks the customer up (a
+missing call). bob, on her team, compares them too.
 """
 
 from __future__ import annotations
@@ -12,7 +13,8 @@ import re
 
 from apps.runs.models import Run
 from tests.support import review
-from tests.support.scored_runs import EXTRA_READ, LOOKUP, certificate, stored_run
+from tests.support.scored_runs import EXTRA_READ, GOLD, LOOKUP, certificate, stored_run
+from tests.support.scripts import GOLD_CERTIFICATE
 
 
 def _rows(page: str) -> list[str]:
@@ -38,10 +40,8 @@ def _compare(client, *runs: Run) -> str:
 def test_an_inserted_call_faces_a_gap_and_the_calls_after_it_stay_aligned(
     llm_server, alice, alice_client, bob_client
 ):
-    gold = stored_run(alice, llm_server, [LOOKUP, certificate(150)], model="org/gold")
-    inserted = stored_run(
-        alice, llm_server, [LOOKUP, EXTRA_READ, certificate(150)], model="org/reader"
-    )
+    gold = stored_run(alice, llm_server, GOLD, model="org/gold")
+    inserted = stored_run(alice, llm_server, [LOOKUP, EXTRA_READ, *GOLD[1:]], model="org/reader")
     assert gold.reward == inserted.reward == 1.0
 
     for client in (alice_client, bob_client):
@@ -51,11 +51,13 @@ def test_an_inserted_call_faces_a_gap_and_the_calls_after_it_stay_aligned(
         assert [_cells(r) for r in rows] == [
             ["get_user_details", "get_user_details"],
             ["-", "get_reservation_details"],
-            ["send_certificate", "send_certificate"],
+            *[["send_certificate", "send_certificate"]] * GOLD_CERTIFICATE,
         ]
         assert "Expected action 1: <code>get_user_details</code>" in rows[0]
         assert "Not an expected action" in rows[1]
-        assert 'data-differs="true"' in rows[1] and 'data-differs="false"' in rows[2]
+        assert 'data-differs="true"' in rows[1]
+        if GOLD_CERTIFICATE:
+            assert 'data-differs="false"' in rows[2]
         # The talk before a call sits in its row; each call carries its own result.
         assert rows[0].count("My flight was delayed") == 2
         assert rows[1].count('data-testid="tool-result"') == 1 and "NO6JO3" in rows[1]
@@ -66,9 +68,9 @@ def test_an_inserted_call_faces_a_gap_and_the_calls_after_it_stay_aligned(
 def test_each_column_starts_with_its_database_diff_and_first_divergent_write(
     llm_server, alice, alice_client
 ):
-    gold = stored_run(alice, llm_server, [LOOKUP, certificate(150)], model="org/gold")
+    gold = stored_run(alice, llm_server, GOLD, model="org/gold")
     wrong = stored_run(alice, llm_server, [LOOKUP, certificate(149)], model="org/cheap")
-    assert wrong.reward == 0.0
+    assert gold.reward == 1.0 and wrong.reward == 0.0
 
     page = _compare(alice_client, gold, wrong)
     counts = re.findall(r'data-testid="compare-db-changes"[^>]*>([^<]+)<', page)
@@ -78,20 +80,29 @@ def test_each_column_starts_with_its_database_diff_and_first_divergent_write(
     ]
     [path] = re.findall(r'data-testid="compare-db-path" data-path="([^"]+)"', page)
     assert path.startswith("users.ethan_martin_2396.payment_methods.certificate_")
-    assert path.endswith(".amount")
+    # 0.2 expects a $150 certificate: the amount differs. 1.x expects none: it is added.
+    assert path.endswith(".amount") == GOLD_CERTIFICATE
     firsts = re.findall(r'data-testid="compare-first-divergent">([^<]+)<', page)
     assert firsts == ["no divergent write", "send_certificate"]
     head = page.split('data-testid="aligned-row"')[0]
-    assert re.search(r'data-testid="compare-divergent-args">.*?<mark[^>]*><code>amount=149', head)
+    [args] = re.findall(r'data-testid="compare-divergent-args">(.*?)</p>', head)
+    assert "amount=149" in args
+    assert ("<mark" in args) == GOLD_CERTIFICATE  # no expected arguments to differ from on 1.x
 
-    # The certificate row: both calls side by side, the amount marked in each.
     [row] = [r for r in _rows(page) if 'data-name="send_certificate"' in r]
-    assert _cells(row) == ["send_certificate", "send_certificate"]
-    marked = re.findall(r'data-arg="(\w+)" data-differs="true"', row)
-    assert marked == ["amount", "amount"]
-    assert re.findall(r'data-arg="user_id" data-differs="(\w+)"', row) == ["false", "false"]
-    assert row.count('data-divergent="true"') == 1
-    assert 'data-kind="wrong_args"' in row and "first divergent write" in row
+    assert row.count('data-divergent="true"') == 1 and "first divergent write" in row
+    if GOLD_CERTIFICATE:
+        # The expected certificate's row: both calls side by side, the amount marked in each.
+        assert _cells(row) == ["send_certificate", "send_certificate"]
+        marked = re.findall(r'data-arg="(\w+)" data-differs="true"', row)
+        assert marked == ["amount", "amount"]
+        assert re.findall(r'data-arg="user_id" data-differs="(\w+)"', row) == ["false", "false"]
+        assert 'data-kind="wrong_args"' in row
+    else:
+        # Not an expected action: a row of its own, the gold run's cell a gap.
+        assert _cells(row) == ["-", "send_certificate"]
+        assert "Not an expected action" in row
+        assert 'data-kind="extra_write"' in row
     # The lookup row: same call, nothing marked.
     [lookup] = [r for r in _rows(page) if 'data-name="get_user_details"' in r]
     assert 'data-differs="true"' not in lookup

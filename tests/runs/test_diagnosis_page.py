@@ -1,8 +1,9 @@
 """The diagnosis of a scored run on its page, in its JSON export and on compare.
 
 alice runs airline/27 on the production path (form, Celery worker, scripted models):
-once as expected, once with a $149 certificate instead of $150. bob, on her team, sees
-the same diagnosis; a run without a score has none.
+once as expected, once with a $149 certificate: on τ² 0.2 instead of the $150 one the
+task expects, on 1.x where it expects none (an extra write). bob, on her team, sees the
+same diagnosis; a run without a score has none.
 """
 
 from __future__ import annotations
@@ -12,9 +13,21 @@ import re
 
 from apps.runs.models import Run
 from tests.support.llm_server import text, tool_call
-from tests.support.scripts import AGENT_MODEL, GOLD_TASK, finished, gold_script, play, wait_for
+from tests.support.scripts import (
+    AGENT_MODEL,
+    GOLD_CALLS,
+    GOLD_CERTIFICATE,
+    GOLD_TASK,
+    finished,
+    gold_script,
+    play,
+    wait_for,
+)
 
 USER = "ethan_martin_2396"
+# The $149 certificate's step: 0.2's task 27 expects $150 (different arguments, and the
+# expected one never sent); 1.x's expects none (an extra write, nothing missing).
+WRONG = "wrong_args" if GOLD_CERTIFICATE else "extra_write"
 # The worker's first run waits for it to start; on a machine shared with other suites
 # that has taken over a minute.
 WAIT = 180.0
@@ -69,13 +82,18 @@ def test_a_failed_run_shows_the_wrong_field_and_the_first_divergent_write(
         assert 'data-testid="diagnosis"' in page
         [path] = re.findall(r'data-testid="db-change" data-path="([^"]+)"', page)
         assert path.startswith(f"users.{USER}.payment_methods.certificate_")
-        assert path.endswith(".amount")
-        assert 'data-kind="changed"' in page
+        assert path.endswith(".amount") == GOLD_CERTIFICATE
+        assert f'data-kind="{"changed" if GOLD_CERTIFICATE else "added"}"' in page
         divergent = re.search(r'data-testid="first-divergent">(.*?)</p>', page, re.S).group(1)
-        assert "send_certificate" in divergent and "amount" in divergent
-        assert _badges(page) == ["match", "wrong_args"]
-        assert "write with different arguments" in page
-        assert 'data-kind="missing"' in page  # the expected $150 certificate, never sent
+        assert "send_certificate" in divergent
+        # 0.2 names the argument that differs; 1.x has no expected certificate to differ from.
+        assert ("amount" in divergent) == GOLD_CERTIFICATE
+        assert _badges(page) == ["match", WRONG]
+        if GOLD_CERTIFICATE:
+            assert "write with different arguments" in page
+            assert 'data-kind="missing"' in page  # the expected $150 certificate, never sent
+        else:
+            assert "extra write" in page and 'data-kind="missing"' not in page
         assert "css/diagnosis.css" in page and "<script>" not in page
 
 
@@ -88,12 +106,17 @@ def test_the_json_export_carries_the_diagnosis_and_the_tau2_export_does_not(
     diagnosis = payload["diagnosis"]
     assert diagnosis["db_match"] is False and diagnosis["db_scored"] is True
     [change] = diagnosis["changes"]
-    assert (change["kind"], change["expected"], change["actual"]) == ("changed", 150.0, 149.0)
-    assert change["path"].endswith(".amount")
+    if GOLD_CERTIFICATE:
+        assert (change["kind"], change["expected"], change["actual"]) == ("changed", 150.0, 149.0)
+        assert change["path"].endswith(".amount")
+    else:
+        assert (change["kind"], change["expected"]) == ("added", None)
+        assert change["actual"]["amount"] == 149.0
     divergent = diagnosis["first_divergent_write"]
-    assert (divergent["name"], divergent["kind"]) == ("send_certificate", "wrong_args")
-    assert divergent["differing_args"] == ["amount"]
-    assert [s["kind"] for s in diagnosis["steps"]] == ["match", "wrong_args", "missing"]
+    assert (divergent["name"], divergent["kind"]) == ("send_certificate", WRONG)
+    assert divergent["differing_args"] == (["amount"] if GOLD_CERTIFICATE else [])
+    steps = ["match", WRONG, *["missing"] * GOLD_CERTIFICATE]
+    assert [s["kind"] for s in diagnosis["steps"]] == steps
 
     tau2 = json.loads(alice_client.get(f"/runs/{run.pk}.json?format=tau2").content)
     assert "diagnosis" not in json.dumps(tau2)
@@ -109,7 +132,7 @@ def test_a_golden_run_has_no_change_and_compare_counts_each_runs_changes(
 
     page = alice_client.get(f"/runs/{gold.pk}/").content.decode()
     assert 'data-testid="db-diff-empty"' in page
-    assert _badges(page) == ["match", "match"]
+    assert _badges(page) == ["match"] * len(GOLD_CALLS)
     assert 'data-testid="first-divergent"' not in page
 
     compare = alice_client.get(f"/runs/compare/?ids={gold.pk},{wrong.pk}").content.decode()
@@ -173,5 +196,6 @@ def test_a_played_run_is_diagnosed_like_a_model_run(celery_worker, llm_server, a
     assert run.kind == Run.Kind.HUMAN and run.reward == 0.0, run.error
 
     page = alice_client.get(f"/runs/{run.pk}/").content.decode()
-    assert _badges(page) == ["match", "extra_read", "wrong_args"]
-    assert re.search(r'data-testid="db-change" data-path="[^"]+\.amount"', page)
+    assert _badges(page) == ["match", "extra_read", WRONG]
+    [path] = re.findall(r'data-testid="db-change" data-path="([^"]+)"', page)
+    assert path.endswith(".amount") == GOLD_CERTIFICATE

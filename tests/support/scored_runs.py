@@ -2,7 +2,9 @@
 
 The engine plays each in-process (the scripted customer opens, the agent's tool calls run
 on τ²'s environment, τ² scores the end) and the run is stored as the runner stores one.
-Task 27 expects ``get_user_details`` then a $150 ``send_certificate``.
+Task 27 expects ``get_user_details`` then a $150 ``send_certificate`` on τ² 0.2; on 1.x
+the lookup alone (the customer is owed no certificate), so there any certificate is an
+extra write.
 """
 
 from __future__ import annotations
@@ -14,10 +16,14 @@ from apps.tasks.models import Task
 from tau2_env.engine.episodes import Episode, messages_to_json
 from tau2_env.llm import gateway
 from tests.support.llm_server import ScriptedLLM, text
+from tests.support.scripts import GOLD_CALLS
 
 USER = "ethan_martin_2396"
 LOOKUP = ("get_user_details", {"user_id": USER})
 EXTRA_READ = ("get_reservation_details", {"reservation_id": "NO6JO3"})
+# The gold run's calls, as each τ² expects: 0.2 the lookup and the $150 certificate, 1.x
+# the lookup alone.
+GOLD = list(GOLD_CALLS)
 
 
 def certificate(amount: int) -> tuple[str, dict[str, Any]]:
