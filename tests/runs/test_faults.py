@@ -10,7 +10,7 @@ from apps.runs.models import Run
 from apps.runs.tasks import execute_run
 from tests.conftest import start_celery_worker, stop_celery_worker
 from tests.runs.conftest import finished, gold_script, wait_for
-from tests.support.scripts import queued_run
+from tests.support.scripts import GOLD_CALLS, queued_run
 
 pytestmark = pytest.mark.slow
 
@@ -56,7 +56,7 @@ def test_a_killed_workers_run_resumes_elsewhere_from_its_stored_history(
     assert [e.seq for e in events] == list(range(len(events)))
     assert len(events) >= stored_before
     calls = [c["name"] for e in events for c in (e.message.get("tool_calls") or [])]
-    assert calls == ["get_user_details", "send_certificate"]  # each turn exactly once
+    assert calls == [name for name, _ in GOLD_CALLS]  # each turn exactly once
 
 
 def test_a_run_whose_workers_keep_dying_fails_with_the_reason(committed_db, alice, settings):

@@ -19,7 +19,7 @@ from tests.runs.conftest import (
     wait_for,
 )
 from tests.support.llm_server import delayed, error, text, tool_call
-from tests.support.scripts import run_start
+from tests.support.scripts import GOLD_CALLS, GOLD_CERTIFICATE, run_start
 
 pytestmark = pytest.mark.slow
 
@@ -40,14 +40,12 @@ def test_alice_runs_a_model_and_the_worker_scores_it(
     assert [e.kind for e in events] == [
         "agent",  # τ²'s greeting
         "customer",
-        "agent",
-        "tool_result",  # get_user_details
-        "agent",
-        "tool_result",  # send_certificate
+        # get_user_details, and (τ² 0.2, whose task 27 owes one) send_certificate
+        *["agent", "tool_result"] * len(GOLD_CALLS),
         "agent",
         "customer",  # the agent's answer, the customer's stop
     ]
-    assert run.n_tool_calls == 2 and run.n_messages == len(events)
+    assert run.n_tool_calls == len(GOLD_CALLS) and run.n_messages == len(events)
     requests = llm_server.chat_requests()
     assert requests and all(r.token == ALICE_TOKEN for r in requests)
     agent_models = {r.body["model"] for r in requests if is_agent_request(r)}
@@ -70,11 +68,17 @@ def test_alice_runs_a_model_and_the_worker_scores_it(
     assert ALICE_TOKEN not in str(run.provenance) + str(run.reward_info)
 
 
-def test_a_run_that_skips_the_write_scores_zero(celery_worker, llm_server, alice, alice_client):
+def test_a_run_whose_database_is_not_the_expected_one_scores_zero(
+    celery_worker, llm_server, alice, alice_client
+):
+    # τ² 0.2's task 27 owes a $150 certificate: skipping it fails. 1.x's owes none: sending
+    # one fails.
+    wrong = () if GOLD_CERTIFICATE else (("send_certificate", 150),)
     play(
         llm_server,
         agent=[
             tool_call("get_user_details", user_id="ethan_martin_2396"),
+            *[tool_call(name, user_id="ethan_martin_2396", amount=n) for name, n in wrong],
             text("Sorry, I cannot help with that."),
         ],
         customer=[text("My flight was delayed, I'm ethan_martin_2396."), text("Bye ###STOP###")],
@@ -92,9 +96,8 @@ def test_a_wrong_tool_argument_is_a_tool_error_inside_the_conversation(
         llm_server,
         agent=[
             tool_call("get_user_details", uid="nobody"),
-            tool_call("get_user_details", user_id="ethan_martin_2396"),
-            tool_call("send_certificate", user_id="ethan_martin_2396", amount=150),
-            text("Done: a $150 certificate."),
+            *[tool_call(name, **arguments) for name, arguments in GOLD_CALLS],
+            text("Done."),
         ],
         customer=[text("Delayed flight, I'm ethan_martin_2396."), text("Thanks ###STOP###")],
     )
