@@ -4,6 +4,10 @@ calls), sends the model exactly what τ²'s own agent would send given that pref
 keeps its lineage. PostgreSQL, a Celery worker on Redis, the scripted LLM over HTTP.
 
 alice forks her runs; bob is on her team; charlie is anonymous.
+
+The parent sends the $150 certificate on every τ²: on 0.2 that is airline/27's gold run
+(reward 1); 1.x's task 27 owes no certificate, so there the parent and every fork after
+the write score 0, which is how a fork shows it kept the prefix's write.
 """
 
 import json
@@ -25,16 +29,24 @@ from tests.runs.conftest import (
     wait_for,
 )
 from tests.support.llm_server import RecordedRequest, error, text, tool_call
+from tests.support.scripts import GOLD_CERTIFICATE
 
 pytestmark = pytest.mark.slow
 
 OTHER_CUSTOMER = "Qwen/Qwen3-235B-A22B-Instruct-2507"
-# The gold run of airline/27: τ²'s greeting, the customer, get_user_details and its result,
-# send_certificate (a write) and its result, the agent's answer, the customer's stop.
+# The parent run of airline/27: τ²'s greeting, the customer, get_user_details and its
+# result, send_certificate (a write) and its result, the agent's answer, the customer's stop.
 AFTER_THE_WRITE = 6
+# What a run with the certificate scores: 0.2's task 27 expects it, 1.x's does not.
+CERTIFICATE_REWARD = 1.0 if GOLD_CERTIFICATE else 0.0
 
 
-def gold_run(user) -> Run:
+def certificate_script(llm) -> None:
+    """The parent's script: airline/27 with the $150 certificate, on every τ²."""
+    gold_script(llm, certificate=True)
+
+
+def certificate_run(user) -> Run:
     """alice's finished run of airline/27 (the certificate sent at messages 4-5)."""
     from apps.tasks.models import Task
 
@@ -43,7 +55,7 @@ def gold_run(user) -> Run:
         user=user, task=task, spec=RunSpec(agent=Side(AGENT_MODEL), max_steps=30, seed=7)
     )
     run = wait_for(run, finished, what="the parent run")
-    assert run.status == Run.Status.COMPLETED and run.reward == 1.0, run.error
+    assert run.status == Run.Status.COMPLETED and run.reward == CERTIFICATE_REWARD, run.error
     kinds = list(run.events.order_by("seq").values_list("kind", flat=True))
     assert kinds[AFTER_THE_WRITE - 2 : AFTER_THE_WRITE + 1] == ["agent", "tool_result", "agent"]
     return run
@@ -109,8 +121,8 @@ def tau2_agent_request(run: Run, prefix: list[dict]) -> list[tuple]:
 def test_a_fork_after_a_write_sees_the_write_and_sends_tau2s_own_prefix(
     celery_worker, llm_server, alice, alice_client
 ):
-    gold_script(llm_server)
-    parent = gold_run(alice)
+    certificate_script(llm_server)
+    parent = certificate_run(alice)
     certificate = certificate_of(parent)
     # Before the write the customer had no such certificate.
     assert certificate not in parent.events.get(seq=3).message["content"]
@@ -129,8 +141,10 @@ def test_a_fork_after_a_write_sees_the_write_and_sends_tau2s_own_prefix(
     lookup = events[AFTER_THE_WRITE + 1]
     assert lookup.kind == "tool_result"
     assert certificate in lookup.message["content"]
-    # τ² scored the fork's final database: one certificate, as the task expects.
-    assert child.reward == 1.0 and child.reward_info["db_check"]["db_match"] is True
+    # τ² scored the fork's final database: one certificate, as 0.2's task expects (1.x's
+    # expects none: the prefix's write is what fails it there).
+    assert child.reward == CERTIFICATE_REWARD
+    assert child.reward_info["db_check"]["db_match"] is GOLD_CERTIFICATE
 
     # Its first model call carried exactly what τ²'s LLMAgent sends with that history.
     first = next(r for r in llm_server.chat_requests()[seen:] if is_agent_request(r))
@@ -149,8 +163,8 @@ def test_a_fork_after_a_write_sees_the_write_and_sends_tau2s_own_prefix(
 def test_a_fork_at_the_customers_message_lets_another_customer_model_answer(
     celery_worker, llm_server, alice, alice_client
 ):
-    gold_script(llm_server)
-    parent = gold_run(alice)
+    certificate_script(llm_server)
+    parent = certificate_run(alice)
     last = parent.events.order_by("seq").last()
     assert last.kind == "customer"
     seen = len(llm_server.chat_requests())
@@ -172,8 +186,8 @@ def test_a_fork_at_the_customers_message_lets_another_customer_model_answer(
 def test_the_run_page_and_the_export_show_the_lineage(
     celery_worker, llm_server, alice, alice_client, bob_client
 ):
-    gold_script(llm_server)
-    parent = gold_run(alice)
+    certificate_script(llm_server)
+    parent = certificate_run(alice)
     lookup_again_then_stop(llm_server, 0)
     child = forked(fork(bob_client, parent, AFTER_THE_WRITE, continue_with="seed", seed=5))
     assert child.created_by.username == "bob"
@@ -220,8 +234,8 @@ def test_the_run_page_and_the_export_show_the_lineage(
 def test_a_fork_taken_over_as_play_lets_the_forker_act_on_the_prefixs_state(
     celery_worker, llm_server, alice, alice_client, bob_client
 ):
-    gold_script(llm_server)
-    parent = gold_run(alice)
+    certificate_script(llm_server)
+    parent = certificate_run(alice)
     certificate = certificate_of(parent)
 
     response = fork(alice_client, parent, AFTER_THE_WRITE, continue_with="play")
@@ -253,8 +267,8 @@ def test_a_fork_taken_over_as_play_lets_the_forker_act_on_the_prefixs_state(
 def test_a_fork_as_play_at_the_customers_line_lets_the_customer_answer_first(
     celery_worker, llm_server, alice, alice_client
 ):
-    gold_script(llm_server)
-    parent = gold_run(alice)
+    certificate_script(llm_server)
+    parent = certificate_run(alice)
     last = parent.events.order_by("seq").last()
     llm_server.responder = lambda request: text("Actually, one more question.")
 
@@ -269,8 +283,8 @@ def test_a_fork_as_play_at_the_customers_line_lets_the_customer_answer_first(
 def test_a_fork_point_no_fork_may_start_at_is_refused_not_an_error(
     celery_worker, llm_server, alice, alice_client
 ):
-    gold_script(llm_server)
-    parent = gold_run(alice)
+    certificate_script(llm_server)
+    parent = certificate_run(alice)
 
     # Past the end, negative, not a number, none, τ²'s greeting, a tool's result.
     for at in ("99", "-1", "x", "", "0", "3", "99999999999999999999"):

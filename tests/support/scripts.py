@@ -25,8 +25,9 @@ GOLD_CALLS: tuple[tuple[str, dict], ...] = (
     ("get_user_details", {"user_id": "ethan_martin_2396"}),
     *((("send_certificate", {"user_id": "ethan_martin_2396", "amount": 150}),) * GOLD_CERTIFICATE),
 )
+_SENT = "I have sent you a $150 certificate. Anything else?"
 GOLD_CLOSING = (
-    "I have sent you a $150 certificate. Anything else?"
+    _SENT
     if GOLD_CERTIFICATE
     else "I'm sorry, your delay does not qualify for a certificate. Anything else?"
 )
@@ -59,9 +60,12 @@ def play(
     llm.responder = responder
 
 
-def gold_script(llm: ScriptedLLM, *, delay: float = 0.0) -> None:
+def gold_script(
+    llm: ScriptedLLM, *, delay: float = 0.0, certificate: bool = GOLD_CERTIFICATE
+) -> None:
     """Task airline/27 solved: the agent looks the customer up and sends the certificate
-    (τ² 0.2) or says none is due (1.x).
+    (τ² 0.2) or says none is due (1.x). ``certificate=True`` sends the $150 certificate on
+    either generation (on 1.x a write its task 27 does not expect).
 
     Stateless: each reply follows from the conversation in the request, so a hop that is
     asked again (a worker died before storing it) gets the same answer.
@@ -79,9 +83,9 @@ def gold_script(llm: ScriptedLLM, *, delay: float = 0.0) -> None:
             ]
             if "get_user_details" not in called:
                 return tool_call("get_user_details", user_id="ethan_martin_2396")
-            if GOLD_CERTIFICATE and "send_certificate" not in called:
+            if certificate and "send_certificate" not in called:
                 return tool_call("send_certificate", user_id="ethan_martin_2396", amount=150)
-            return text(GOLD_CLOSING)
+            return text(_SENT if certificate else GOLD_CLOSING)
         if "certificate" in request.text():
             return text("Thanks, that's all. ###STOP###")
         return text("Hi, my flight was delayed and I want compensation. I'm ethan_martin_2396.")
