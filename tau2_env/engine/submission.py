@@ -369,7 +369,7 @@ def _verdict(name: str, returncode: int, output: str) -> str:
     # validate prints its refusals and returns 0; a failed verify inside it exits 1.
     if "validation failed" in output or "Submission validation successful" not in output:
         return "failed"
-    return "warnings" if "warnings found" in output else "passed"
+    return "warnings" if tau2_gen.VALIDATE_WARNINGS in output else "passed"
 
 
 def _run(name: str, arguments: list[str], *, cwd: str, timeout: float) -> Check:

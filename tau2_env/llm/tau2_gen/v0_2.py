@@ -46,9 +46,14 @@ __all__ = [
     "run_config_default",
     "termination_reason",
     "user_tools",
+    "VALIDATE_WARNINGS",
 ]
 
 GENERATION = "0.2"
+
+# What ``tau2 submit validate`` prints when its metrics checks warn (it still exits 0):
+# "❌ 1 warnings found".
+VALIDATE_WARNINGS = "warnings found"
 
 # The base class of an agent played from outside τ² (its orchestrator's agent type).
 AgentBase = BaseAgent

@@ -57,9 +57,14 @@ __all__ = [
     "run_config_default",
     "termination_reason",
     "user_tools",
+    "VALIDATE_WARNINGS",
 ]
 
 GENERATION = "1"
+
+# What ``tau2 submit validate`` prints when its metrics checks warn (it still exits 0):
+# "❌ 1 warning(s) found".
+VALIDATE_WARNINGS = "warning(s) found"
 
 # The base class of an agent played from outside τ² (1.x: turn-based agents are
 # HalfDuplexAgent; BaseAgent is gone).
