@@ -29,11 +29,11 @@ from tests.support.connections import CONNECTION_KEY, openai_compatible_connecti
 from tests.support.evaluations import stored_evaluation
 from tests.support.people import ALICE_TOKEN, BOB_TOKEN, signed_in
 from tests.support.review import staff_member
-from tests.support.scored_runs import LOOKUP, certificate, stored_run
-from tests.support.scripts import gold_script, is_agent_request, queued_run
+from tests.support.scored_runs import GOLD, LOOKUP, certificate, stored_run
+from tests.support.scripts import GOLD_CALLS, gold_script, is_agent_request, queued_run
 
-SOLVES = [LOOKUP, certificate(150)]
-FAILS = [LOOKUP, certificate(100)]
+SOLVES = GOLD  # airline/27 as each τ² expects (1.x owes no certificate)
+FAILS = [LOOKUP, certificate(100)]  # a wrong certificate on 0.2, an unowed one on 1.x
 
 
 @pytest.fixture
@@ -108,7 +108,7 @@ def test_an_sft_download_reads_back_through_datasets_as_the_runs_conversations(
         assert_row_is_the_run(row, run)
     # Tool calls and their results are there, as the agent made and got them.
     calls = [c["function"]["name"] for m in rows[0]["messages"] for c in m["tool_calls"] or []]
-    assert calls == ["get_user_details", "send_certificate"]
+    assert calls == [name for name, _ in GOLD_CALLS]
     # τ²'s agent greets first, then the customer says why they call.
     assert [m["role"] for m in rows[0]["messages"]][:3] == ["system", "assistant", "user"]
 

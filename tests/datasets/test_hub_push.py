@@ -23,7 +23,7 @@ from tests.conftest import start_celery_worker, stop_celery_worker
 from tests.support.hub_server import NAMESPACE, HubServer
 from tests.support.people import ALICE_TOKEN
 from tests.support.review import staff_member
-from tests.support.scored_runs import LOOKUP, certificate, stored_run
+from tests.support.scored_runs import GOLD, LOOKUP, certificate, stored_run
 
 pytestmark = pytest.mark.slow
 
@@ -56,7 +56,7 @@ def hub_worker(hub, scripted_llm_session, django_db_setup):
 def runs(alice, llm_server, hub):
     hub.reset()
     return [
-        stored_run(alice, llm_server, [LOOKUP, certificate(150)], model="org/model-a"),
+        stored_run(alice, llm_server, GOLD, model="org/model-a"),
         stored_run(alice, llm_server, [LOOKUP, certificate(100)], model="org/model-a"),
     ]
 

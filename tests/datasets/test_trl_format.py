@@ -16,7 +16,8 @@ import pytest
 from transformers.utils.chat_template_utils import render_jinja_template
 
 from tau2_env.engine import catalog
-from tests.support.scored_runs import LOOKUP, certificate, stored_run
+from tests.support.scored_runs import GOLD, LOOKUP, certificate, stored_run
+from tests.support.scripts import GOLD_CERTIFICATE
 
 TEMPLATE = (
     "{%- if tools %}<|tools|>{% for tool in tools %}{{ tool | tojson }}\n{% endfor %}<|end|>"
@@ -34,7 +35,8 @@ TEMPLATE = (
 
 @pytest.fixture
 def rows(alice, alice_client, llm_server, tmp_path):
-    stored_run(alice, llm_server, [LOOKUP, certificate(150)], model="org/model-a")
+    # airline/27 solved as each τ² expects, then failed with a $100 certificate.
+    stored_run(alice, llm_server, GOLD, model="org/model-a")
     stored_run(alice, llm_server, [LOOKUP, certificate(100)], model="org/model-a")
 
     def load(query: str) -> list[dict]:
@@ -49,7 +51,7 @@ def rows(alice, alice_client, llm_server, tmp_path):
 
 
 def test_an_sft_row_renders_with_its_tools_as_trl_renders_it(rows):
-    row = rows("type=sft")[0]
+    row = rows("type=sft")[1]  # the $100 run: a read and a write on every τ²
     tools = json.loads(row["tools"]) if isinstance(row["tools"], str) else row["tools"]
     (text,), _ = render_jinja_template(
         conversations=[row["messages"]], tools=tools, chat_template=TEMPLATE
@@ -59,7 +61,7 @@ def test_an_sft_row_renders_with_its_tools_as_trl_renders_it(rows):
     assert catalog.get_domain("airline").policy in text
     assert (
         '<call>{"name": "send_certificate", "arguments": '
-        '{"user_id": "ethan_martin_2396", "amount": 150}}</call>' in text
+        '{"user_id": "ethan_martin_2396", "amount": 100}}</call>' in text
     )
     tool_turns = [m for m in row["messages"] if m["role"] == "tool"]
     assert len(tool_turns) == 2
@@ -80,4 +82,6 @@ def test_a_preference_row_renders_prompt_with_chosen_and_with_rejected(rows):
     )
     # TRL tokenizes prompt, prompt + chosen and prompt + rejected: the prompt opens both.
     assert chosen.startswith(prompt) and rejected.startswith(prompt) and chosen != rejected
-    assert '"amount": 150' in chosen and '"amount": 100' in rejected
+    # The calls' arguments (the customer's own certificates read "amount": 100.0).
+    assert '"amount": 100}' in rejected and '"amount": 100}' not in chosen
+    assert ('"amount": 150}' in chosen) == GOLD_CERTIFICATE  # 1.x's gold sends none
