@@ -21,6 +21,7 @@ from apps.evaluations import breakdowns
 from apps.evaluations.models import Evaluation
 from tau2_env.engine import catalog
 from tau2_env.engine.evaluation import bootstrap_pass_hat_k, compute_metrics
+from tau2_env.generations import tau2_generation
 from tests.support.evaluations import Conversation, conversation, stored_evaluation
 
 GROUP_ROW = re.compile(
@@ -151,13 +152,9 @@ def test_an_airline_evaluation_says_which_breakdowns_do_not_apply(alice, alice_c
     evaluation = stored_evaluation(alice, outcomes={"27": [1.0, 1.0], "2": [0.0, 1.0]})
     body = alice_client.get(evaluation.get_absolute_url()).content.decode()
     actions = page_groups(body, "expected_actions")
-    # 27 expects 2 actions, 2 expects 4.
-    assert (actions["2–3"][0], actions["4–6"][0], actions["0–1"][0], actions["7+"][0]) == (
-        1,
-        1,
-        0,
-        0,
-    )
+    # τ² 0.2: 27 expects 2 actions, 2 expects 4. 1.x: 27 expects 1, 2 expects 3.
+    in_groups = (actions["0–1"][0], actions["2–3"][0], actions["4–6"][0], actions["7+"][0])
+    assert in_groups == ((0, 1, 1, 0) if tau2_generation() == "0.2" else (1, 1, 0, 0))
     for label in ("persona", "issue_type", "sub_issue"):
         start = body.index(f'data-testid="breakdown-{label}"')
         section = body[start : body.index("</figure>", start)]
