@@ -10,12 +10,9 @@ evaluation is told apart from a pinned baseline by the paired bootstrap.
 
 from __future__ import annotations
 
-import json
-import os
 import subprocess
 import sys
 import tomllib
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -23,6 +20,7 @@ import pytest
 from apps.agents.models import ApiKey
 from apps.agents.services import api_key_create, api_key_revoke
 from apps.evaluations.models import Baseline, Evaluation
+from tests.support.ci_gate import gate, pin
 from tests.support.llm_server import RecordedRequest, ScriptedLLM, text, tool_call
 from tests.support.scripts import AGENT_MODEL, is_agent_request
 
@@ -94,36 +92,6 @@ def settings_file(tmp_path, asgi_server) -> Path:
         'name = "ci"\n'
     )
     return path
-
-
-def gate(
-    settings: Path, *, key: str, run_id: str = "", extra: tuple[str, ...] = ()
-) -> subprocess.CompletedProcess:
-    """``python -m tau2_env.faces.ci_gate`` as a CI job runs it: the key in the
-    environment, nothing of the test's own settings."""
-    env = {
-        name: value
-        for name, value in os.environ.items()
-        if not name.startswith(("GITHUB_", "DJANGO", "DATABASE", "TAU2_"))
-    }
-    env["TAU2_STUDIO_KEY"] = key
-    args = [sys.executable, "-m", "tau2_env.faces.ci_gate", str(settings), "--poll-max", "0.5"]
-    if run_id:
-        args += ["--run-id", run_id]
-    args += extra
-    return subprocess.run(
-        args, env=env, cwd=ROOT, capture_output=True, text=True, timeout=240, check=False
-    )
-
-
-def pin(asgi_server, pk: int, *, key: str) -> dict:
-    request = urllib.request.Request(
-        f"{asgi_server.url}/api/evaluations/{pk}/baseline/",
-        method="POST",
-        headers={"Authorization": f"Bearer {key}"},
-    )
-    with urllib.request.urlopen(request, timeout=30) as response:
-        return json.loads(response.read())
 
 
 def key_of(user, scope: str = ApiKey.Scope.START) -> str:
