@@ -23,6 +23,33 @@ _LIMITS = {
     "too_many_errors": "τ²'s error limit ({n} tool errors)",
 }
 
+# τ²'s TerminationReason values in words, both generations' (1.x added ``timeout``,
+# ``infrastructure_error``, ``context_window_exceeded`` and ``unexpected_error``), and
+# the studio's own ``stopped``. A value not here is shown as τ² wrote it.
+ENDING_WORDS = {
+    "user_stop": "the customer ended it",
+    "agent_stop": "the agent ended it",
+    "max_steps": "τ²'s step limit",
+    "too_many_errors": "τ²'s error limit",
+    "agent_error": "the agent's side failed",
+    "user_error": "the customer's model failed",
+    "timeout": "τ²'s time limit (--timeout)",
+    "infrastructure_error": "the infrastructure failed (e.g. the API disconnected)",
+    "context_window_exceeded": "a model's context window was full",
+    "unexpected_error": "an unexpected error in τ²",
+    # 0.2 only: its orchestrator ends a conversation whose agent repeats itself.
+    "judge_stop": "τ² found the agent stuck repeating itself",
+    "stopped": "stopped before its end",
+}
+
+
+def ending_words(reason: str) -> str:
+    """``reason`` (τ²'s termination reason, or a status) said to a person, τ²'s own value
+    in brackets: ``"the customer ended it (user_stop)"``."""
+    words = ENDING_WORDS.get(reason)
+    return f"{words} ({reason})" if words else reason
+
+
 # A loop is at least this many messages repeating a cycle of at most LOOP_MAX_PERIOD.
 LOOP_MIN_MESSAGES = 6
 LOOP_MAX_PERIOD = 4

@@ -64,7 +64,7 @@ def test_the_error_limit_names_its_count_and_other_endings_stay_as_they_were(ali
     run.termination_reason = "user_stop"
     assert endings.limit_ending(run) == ""
     html = unescape(presenters.status_html(run, user=alice))
-    assert "ended: user_stop" in html and "limit-ending" not in html
+    assert "ended: the customer ended it (user_stop)" in html and "limit-ending" not in html
 
 
 def test_a_conversation_that_repeats_itself_is_marked_on_its_page(alice, alice_client):
@@ -256,3 +256,29 @@ def test_a_run_tried_again_is_measured_afresh_until_it_ends_again(alice):
     Run.objects.filter(pk=run.pk).update(loop_length=12)
     run.refresh_from_db()
     assert endings.run_loop(run) == 0
+
+
+def test_every_termination_reason_of_both_generations_is_said_in_words():
+    from tau2_env.engine.episodes import TerminationReason
+
+    reasons = [reason.value for reason in TerminationReason]
+    for reason in reasons:
+        assert endings.ending_words(reason).endswith(f"({reason})"), reason
+        assert endings.ending_words(reason) != reason, f"{reason} has no words"
+    # 1.x's own reasons, whichever τ² is installed.
+    for reason in ("timeout", "infrastructure_error", "context_window_exceeded"):
+        assert endings.ending_words(reason) != reason
+    assert endings.ending_words("something_new") == "something_new"
+
+
+def test_how_the_runs_ended_says_each_reason_in_words(alice, alice_client):
+    from apps.evaluations.services import _summarise
+
+    evaluation = stored_evaluation(alice, outcomes={"0": [1.0], "1": [0.0]})
+    evaluation.runs.update(termination_reason="user_stop")
+    _summarise(evaluation.pk)
+    page = unescape(alice_client.get(f"/evaluations/{evaluation.pk}/").content.decode())
+    assert (
+        '<th title="τ²\'s termination reason: user_stop">the customer ended it (user_stop)</th>'
+        in page
+    )

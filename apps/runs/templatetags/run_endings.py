@@ -19,6 +19,12 @@ def limit_ending(run: Run) -> str:
 
 
 @register.filter
+def ending_words(reason: str) -> str:
+    """τ²'s termination reason in words, its value in brackets."""
+    return endings.ending_words(str(reason or ""))
+
+
+@register.filter
 def run_loop(run: Run) -> str:
     return endings.loop_label(endings.run_loop(run)) if isinstance(run, Run) else ""
 
