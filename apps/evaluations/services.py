@@ -36,6 +36,7 @@ from apps.connections.llm_routes import prices_of, side_provenance
 from apps.connections.models import Connection
 from apps.evaluations import events
 from apps.evaluations.estimates import evaluation_cost_estimate
+from apps.evaluations.external import agent_name_problem
 from apps.evaluations.hooks import EvaluationNews, evaluation_news
 from apps.evaluations.models import Evaluation, StartRequest
 from apps.evaluations.selectors import evaluation_metrics
@@ -219,9 +220,6 @@ EXTERNAL_IMPLEMENTATION = "an outside agent, pulling its episodes over OpenEnv o
 def _external_spec(spec: RunSpec) -> RunSpec:
     """``spec`` for an outside agent's evaluation: its agent named (``name@version``), no
     model, no connection, the default mode; raises ``ValidationError`` saying why not."""
-    # On first use: external imports the engine's gate (its plans and refusals).
-    from apps.evaluations.external import agent_name_problem
-
     name = (spec.agent.model or "").strip()
     problem = agent_name_problem(name)
     if problem:

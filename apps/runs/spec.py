@@ -19,7 +19,6 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from apps.runs import defaults
-from tau2_env.engine import catalog
 from tau2_env.llm.llm_args import DEFAULT_AGENT_ARGS, DEFAULT_USER_ARGS
 
 if TYPE_CHECKING:
@@ -114,6 +113,10 @@ class RunSpec:
         configuration filled in (its default when none is chosen). Raises ``ValueError``
         saying why when ``domain`` cannot run with the one chosen (a configuration this
         server cannot run, or one given for a domain without retrieval)."""
+        # On first use: the catalogue imports τ² and litellm (seconds), which the models
+        # (and so every manage.py command) must not pay for at start-up.
+        from tau2_env.engine import catalog
+
         chosen = self.retrieval_config or None
         refusal = catalog.retrieval_refusal(domain=domain, retrieval_config=chosen)
         if refusal is not None:
