@@ -17,7 +17,7 @@ from apps.runs.spec import RunSpec, Side
 from tau2_env.engine import catalog
 from tests.evaluations.test_api_start import key_of, post
 from tests.evaluations.test_evaluations import wait_until
-from tests.support.scripts import AGENT_MODEL, BANKING_TASK, banking_script
+from tests.support.scripts import AGENT_MODEL, BANKING_TASK, banking_agent_tools, banking_script
 
 pytestmark = pytest.mark.upstream
 
@@ -49,12 +49,7 @@ def test_a_banking_evaluation_runs_offline_with_bm25_by_default(
     assert run.status == Run.Status.COMPLETED, run.error
     assert run.retrieval_config == "bm25" and run.provenance["retrieval_config"] == "bm25"
     assert run.reward == 1.0
-    agent_tools = {
-        name
-        for r in llm_server.chat_requests()
-        if "transfer_to_human_agents" in r.tool_names
-        for name in r.tool_names
-    }
+    agent_tools = banking_agent_tools(llm_server)
     assert "KB_search" in agent_tools and "grep" not in agent_tools
 
     for page in (f"/runs/{run.pk}/", f"/evaluations/{evaluation.pk}/"):
@@ -77,12 +72,7 @@ def test_an_evaluation_with_grep_only_gives_its_agent_grep_and_is_ranked_apart(
     )
     (run,) = grep.runs.all()
     assert run.retrieval_config == "grep_only" and run.reward == 1.0
-    agent_tools = {
-        name
-        for r in llm_server.chat_requests()
-        if "transfer_to_human_agents" in r.tool_names
-        for name in r.tool_names
-    }
+    agent_tools = banking_agent_tools(llm_server)
     assert "grep" in agent_tools and "KB_search" not in agent_tools
 
     bm25 = _evaluation(alice, "bm25")

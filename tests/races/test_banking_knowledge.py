@@ -9,7 +9,13 @@ from apps.races.models import Race
 from apps.races.selectors import race_runs
 from apps.runs.models import Run
 from tests.support.races import CUSTOMER, EXTRA, FAST
-from tests.support.scripts import BANKING_TASK, banking_script, finished, refresh_agent_models
+from tests.support.scripts import (
+    BANKING_TASK,
+    banking_agent_tools,
+    banking_script,
+    finished,
+    refresh_agent_models,
+)
 from tests.support.scripts import wait_for as wait_for_run
 
 pytestmark = [pytest.mark.slow, pytest.mark.upstream]
@@ -45,10 +51,5 @@ def test_a_banking_race_runs_every_lane_with_the_chosen_configuration(
         run = wait_for_run(run, finished, timeout=120)
         assert run.status == Run.Status.COMPLETED, run.error
         assert run.reward == 1.0
-    agent_tools = {
-        name
-        for r in llm_server.chat_requests()
-        if "transfer_to_human_agents" in r.tool_names
-        for name in r.tool_names
-    }
+    agent_tools = banking_agent_tools(llm_server)
     assert "grep" in agent_tools and "KB_search" not in agent_tools

@@ -11,7 +11,14 @@ from apps.runs.models import Run
 from apps.runs.services import run_create
 from apps.runs.spec import RunSpec, Side
 from apps.tasks.models import Task
-from tests.support.scripts import AGENT_MODEL, BANKING_TASK, banking_script, finished, wait_for
+from tests.support.scripts import (
+    AGENT_MODEL,
+    BANKING_TASK,
+    banking_agent_tools,
+    banking_script,
+    finished,
+    wait_for,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.upstream]
 
@@ -43,10 +50,5 @@ def test_a_fork_of_a_grep_only_run_replays_its_grep_calls_and_scores(
     assert fork.reward == 1.0
     # τ² 1.x replays only writes, so the column alone would not show a lost configuration:
     # the fork's agent is offered grep_only's tools, as its parent was.
-    offered = {
-        name
-        for r in llm_server.chat_requests()
-        if "transfer_to_human_agents" in r.tool_names
-        for name in r.tool_names
-    }
+    offered = banking_agent_tools(llm_server)
     assert "grep" in offered and "KB_search" not in offered

@@ -98,6 +98,17 @@ def gold_script(
 BANKING_TASK = ("banking_knowledge", "task_001")
 
 
+def banking_agent_tools(llm: ScriptedLLM) -> set[str]:
+    """Every tool offered to banking_knowledge's agent in ``llm``'s requests (the agent's
+    requests are those that offer ``transfer_to_human_agents``)."""
+    return {
+        name
+        for request in llm.chat_requests()
+        if "transfer_to_human_agents" in request.tool_names
+        for name in request.tool_names
+    }
+
+
 def banking_script(llm: ScriptedLLM) -> None:
     """banking_knowledge/task_001 solved, statelessly: the agent looks in the knowledge
     base with its configuration's tool, when it has one (``KB_search``, ``grep``), then
