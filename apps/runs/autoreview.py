@@ -58,19 +58,49 @@ def _reviewable(run: Run) -> bool:
     return run.status in Run.FINAL and run.n_messages > 0
 
 
-def autoreview_request(*, run: Run, by, reviewer: ResolvedRoute) -> AutoReview:
-    """Ask ``reviewer`` to review ``run`` (on ``by``'s credentials, once this commits).
+def modes() -> dict[str, str | None]:
+    """Each review mode (``tau2 review --mode``) → why it cannot run here (``None``: it
+    can). τ² 1.x's reviewer has both; on τ² 0.2, which has none, the studio's reviewer
+    reads both sides only."""
+    own = tau2_review.tau2_reviews()
+    return {
+        mode: None
+        if mode in own or (not own and mode == AutoReview.Mode.FULL)
+        else "τ² 0.2 has no reviewer of the customer alone (it came with τ² 1.0)"
+        for mode in AutoReview.Mode.values
+    }
+
+
+def _mode_checked(mode: str) -> str:
+    refusal = modes().get(mode, f"{mode!r} is not a review mode")
+    if refusal:
+        raise ValidationError(refusal)
+    return mode
+
+
+def autoreview_request(
+    *, run: Run, by, reviewer: ResolvedRoute, mode: str = AutoReview.Mode.FULL
+) -> AutoReview:
+    """Ask ``reviewer`` to review ``run`` in ``mode`` (on ``by``'s credentials, once this
+    commits).
 
     Raises ``PermissionDenied`` unless ``by`` is staff and ``ValidationError`` for a run
-    that has not ended or has no message."""
+    that has not ended or has no message, or a mode this τ² has not."""
     if not can_request(by):
         raise PermissionDenied("Only staff may start an auto-review.")
     if not _reviewable(run):
         raise ValidationError("Only a finished run with messages can be reviewed.")
-    return _request(run=run, by=by, reviewer=reviewer)
+    return _request(run=run, by=by, reviewer=reviewer, mode=_mode_checked(mode))
 
 
-def autoreviews_request(*, evaluation_id: int, by, reviewer: ResolvedRoute, which: str) -> list:
+def autoreviews_request(
+    *,
+    evaluation_id: int,
+    by,
+    reviewer: ResolvedRoute,
+    which: str,
+    mode: str = AutoReview.Mode.FULL,
+) -> list:
     """Ask ``reviewer`` to review evaluation ``evaluation_id``'s finished runs: its
     failures (failed, or a reward below 1) with ``which="failures"``, every one with
     ``"all"``. Returns the AutoReviews queued (none for a run without messages). By the
@@ -79,18 +109,22 @@ def autoreviews_request(*, evaluation_id: int, by, reviewer: ResolvedRoute, whic
         raise PermissionDenied("Only staff may start an auto-review.")
     if which not in (WHICH_FAILURES, WHICH_ALL):
         raise ValidationError(f"Review which runs? {which!r} is neither failures nor all.")
+    _mode_checked(mode)
     runs = Run.objects.filter(evaluation_id=evaluation_id, status__in=Run.FINAL, n_messages__gt=0)
     if which == WHICH_FAILURES:
         runs = runs.filter(Q(status=Run.Status.FAILED) | Q(reward__lt=SOLVED))
     with transaction.atomic():
-        return [_request(run=run, by=by, reviewer=reviewer) for run in runs.order_by("pk")]
+        return [
+            _request(run=run, by=by, reviewer=reviewer, mode=mode) for run in runs.order_by("pk")
+        ]
 
 
-def _request(*, run: Run, by, reviewer: ResolvedRoute) -> AutoReview:
+def _request(*, run: Run, by, reviewer: ResolvedRoute, mode: str) -> AutoReview:
     prices = reviewer.prices
     review = AutoReview.objects.create(
         run=run,
         requested_by=by,
+        mode=mode,
         reviewer_model=reviewer.model,
         reviewer_connection=reviewer.connection,
         price_input=prices[0] if prices else None,
@@ -126,12 +160,27 @@ def autoreview_execute(*, review_id: int) -> str:
         )
     except (SignInRequired, ConnectionUnavailable) as exc:
         return _fail(review, f"The reviewer could not be reached: {exc}")
+    by_tau2 = review.mode in tau2_review.tau2_reviews()
+    if not by_tau2 and review.mode != AutoReview.Mode.FULL:
+        return _fail(review, modes()[review.mode] or "This mode cannot run here.")
     try:
-        outcome = tau2_review.review_run(
-            route=route,
-            messages=_request_messages(run=run, events=events),
-            seqs=[seq for seq, _ in events],
-        )
+        if by_tau2:
+            outcome = tau2_review.review_run_tau2(
+                route=route,
+                domain=run.domain,
+                task_id=run.task.task_id,
+                trace=events,
+                mode=review.mode,
+                termination_reason=run.termination_reason or None,
+                retrieval_config=run.retrieval_config or None,
+                user_llm=run.user_model or None,
+            )
+        else:
+            outcome = tau2_review.review_run(
+                route=route,
+                messages=_request_messages(run=run, events=events),
+                seqs=[seq for seq, _ in events],
+            )
     except tau2_review.ReviewReplyError as exc:
         return _fail(review, f"The reviewer's answer could not be used: {exc}", usage=exc.usage)
     except gateway.LLMCallError as exc:
@@ -162,6 +211,10 @@ def autoreview_execute(*, review_id: int) -> str:
             status=AutoReview.Status.DONE,
             usage=outcome.usage,
             summary=outcome.review.summary,
+            reviewer=AutoReview.Reviewer.TAU2 if by_tau2 else AutoReview.Reviewer.STUDIO,
+            authentication=dict(outcome.review.authentication)
+            if outcome.review.authentication
+            else None,
         ):  # reaped while it reviewed: the current claim stores the findings, not this one
             transaction.set_rollback(True)
             return AutoReview.objects.get(pk=review.pk).status
@@ -188,7 +241,14 @@ def _fail(review: AutoReview, error: str, *, usage: gateway.Usage | None = None)
 
 
 def _finish(
-    review: AutoReview, *, status: str, usage: gateway.Usage, error: str = "", summary: str = ""
+    review: AutoReview,
+    *,
+    status: str,
+    usage: gateway.Usage,
+    error: str = "",
+    summary: str = "",
+    reviewer: str = "",
+    authentication: dict | None = None,
 ) -> bool:
     """End the review, if this claim is still the current one; False when it was reaped."""
     return (
@@ -198,6 +258,8 @@ def _finish(
             status=status,
             error=error[:4000],
             summary=summary[:4000],
+            reviewer=reviewer,
+            authentication=authentication,
             prompt_tokens=usage.prompt_tokens,
             completion_tokens=usage.completion_tokens,
             cost_usd=cost_usd(

@@ -446,6 +446,12 @@ class ReviewLabel(models.Model):
         WRONG_SEQUENCE = "wrong_sequence", "wrong order"
         USER_DEVIATION = "user_instruction_deviation", "simulator deviated from its scenario"
         OTHER = "other", "other"
+        # τ² 1.x's reviewer's further tags.
+        INCORRECT_INTERPRETATION = "incorrect_interpretation", "misread information"
+        REVEALED_INFO_EARLY = "revealed_info_early", "revealed information early"
+        INCONSISTENT_BEHAVIOR = "inconsistent_behavior", "inconsistent behaviour"
+        TOOL_CALL_SCHEMA_ERROR = "tool_call_schema_error", "wrong tool name or argument types"
+        IRRELEVANT_TOOL_CALL = "irrelevant_tool_call", "irrelevant tool call"
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="labels")
     event = models.ForeignKey(
@@ -533,6 +539,14 @@ class AutoReview(models.Model):
         DONE = "done", "done"
         FAILED = "failed", "failed"
 
+    class Mode(models.TextChoices):
+        FULL = "full", "the agent and the customer"
+        USER = "user", "the simulated customer only"
+
+    class Reviewer(models.TextChoices):
+        TAU2 = "tau2", "τ²'s reviewer"
+        STUDIO = "studio", "the studio's reviewer"
+
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="auto_reviews")
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
@@ -547,6 +561,14 @@ class AutoReview(models.Model):
     )
     price_input = models.DecimalField(max_digits=14, decimal_places=8, null=True, blank=True)
     price_output = models.DecimalField(max_digits=14, decimal_places=8, null=True, blank=True)
+    # What it reads (``tau2 review --mode``): both sides, or the simulated customer only
+    # (τ² 1.x's reviewer; the studio's own on τ² 0.2 reads both).
+    mode = models.CharField(max_length=4, choices=Mode.choices, default=Mode.FULL)
+    # Whose reviewer: τ² 1.x's own (``tau2 review``), or the studio's (τ² 0.2 has none).
+    reviewer = models.CharField(max_length=8, choices=Reviewer.choices, blank=True)
+    # τ² 1.x's full review classifies the customer's authentication too: ``status``
+    # (succeeded, failed, not_needed) and ``reasoning``.
+    authentication = models.JSONField(null=True, blank=True)
     status = models.CharField(max_length=8, choices=Status.choices, default=Status.QUEUED)
     # Claims by a worker: a review still "reviewing" TAU2_AUTOREVIEW_LEASE_SECONDS after
     # its claim lost its worker; the reaper queues it again once, then fails it.

@@ -22,12 +22,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from tau2_env.llm import gateway
+from tau2_env.engine import catalog, episodes
+from tau2_env.llm import gateway, tau2_gen
 from tau2_env.llm.llm_args import ROLE_KEY
 
 __all__ = [
     "CATEGORIES",
     "MARKER",
+    "MODES",
     "SEVERITIES",
     "SOURCES",
     "Finding",
@@ -36,6 +38,8 @@ __all__ = [
     "review_messages",
     "review_parse",
     "review_run",
+    "review_run_tau2",
+    "tau2_reviews",
 ]
 
 # The first words of the reviewer's instructions (tests' scripted servers answer by them).
@@ -62,6 +66,13 @@ CATEGORIES: dict[str, str] = {
     "user_instruction_deviation": "the simulated customer did not follow its scenario "
     "(asked for something else, revealed what it should not, gave up, invented facts)",
     "other": "anything else worth a person's look",
+    # τ² 1.x's reviewer has these tags too.
+    "incorrect_interpretation": "misread a tool's result or a message",
+    "revealed_info_early": "shared information before it was appropriate or verified",
+    "inconsistent_behavior": "contradicted an earlier statement or action",
+    "tool_call_schema_error": "a tool called by a wrong name, or with missing or mistyped "
+    "arguments",
+    "irrelevant_tool_call": "a tool call with nothing to do with the task at that point",
 }
 # Other names a reviewer may use for the same tags.
 _CATEGORY_ALIASES = {
@@ -74,6 +85,10 @@ _CATEGORY_ALIASES = {
     "simulator_deviation": "user_instruction_deviation",
     "user_simulator_deviation": "user_instruction_deviation",
 }
+# What a review reads: both sides ("full": the agent and the simulated customer) or the
+# simulated customer only ("user"), as ``tau2 review --mode``.
+MODES = {"full": "the agent and the customer", "user": "the simulated customer only"}
+
 # Longest text of one message the reviewer reads (a tool's result can be long).
 MESSAGE_CHARS = 4000
 
@@ -100,8 +115,13 @@ class Finding:
 
 @dataclass(frozen=True)
 class Review:
+    """``authentication``: τ²'s classification of the customer's authentication
+    (``status``: succeeded, failed or not_needed; ``reasoning``), from τ² 1.x's full review
+    only."""
+
     findings: tuple[Finding, ...]
     summary: str = ""
+    authentication: Mapping[str, str] | None = None
 
 
 @dataclass(frozen=True)
@@ -277,3 +297,114 @@ def review_run(
         exc.usage = usage
         raise
     return ReviewOutcome(review=review, usage=usage)
+
+
+# --- τ² 1.x's own reviewer ---------------------------------------------------------------
+
+
+def tau2_reviews() -> tuple[str, ...]:
+    """The modes τ²'s own reviewer has where it is installed (1.x: ``full``, ``user``);
+    none on τ² 0.2, whose reviews are the studio's (:func:`review_run`, ``full``)."""
+    return tuple(tau2_gen.REVIEW_MODES)
+
+
+def review_run_tau2(
+    *,
+    route: gateway.Route,
+    domain: str,
+    task_id: str,
+    trace: Iterable[tuple[int, Mapping[str, Any]]],
+    mode: str,
+    termination_reason: str | None = None,
+    retrieval_config: str | None = None,
+    user_llm: str | None = None,
+    user_llm_args: Mapping[str, Any] | None = None,
+) -> ReviewOutcome:
+    """τ² 1.x's own review (``tau2 review --mode <mode>``) of a stored conversation
+    (``trace``: ``(seq, τ² message JSON)`` in order), its calls on ``route`` (role
+    ``judge``, metered). The conversation goes to τ² as ``get_trajectory`` hands it to
+    ``tau2 run --auto-review`` (``turn_idx`` its place in order), the policy is its
+    environment's (a knowledge domain's depends on the retrieval configuration).
+
+    τ²'s errors become findings on the message of their turn (``None``: unknown or the
+    whole conversation); their first tag known here is the category, the rest are named in
+    the justification, with τ²'s ``correct_behavior``. An answer τ² could not read raises
+    :class:`ReviewReplyError` with τ²'s words; an error of no known source is left out
+    and counted in the summary."""
+    if mode not in tau2_reviews():
+        raise ValueError(f"τ²'s reviewer has no mode {mode!r} here; it has {tau2_reviews()!r}")
+    pairs = list(trace)
+    seq_of_turn = {turn: seq for turn, (seq, _) in enumerate(pairs)}
+    messages = episodes.messages_from_json(dict(message) for _, message in pairs)
+    for turn, message in enumerate(messages):
+        message.turn_idx = turn
+    task = catalog.get_tau2_task(domain, task_id)
+    env_kwargs = tau2_gen.environment_kwargs(
+        domain=domain, task=task, retrieval_config=retrieval_config
+    )
+    policy = (
+        tau2_gen.build_environment(domain=domain, env_kwargs=env_kwargs).get_policy()
+        if env_kwargs
+        else catalog.get_domain(domain).policy
+    )
+    with gateway.conversation(user=route, judge=route), gateway.metered() as meter:
+        result = tau2_gen.review(
+            messages=messages,
+            task=task,
+            ended=termination_reason,
+            mode=mode,
+            policy=policy,
+            user_llm=user_llm,
+            user_llm_args=dict(user_llm_args) if user_llm_args is not None else None,
+            review_model=route.model,
+        )
+        usage = meter.of(gateway.ROLE_JUDGE)
+    if result["unreadable"]:
+        error = ReviewReplyError(f"τ²'s reviewer could not read the answer: {result['unreadable']}")
+        error.usage = usage
+        raise error
+    findings = []
+    unknown = 0
+    for error in result["errors"]:
+        if error["source"] not in SOURCES:
+            unknown += 1
+            continue
+        findings.append(_finding_of_tau2(error, seq_of_turn))
+    summary = result["summary"]
+    if unknown:
+        summary = (
+            f"{summary} ({unknown} finding{'s' if unknown != 1 else ''} naming neither the "
+            "agent nor the customer left out.)"
+        ).strip()
+    return ReviewOutcome(
+        review=Review(
+            findings=tuple(findings), summary=summary, authentication=result["authentication"]
+        ),
+        usage=usage,
+    )
+
+
+def _finding_of_tau2(error: Mapping[str, Any], seq_of_turn: Mapping[int, int]) -> Finding:
+    tags = [str(tag).strip().lower() for tag in error["tags"] if str(tag).strip()]
+    known = [tag for tag in tags if tag in CATEGORIES]
+    category = known[0] if known else "other"
+    severity = error["severity"]
+    words = [
+        {"critical_helped": "It helped the agent.", "critical_hindered": "It hindered the agent."}
+        .get(severity or "", ""),
+        error["reasoning"].strip(),
+    ]
+    if [tag for tag in tags if tag != category]:
+        words.append(f"(τ²'s tags: {', '.join(tags)})")
+    if error["correct_behavior"].strip():
+        words.append(f"Instead: {error['correct_behavior'].strip()}")
+    if severity is None:
+        words.append("(τ² gave no severity: kept as minor.)")
+    turn = error["turn_idx"]
+    return Finding(
+        seq=seq_of_turn.get(turn) if isinstance(turn, int) else None,
+        source=error["source"],
+        severity=SEVERITIES.get(str(severity or "").lower(), "minor"),
+        category=category,
+        justification=" ".join(word for word in words if word) or "(τ² gave no reasoning)",
+    )

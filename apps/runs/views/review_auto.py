@@ -38,7 +38,10 @@ def autoreview_run(request, pk: int):
     else:
         try:
             autoreview.autoreview_request(
-                run=run, by=request.user, reviewer=form.cleaned_data["reviewer_model"]
+                run=run,
+                by=request.user,
+                reviewer=form.cleaned_data["reviewer_model"],
+                mode=form.cleaned_data["mode"],
             )
         except ValidationError as error:
             messages.error(request, "The auto-review was not started: " + " ".join(error.messages))
@@ -61,6 +64,7 @@ def autoreview_evaluation(request, pk: int):
         by=request.user,
         reviewer=form.cleaned_data["reviewer_model"],
         which=form.cleaned_data["which"],
+        mode=form.cleaned_data["mode"],
     )
     if queued:
         messages.success(

@@ -8,7 +8,7 @@ from django import forms
 from apps.connections import picker
 from apps.connections.picker import RouteField
 from apps.runs import autoreview
-from apps.runs.models import ReviewLabel
+from apps.runs.models import AutoReview, ReviewLabel
 
 
 class AutoReviewForm(forms.Form):
@@ -18,6 +18,27 @@ class AutoReviewForm(forms.Form):
         help_text="Reads the conversation, the task's user scenario and the domain policy, and "
         "says what went wrong (τ²'s review). It runs on your credentials.",
     )
+    mode = forms.ChoiceField(
+        label="Reads",
+        choices=AutoReview.Mode.choices,
+        initial=AutoReview.Mode.FULL,
+        required=False,
+        help_text="tau2 review --mode: full (the agent and the customer) or user (the "
+        "simulated customer only).",
+    )
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        # Only the modes this τ² has; the others are said, with why, under the field.
+        refusals = autoreview.modes()
+        field = self.fields["mode"]
+        field.choices = [(m, label) for m, label in AutoReview.Mode.choices if not refusals[m]]
+        missing = [f"{label}: {refusals[m]}" for m, label in AutoReview.Mode.choices if refusals[m]]
+        if missing:
+            field.help_text = "Not here — " + "; ".join(missing) + "."
+
+    def clean_mode(self) -> str:
+        return self.cleaned_data.get("mode") or AutoReview.Mode.FULL
 
 
 class EvaluationAutoReviewForm(AutoReviewForm):

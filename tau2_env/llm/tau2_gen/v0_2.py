@@ -28,6 +28,7 @@ __all__ = [
     "AGENT_CLASSES",
     "GENERATION",
     "CATALOGUE_SKIPS",
+    "REVIEW_MODES",
     "DEFAULT_RETRIEVAL_CONFIGS",
     "RETRIEVAL_CONFIGS",
     "AgentBase",
@@ -47,6 +48,7 @@ __all__ = [
     "termination_reason",
     "user_tools",
     "VALIDATE_WARNINGS",
+    "review",
 ]
 
 GENERATION = "0.2"
@@ -223,3 +225,13 @@ def evaluate(
         solo_mode=solo_mode,
         domain=domain,
     )
+
+
+# τ² 0.2 has no reviewer (``tau2 review`` came with 1.0): the studio's own
+# (``tau2_env.engine.review``) reviews both sides there.
+REVIEW_MODES: tuple[str, ...] = ()
+
+
+def review(**kwargs: Any) -> dict[str, Any]:
+    """τ² 0.2 has no reviewer: never called (``REVIEW_MODES`` is empty)."""
+    raise NotImplementedError("τ² 0.2 has no reviewer (tau2 review came with τ² 1.0)")

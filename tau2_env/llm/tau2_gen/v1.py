@@ -28,9 +28,12 @@ from tau2.domains.banking_knowledge.retrieval import (
     resolve_variant,
 )
 from tau2.evaluator.evaluator import EvaluationType, evaluate_simulation
+from tau2.evaluator.reviewer import ReviewMode, review_simulation
 from tau2.orchestrator.orchestrator import Orchestrator
 from tau2.runner.build import _build_env_kwargs
-from tau2.user.user_simulator import DummyUser, UserSimulator
+from tau2.data_model.simulation import UserInfo
+from tau2.user.user_simulator import DummyUser, UserSimulator, get_global_user_sim_guidelines
+from tau2.utils.utils import get_now
 
 # isort: on
 from tau2_env.llm import compat
@@ -39,6 +42,7 @@ __all__ = [
     "AGENT_CLASSES",
     "GENERATION",
     "CATALOGUE_SKIPS",
+    "REVIEW_MODES",
     "DEFAULT_RETRIEVAL_CONFIGS",
     "RETRIEVAL_CONFIGS",
     "AgentBase",
@@ -53,6 +57,7 @@ __all__ = [
     "evaluate",
     "knowledge_documents",
     "results_policy",
+    "review",
     "is_valid_agent_history_message",
     "run_config_default",
     "termination_reason",
@@ -294,3 +299,94 @@ def evaluate(
         env_kwargs=env_kwargs,
         strict_replay=True,
     )
+
+
+# ``tau2 review --mode`` (and ``tau2 run --review-mode``): τ²'s LLM reviewer of a text
+# conversation, of both sides ("full", with its authentication classifier) or of the
+# simulated customer only ("user").
+REVIEW_MODES = tuple(mode.value for mode in ReviewMode)
+
+# What τ²'s reviewer puts in its only error when it could not read the reviewer's answer
+# (it returns that instead of raising).
+_UNREADABLE = "Failed to parse LLM response"
+
+
+def review(
+    *,
+    messages: list[Any],
+    task: Task,
+    ended: str | None,
+    mode: str,
+    policy: str,
+    user_llm: str | None,
+    user_llm_args: dict[str, Any] | None,
+    review_model: str,
+) -> dict[str, Any]:
+    """τ²'s own review of ``messages`` in ``mode`` (``full`` or ``user``), as ``tau2 run
+    --auto-review`` builds it (``run_auto_review``: the text customer's guidelines, the
+    environment's ``policy``): its LLM calls go through litellm like every τ² call.
+
+    Returns plain data: ``summary``; ``errors``, each with ``source`` (``agent`` /
+    ``user`` / ``unknown``), ``tags``, ``severity`` (τ²'s word or ``None``),
+    ``turn_idx``, ``reasoning`` and ``correct_behavior``; ``authentication`` (``status``,
+    ``reasoning``; full mode only, else ``None``); ``unreadable``: τ²'s words when it could
+    not read the reviewer's answer (it then reports that as its only error), else ``None``.
+
+    ``messages``: τ² messages, ``turn_idx`` set as ``get_trajectory`` sets it; ``ended``: τ²'s
+    termination reason. A conversation that ended without one of 1.x's reasons (a provider's error ended it) is given as
+    ``unexpected_error``: τ²'s reviewer reads the messages, the task and the policy only.
+    """
+    known = {r.value for r in TerminationReason}
+    now = get_now()
+    simulation = SimulationRun(
+        id=f"review-{task.id}",
+        task_id=task.id,
+        start_time=now,
+        end_time=now,
+        duration=0.0,
+        termination_reason=TerminationReason(ended)
+        if ended in known
+        else TerminationReason.UNEXPECTED_ERROR,
+        messages=messages,
+    )
+    user_info = UserInfo(
+        implementation="user_simulator",
+        llm=user_llm,
+        llm_args=user_llm_args,
+        global_simulation_guidelines=get_global_user_sim_guidelines(),
+    )
+    result, auth = review_simulation(
+        simulation=simulation,
+        task=task,
+        mode=ReviewMode(mode),
+        user_info=user_info,
+        policy=policy,
+        interruption_enabled=False,
+        review_model=review_model,
+    )
+    errors = [
+        {
+            "source": getattr(error, "source", "user"),  # a user-only review's are the user's
+            "tags": list(error.error_tags or ()),
+            "severity": error.severity,
+            "turn_idx": error.turn_idx,
+            "reasoning": error.reasoning or "",
+            "correct_behavior": error.correct_behavior or "",
+        }
+        for error in result.errors
+    ]
+    unreadable = None
+    if (
+        len(errors) == 1
+        and errors[0]["source"] == "unknown"
+        and errors[0]["reasoning"].startswith(_UNREADABLE)
+    ):
+        unreadable = errors[0]["reasoning"]
+    return {
+        "summary": result.summary or "",
+        "errors": [] if unreadable else errors,
+        "authentication": (
+            {"status": auth.status, "reasoning": auth.reasoning or ""} if auth else None
+        ),
+        "unreadable": unreadable,
+    }
