@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tau2_env.engine import catalog, episodes
-from tau2_env.llm import gateway, tau2_gen
+from tau2_env.llm import compat, gateway, tau2_gen
 from tau2_env.llm.llm_args import ROLE_KEY
 
 __all__ = [
@@ -333,6 +333,7 @@ def review_run_tau2(
     and counted in the summary."""
     if mode not in tau2_reviews():
         raise ValueError(f"τ²'s reviewer has no mode {mode!r} here; it has {tau2_reviews()!r}")
+    compat.install()  # τ²'s calls along the route, never on the server's keys
     pairs = list(trace)
     seq_of_turn = {turn: seq for turn, (seq, _) in enumerate(pairs)}
     messages = episodes.messages_from_json(dict(message) for _, message in pairs)
@@ -356,7 +357,7 @@ def review_run_tau2(
             policy=policy,
             user_llm=user_llm,
             user_llm_args=dict(user_llm_args) if user_llm_args is not None else None,
-            review_model=route.model,
+            review_model=route.litellm_model,
         )
         usage = meter.of(gateway.ROLE_JUDGE)
     if result["unreadable"]:
@@ -390,8 +391,10 @@ def _finding_of_tau2(error: Mapping[str, Any], seq_of_turn: Mapping[int, int]) -
     category = known[0] if known else "other"
     severity = error["severity"]
     words = [
-        {"critical_helped": "It helped the agent.", "critical_hindered": "It hindered the agent."}
-        .get(severity or "", ""),
+        {
+            "critical_helped": "It helped the agent.",
+            "critical_hindered": "It hindered the agent.",
+        }.get(severity or "", ""),
         error["reasoning"].strip(),
     ]
     if [tag for tag in tags if tag != category]:

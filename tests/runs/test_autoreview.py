@@ -60,19 +60,66 @@ FINDINGS = {
 }
 
 
+# τ² 1.x's reviewer (tau2.evaluator.review_llm_judge) and its authentication classifier,
+# by their prompts' first words: where τ² has a reviewer, auto-review is τ²'s
+# (tests/runs/test_autoreview_tau2.py compares it with ``tau2 review``).
+TAU2_REVIEWER = "Assess this conversation to determine if the user simulator or the agent"
+TAU2_CLASSIFIER = "Classify the user authentication outcome"
+# τ²'s severities for each side.
+_TAU2_SEVERITY = {
+    "user": {"critical": "critical_hindered", "critical_hindered": "critical_hindered"},
+    "agent": {"critical_hindered": "critical", "critical_helped": "critical"},
+}
+
+
+def tau2_answer(answer: dict) -> dict:
+    """The studio reviewer's answer ``answer`` in τ²'s reviewer's words (``errors``, each
+    with its ``turn_idx`` the message's place in order, its tags and τ²'s severities)."""
+    return {
+        "summary": answer.get("summary", ""),
+        "errors": [
+            {
+                "source": f["source"],
+                "error_tags": [{"policy violation": "guideline_violation"}.get(c, c)]
+                if (c := f["category"])
+                else [],
+                "severity": _TAU2_SEVERITY[f["source"]].get(f["severity"], f["severity"]),
+                "turn_idx": f["message"],
+                "reasoning": f["justification"],
+            }
+            for f in answer["findings"]
+        ],
+    }
+
+
 def reviewer(llm_server, answer, *, usage=(900, 120)):
-    """The scripted server plays the reviewer: ``answer`` (JSON-dumped unless a string)."""
-    content = answer if isinstance(answer, str) else json.dumps(answer)
+    """The scripted server plays the reviewer: ``answer`` (JSON-dumped unless a string), in
+    τ²'s reviewer's words when τ²'s reviewer asks; τ²'s classifier (it follows τ²'s full
+    review) is answered at no tokens, so the review's tokens are the reviewer's."""
 
     def responder(request):
+        if TAU2_CLASSIFIER in request.text():
+            return Reply(content='{"status": "not_needed", "reasoning": "-"}', usage=(0, 0))
+        if TAU2_REVIEWER in request.text():
+            said = answer if isinstance(answer, str) else json.dumps(tau2_answer(answer))
+            return Reply(content=said, usage=usage)
         assert tau2_review.MARKER in request.text(), "only the reviewer calls here"
-        return Reply(content=content, usage=usage)
+        return Reply(content=answer if isinstance(answer, str) else json.dumps(answer), usage=usage)
 
     llm_server.responder = responder
 
 
 def reviewer_requests(llm_server):
-    return [r for r in llm_server.chat_requests() if tau2_review.MARKER in r.text()]
+    return [
+        r
+        for r in llm_server.chat_requests()
+        if tau2_review.MARKER in r.text() or TAU2_REVIEWER in r.text()
+    ]
+
+
+# The studio's own reviewer runs where τ² has none (0.2); its prompt and its reading of the
+# answer are tested here, τ² 1.x's in test_autoreview_tau2.py.
+studio_reviewer = pytest.mark.legacy_tau2
 
 
 def review_now(run, by, model=AGENT_MODEL):
@@ -98,6 +145,7 @@ def talk(alice):
 # --- on the worker ------------------------------------------------------------------------
 
 
+@studio_reviewer
 @pytest.mark.slow
 def test_a_run_reviewed_on_the_worker_gets_pending_auto_labels_on_the_right_messages(
     celery_worker, llm_server, talk, staff, staff_client
@@ -251,6 +299,7 @@ def test_only_staff_start_a_review(llm_server, talk, alice, alice_client):
 # --- a reply that cannot be used --------------------------------------------------------------
 
 
+@studio_reviewer
 @pytest.mark.parametrize(
     ("answer", "says"),
     [
@@ -296,6 +345,7 @@ def test_a_reviewer_that_fails_fails_the_review_in_words(llm_server, talk, staff
     assert review.cost_usd is None and not ReviewLabel.objects.filter(run=talk).exists()
 
 
+@studio_reviewer
 def test_a_fenced_json_answer_with_upstream_words_is_read():
     answer = "```json\n" + json.dumps(FINDINGS) + "\n```"
     review = tau2_review.review_parse(answer, seqs=range(4))

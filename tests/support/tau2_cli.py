@@ -115,3 +115,39 @@ def tau2_cli_run(
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return results
+
+
+def tau2_cli_review(
+    results: Path,
+    *,
+    mode: str,
+    review_model: str,
+    api_base: str,
+    key: str = "sk-scripted-not-a-key",
+) -> dict[str, Any]:
+    """Run τ² 1.x's ``tau2 review <results> --mode <mode>`` with its reviewer on
+    ``review_model`` at ``api_base`` (``tau2 review`` takes no LLM arguments: litellm reads
+    the OpenAI base URL and key from the environment) and return the reviewed results."""
+    env = {name: value for name, value in os.environ.items() if name not in _DROPPED}
+    env.update(
+        {"OPENAI_API_KEY": key, "OPENAI_API_BASE": api_base, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    )
+    output = results.with_name(f"reviewed-{mode}.json")
+    command = [
+        str(Path(sys.executable).with_name("tau2")),
+        "review",
+        str(results),
+        "--mode",
+        mode,
+        "--review-model",
+        review_model,
+        "--max-concurrency",
+        "1",
+        "--output",
+        str(output),
+    ]
+    done = subprocess.run(
+        command, env=env, cwd=results.parent, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return json.loads(output.read_text())

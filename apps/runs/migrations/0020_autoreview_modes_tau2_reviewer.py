@@ -4,30 +4,58 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('runs', '0019_run_retrieval_config'),
+        ("runs", "0019_run_retrieval_config"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='autoreview',
-            name='authentication',
+            model_name="autoreview",
+            name="authentication",
             field=models.JSONField(blank=True, null=True),
         ),
         migrations.AddField(
-            model_name='autoreview',
-            name='mode',
-            field=models.CharField(choices=[('full', 'the agent and the customer'), ('user', 'the simulated customer only')], default='full', max_length=4),
+            model_name="autoreview",
+            name="mode",
+            field=models.CharField(
+                choices=[
+                    ("full", "the agent and the customer"),
+                    ("user", "the simulated customer only"),
+                ],
+                default="full",
+                max_length=4,
+            ),
         ),
         migrations.AddField(
-            model_name='autoreview',
-            name='reviewer',
-            field=models.CharField(blank=True, choices=[('tau2', "τ²'s reviewer"), ('studio', "the studio's reviewer")], max_length=8),
+            model_name="autoreview",
+            name="reviewer",
+            field=models.CharField(
+                blank=True,
+                choices=[("tau2", "τ²'s reviewer"), ("studio", "the studio's reviewer")],
+                max_length=8,
+            ),
         ),
         migrations.AlterField(
-            model_name='reviewlabel',
-            name='kind',
-            field=models.CharField(blank=True, choices=[('hallucination', 'hallucination'), ('guideline_violation', 'policy violation'), ('tool_call_argument_error', 'wrong tool arguments'), ('premature_termination', 'premature end'), ('missed_required_action', 'missed required action'), ('wrong_sequence', 'wrong order'), ('user_instruction_deviation', 'simulator deviated from its scenario'), ('other', 'other'), ('incorrect_interpretation', 'misread information'), ('revealed_info_early', 'revealed information early'), ('inconsistent_behavior', 'inconsistent behaviour'), ('tool_call_schema_error', 'wrong tool name or argument types'), ('irrelevant_tool_call', 'irrelevant tool call')], max_length=32),
+            model_name="reviewlabel",
+            name="kind",
+            field=models.CharField(
+                blank=True,
+                choices=[
+                    ("hallucination", "hallucination"),
+                    ("guideline_violation", "policy violation"),
+                    ("tool_call_argument_error", "wrong tool arguments"),
+                    ("premature_termination", "premature end"),
+                    ("missed_required_action", "missed required action"),
+                    ("wrong_sequence", "wrong order"),
+                    ("user_instruction_deviation", "simulator deviated from its scenario"),
+                    ("other", "other"),
+                    ("incorrect_interpretation", "misread information"),
+                    ("revealed_info_early", "revealed information early"),
+                    ("inconsistent_behavior", "inconsistent behaviour"),
+                    ("tool_call_schema_error", "wrong tool name or argument types"),
+                    ("irrelevant_tool_call", "irrelevant tool call"),
+                ],
+                max_length=32,
+            ),
         ),
     ]

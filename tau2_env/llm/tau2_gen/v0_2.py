@@ -232,6 +232,16 @@ def evaluate(
 REVIEW_MODES: tuple[str, ...] = ()
 
 
-def review(**kwargs: Any) -> dict[str, Any]:
+def review(
+    *,
+    messages: list[Any],
+    task: Task,
+    ended: str | None,
+    mode: str,
+    policy: str,
+    user_llm: str | None,
+    user_llm_args: dict[str, Any] | None,
+    review_model: str,
+) -> dict[str, Any]:
     """τ² 0.2 has no reviewer: never called (``REVIEW_MODES`` is empty)."""
     raise NotImplementedError("τ² 0.2 has no reviewer (tau2 review came with τ² 1.0)")

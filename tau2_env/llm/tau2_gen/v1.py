@@ -332,9 +332,10 @@ def review(
     ``reasoning``; full mode only, else ``None``); ``unreadable``: τ²'s words when it could
     not read the reviewer's answer (it then reports that as its only error), else ``None``.
 
-    ``messages``: τ² messages, ``turn_idx`` set as ``get_trajectory`` sets it; ``ended``: τ²'s
-    termination reason. A conversation that ended without one of 1.x's reasons (a provider's error ended it) is given as
-    ``unexpected_error``: τ²'s reviewer reads the messages, the task and the policy only.
+    ``messages``: τ² messages, ``turn_idx`` set as ``get_trajectory`` sets it; ``ended``:
+    τ²'s termination reason. A conversation that ended without one of 1.x's reasons (a
+    provider's error ended it) is given as ``unexpected_error``: τ²'s reviewer reads the
+    messages, the task and the policy only.
     """
     known = {r.value for r in TerminationReason}
     now = get_now()
@@ -376,11 +377,8 @@ def review(
         for error in result.errors
     ]
     unreadable = None
-    if (
-        len(errors) == 1
-        and errors[0]["source"] == "unknown"
-        and errors[0]["reasoning"].startswith(_UNREADABLE)
-    ):
+    # (a full review's says source "unknown", a user-only review's turn -1)
+    if len(errors) == 1 and errors[0]["reasoning"].startswith(_UNREADABLE):
         unreadable = errors[0]["reasoning"]
     return {
         "summary": result.summary or "",
