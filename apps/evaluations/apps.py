@@ -30,5 +30,7 @@ class EvaluationsConfig(AppConfig):
         hooks.on_run_settled(
             "evaluations", _later("apps.evaluations.services.evaluation_run_ended")
         )
+        # A run of an evaluation under a standing review is queued for its review.
+        hooks.on_run_settled("autoreview", _later("apps.runs.autoreview.run_settled_review"))
         hooks.on_run_requeued("evaluations", _later("apps.evaluations.external.run_requeued"))
         hooks.episode_claim_register(_later("apps.evaluations.external.episode_claim"))

@@ -27,7 +27,7 @@ from apps.accounts.vault import SignInRequired
 from apps.connections.llm_routes import ConnectionUnavailable, ResolvedRoute, route_for
 from apps.inference.pricing import cost_usd
 from apps.runs import queue
-from apps.runs.models import AutoReview, ReviewLabel, Run, RunEvent
+from apps.runs.models import AutoReview, ReviewLabel, Run, RunEvent, StandingReview
 from apps.runs.selectors import SOLVED
 from tau2_env.engine import catalog
 from tau2_env.engine import review as tau2_review
@@ -44,6 +44,8 @@ _SEVERITY = {"minor": ReviewLabel.Severity.BENIGN, "critical": ReviewLabel.Sever
 
 WHICH_FAILURES = "failures"
 WHICH_ALL = "all"
+# Every run, those ended and each later one as it ends (``tau2 run --auto-review``).
+WHICH_EACH = "each"
 
 
 def can_request(user) -> bool:
@@ -107,13 +109,32 @@ def autoreviews_request(
     evaluation's id: the runs app sits below the evaluations app."""
     if not can_request(by):
         raise PermissionDenied("Only staff may start an auto-review.")
-    if which not in (WHICH_FAILURES, WHICH_ALL):
-        raise ValidationError(f"Review which runs? {which!r} is neither failures nor all.")
+    if which not in (WHICH_FAILURES, WHICH_ALL, WHICH_EACH):
+        raise ValidationError(f"Review which runs? {which!r} is not failures, all or each.")
     _mode_checked(mode)
     runs = Run.objects.filter(evaluation_id=evaluation_id, status__in=Run.FINAL, n_messages__gt=0)
     if which == WHICH_FAILURES:
         runs = runs.filter(Q(status=Run.Status.FAILED) | Q(reward__lt=SOLVED))
     with transaction.atomic():
+        if which == WHICH_EACH:
+            prices = reviewer.prices
+            StandingReview.objects.update_or_create(
+                evaluation_id=evaluation_id,
+                defaults={
+                    "requested_by": by,
+                    "reviewer_model": reviewer.model,
+                    "reviewer_connection": reviewer.connection,
+                    "price_input": prices[0] if prices else None,
+                    "price_output": prices[1] if prices else None,
+                    "mode": mode,
+                },
+            )
+            # Runs that end from now on are the settled hook's; lock out a run ending
+            # meanwhile being reviewed twice by reviewing, here, only those not reviewed
+            # under this standing review yet.
+            runs = runs.exclude(
+                auto_reviews__requested_by=by, auto_reviews__reviewer_model=reviewer.model
+            )
         return [
             _request(run=run, by=by, reviewer=reviewer, mode=mode) for run in runs.order_by("pk")
         ]
@@ -132,6 +153,48 @@ def _request(*, run: Run, by, reviewer: ResolvedRoute, mode: str) -> AutoReview:
     )
     queue.autoreview_enqueue(review.pk)
     return review
+
+
+def standing_review_stop(*, evaluation_id: int, by) -> bool:
+    """Stop reviewing ``evaluation_id``'s runs as they end; the reviews made stay. False
+    when none was standing."""
+    if not can_request(by):
+        raise PermissionDenied("Only staff may stop an auto-review.")
+    deleted, _ = StandingReview.objects.filter(evaluation_id=evaluation_id).delete()
+    return bool(deleted)
+
+
+def standing_review_of(evaluation_id: int) -> StandingReview | None:
+    return (
+        StandingReview.objects.select_related("requested_by", "reviewer_connection")
+        .filter(evaluation_id=evaluation_id)
+        .first()
+    )
+
+
+def run_settled_review(run: Run) -> None:
+    """The runs' settled hook (registered by ``RunsConfig.ready``): a run of an evaluation
+    under a standing review is queued for its review as it ends, on the standing review's
+    reviewer, prices and requester (who must still be staff)."""
+    if run.evaluation_id is None:
+        return
+    standing = StandingReview.objects.filter(evaluation_id=run.evaluation_id).first()
+    if standing is None or not can_request(standing.requested_by):
+        return
+    run.refresh_from_db(fields=["status", "n_messages"])
+    if not _reviewable(run):
+        return
+    with transaction.atomic():
+        review = AutoReview.objects.create(
+            run=run,
+            requested_by=standing.requested_by,
+            mode=standing.mode,
+            reviewer_model=standing.reviewer_model,
+            reviewer_connection=standing.reviewer_connection,
+            price_input=standing.price_input,
+            price_output=standing.price_output,
+        )
+        queue.autoreview_enqueue(review.pk)
 
 
 def autoreview_execute(*, review_id: int) -> str:

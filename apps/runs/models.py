@@ -521,6 +521,35 @@ class ReviewLabel(models.Model):
             raise ValidationError(errors)
 
 
+class StandingReview(models.Model):
+    """Each run of ``evaluation`` reviewed as it ends (``tau2 run --auto-review``): staff
+    ask once, for the runs already ended and every later one, by ``reviewer_model`` (on
+    ``reviewer_connection``, else the router on ``requested_by``'s token) in ``mode``, at
+    the prices fixed when asked. Stopping it leaves the reviews made."""
+
+    evaluation = models.OneToOneField(
+        "evaluations.Evaluation", on_delete=models.CASCADE, related_name="standing_review"
+    )
+    requested_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
+    )
+    reviewer_model = models.CharField(max_length=255)
+    reviewer_connection = models.ForeignKey(
+        "connections.Connection",
+        on_delete=models.PROTECT,
+        null=True,
+        blank=True,
+        related_name="+",
+    )
+    price_input = models.DecimalField(max_digits=14, decimal_places=8, null=True, blank=True)
+    price_output = models.DecimalField(max_digits=14, decimal_places=8, null=True, blank=True)
+    mode = models.CharField(max_length=4, default="full")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"Each run of evaluation {self.evaluation_id} reviewed by {self.reviewer_model}"
+
+
 class AutoReview(models.Model):
     """An LLM's review of one run (τ²'s ``tau2 review``): its findings are the run's
     review labels of origin ``auto`` (``findings``), pending until a person decides.

@@ -26,6 +26,11 @@ urlpatterns = [
         name="autoreview_evaluation",
     ),
     path(
+        "autoreview/evaluations/<int:pk>/stop/",
+        review_auto.standing_review_stop,
+        name="standing_review_stop",
+    ),
+    path(
         "<int:pk>/labels/<int:label_pk>/accept/", review_auto.finding_accept, name="finding_accept"
     ),
     path(

@@ -441,3 +441,79 @@ def test_staff_review_an_evaluations_failures_or_all_its_runs_on_the_worker(
     assert wait_for_reviews(2 + 4) == ["done"] * 6
     assert set(AutoReview.objects.values_list("requested_by", flat=True)) == {staff.pk}
     assert ReviewLabel.objects.filter(origin="auto").count() == 2 + 4
+
+
+def test_each_run_of_an_evaluation_is_reviewed_as_it_ends_until_staff_stop_it(
+    llm_server, alice, staff, staff_client, alice_client
+):
+    """``tau2 run --auto-review`` for an evaluation: the runs ended are queued at once, each
+    later one as it ends (the runs' settled hook), on the reviewer, mode and prices asked
+    for, until staff stop it; the reviews made stay."""
+    from apps.runs import hooks
+    from apps.runs.models import StandingReview
+
+    evaluation = stored_evaluation(alice, outcomes={"27": [1.0, 0.0]})
+    for run in evaluation.runs.all():
+        RunEvent.objects.bulk_create(
+            RunEvent(run=run, seq=seq, kind="agent", message={"role": "assistant", "content": "hi"})
+            for seq in range(2)
+        )
+        Run.objects.filter(pk=run.pk).update(n_messages=2)
+    url = f"/runs/autoreview/evaluations/{evaluation.pk}/"
+    assert (
+        alice_client.post(url, {"reviewer_model": AGENT_MODEL, "which": "each"}).status_code == 403
+    )
+
+    response = staff_client.post(url, {"reviewer_model": AGENT_MODEL, "which": "each"})
+    assert response.status_code == 302
+    standing = StandingReview.objects.get(evaluation=evaluation)
+    assert (standing.requested_by, standing.reviewer_model, standing.mode) == (
+        staff,
+        AGENT_MODEL,
+        "full",
+    )
+    assert AutoReview.objects.filter(run__evaluation=evaluation).count() == 2
+    page = staff_client.get(f"/evaluations/{evaluation.pk}/").content.decode()
+    assert 'data-testid="standing-review"' in page and AGENT_MODEL in page
+    assert 'data-testid="stop-standing-review"' in page
+    # Asked again: the runs already reviewed by that model are not queued twice.
+    staff_client.post(url, {"reviewer_model": AGENT_MODEL, "which": "each"})
+    assert AutoReview.objects.filter(run__evaluation=evaluation).count() == 2
+
+    # A run of the evaluation ends: its review is queued with the standing one's settings.
+    later = stored_run(alice, messages=2, reward=0.0)
+    Run.objects.filter(pk=later.pk).update(evaluation=evaluation)
+    later.refresh_from_db()
+    hooks.run_settled(later)
+    (review,) = AutoReview.objects.filter(run=later)
+    assert (review.requested_by, review.reviewer_model, review.mode, review.status) == (
+        staff,
+        AGENT_MODEL,
+        "full",
+        AutoReview.Status.QUEUED,
+    )
+    assert (review.price_input, review.price_output) == (
+        standing.price_input,
+        standing.price_output,
+    )
+    # A run of no evaluation, or without messages, is not reviewed.
+    alone = stored_run(alice, messages=2)
+    hooks.run_settled(alone)
+    silent = stored_run(alice, messages=0)
+    Run.objects.filter(pk=silent.pk).update(evaluation=evaluation)
+    silent.refresh_from_db()
+    hooks.run_settled(silent)
+    assert not AutoReview.objects.filter(run__in=[alone, silent]).exists()
+
+    # Stopped: the next run that ends is not reviewed; the reviews made stay.
+    assert alice_client.post(f"{url}stop/").status_code == 403
+    assert staff_client.post(f"{url}stop/").status_code == 302
+    assert not StandingReview.objects.filter(evaluation=evaluation).exists()
+    last = stored_run(alice, messages=2)
+    Run.objects.filter(pk=last.pk).update(evaluation=evaluation)
+    last.refresh_from_db()
+    hooks.run_settled(last)
+    assert not AutoReview.objects.filter(run=last).exists()
+    assert AutoReview.objects.filter(run__evaluation=evaluation).count() == 3
+    page = staff_client.get(f"/evaluations/{evaluation.pk}/").content.decode()
+    assert 'data-testid="standing-review"' not in page

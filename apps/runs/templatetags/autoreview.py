@@ -28,6 +28,12 @@ def evaluation_autoreview_form(context):
     return autoreview_form(user, evaluation=True)
 
 
+@register.simple_tag
+def evaluation_standing_review(evaluation):
+    """The evaluation's standing review (each run reviewed as it ends), or ``None``."""
+    return autoreview.standing_review_of(evaluation.pk)
+
+
 @dataclass(frozen=True)
 class RoleCost:
     """One role's calls over an evaluation's runs: tokens, the priced part, and how many

@@ -66,7 +66,14 @@ def autoreview_evaluation(request, pk: int):
         which=form.cleaned_data["which"],
         mode=form.cleaned_data["mode"],
     )
-    if queued:
+    if form.cleaned_data["which"] == autoreview.WHICH_EACH:
+        messages.success(
+            request,
+            f"Each run is reviewed as it ends; {len(queued)} ended "
+            f"run{'s' if len(queued) != 1 else ''} queued now. The findings wait in the "
+            "review queue.",
+        )
+    elif queued:
         messages.success(
             request,
             f"{len(queued)} run{'s' if len(queued) != 1 else ''} queued for auto-review: the "
@@ -75,6 +82,13 @@ def autoreview_evaluation(request, pk: int):
     else:
         messages.info(request, "No finished run to review.")
     return redirect(back)
+
+
+@require_POST
+def standing_review_stop(request, pk: int):
+    autoreview.standing_review_stop(evaluation_id=pk, by=request.user)
+    messages.success(request, "Runs that end from now on are not reviewed; the reviews made stay.")
+    return redirect(reverse("evaluations:detail", kwargs={"pk": pk}) + "#auto-review")
 
 
 def _finding(request, pk: int, label_pk: int) -> tuple[Run, ReviewLabel]:

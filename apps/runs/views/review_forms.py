@@ -46,6 +46,7 @@ class EvaluationAutoReviewForm(AutoReviewForm):
         choices=[
             (autoreview.WHICH_FAILURES, "its failures"),
             (autoreview.WHICH_ALL, "all its runs"),
+            (autoreview.WHICH_EACH, "every run, now and as each ends"),
         ],
         initial=autoreview.WHICH_FAILURES,
         label="Review",
