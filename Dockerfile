@@ -17,7 +17,7 @@ COPY pyproject.toml constraints.txt README.md ./
 COPY tau2site tau2site
 COPY tau2_env tau2_env
 COPY apps apps
-RUN pip install -c constraints.txt .
+RUN pip install -c constraints.txt ".[pypi]"
 COPY . .
 RUN DEBUG=true TAU2_VAR_DIR=/tmp/build python manage.py collectstatic --noinput \
  && mkdir -p /app/var && chown -R app:app /app/var

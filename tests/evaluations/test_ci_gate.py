@@ -206,7 +206,7 @@ def test_the_gate_ships_as_a_console_script_that_imports_no_django():
 
 
 def test_the_install_puts_the_tau2_gate_command_beside_python():
-    # `make install` (pip install -e .) writes the console script into the venv's bin.
+    # `make install` (pip install -e ".[pypi]") writes the console script into the venv's bin.
     script = Path(sys.executable).with_name("tau2-gate")
     assert script.exists(), f"{script} missing: pip did not install the console script"
     shown = subprocess.run(
