@@ -164,7 +164,10 @@ def evaluation_cost_per_run(evaluation: Evaluation) -> Decimal | None:
 
 def evaluation_get(*, pk: int) -> Evaluation:
     try:
-        return Evaluation.objects.select_related("created_by").get(pk=pk)
+        # With its standing review (each run reviewed as it ends), which its page shows.
+        return Evaluation.objects.select_related(
+            "created_by", "standing_review__requested_by", "standing_review__reviewer_connection"
+        ).get(pk=pk)
     except Evaluation.DoesNotExist:
         raise Http404(f"No evaluation {pk}") from None
 

@@ -164,14 +164,6 @@ def standing_review_stop(*, evaluation_id: int, by) -> bool:
     return bool(deleted)
 
 
-def standing_review_of(evaluation_id: int) -> StandingReview | None:
-    return (
-        StandingReview.objects.select_related("requested_by", "reviewer_connection")
-        .filter(evaluation_id=evaluation_id)
-        .first()
-    )
-
-
 def run_settled_review(run: Run) -> None:
     """The runs' settled hook (registered by ``RunsConfig.ready``): a run of an evaluation
     under a standing review is queued for its review as it ends, on the standing review's

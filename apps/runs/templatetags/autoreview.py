@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from django import template
+from django.core.exceptions import ObjectDoesNotExist
 from django.db.models import Count, Q, Sum
 
 from apps.inference.pricing import money_label
@@ -30,8 +31,12 @@ def evaluation_autoreview_form(context):
 
 @register.simple_tag
 def evaluation_standing_review(evaluation):
-    """The evaluation's standing review (each run reviewed as it ends), or ``None``."""
-    return autoreview.standing_review_of(evaluation.pk)
+    """The evaluation's standing review (each run reviewed as it ends), or ``None`` (read
+    with the evaluation where its page fetched it so)."""
+    try:
+        return evaluation.standing_review
+    except ObjectDoesNotExist:
+        return None
 
 
 @dataclass(frozen=True)
