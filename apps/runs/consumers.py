@@ -15,6 +15,7 @@ from django.db.models import OuterRef, Subquery
 
 from apps.accounts.access import can_view_runs
 from apps.runs import presenters
+from apps.runs.current_call import call_current
 from apps.runs.events import group_name
 from apps.runs.keepalive import Keepalive
 from apps.runs.models import Run, RunEvent
@@ -63,6 +64,7 @@ class RunConsumer(Keepalive, AsyncJsonWebsocketConsumer):
         # otherwise interleave, and an older status could follow a newer one.
         self.catching_up = asyncio.Lock()
         await self._catch_up()
+        await self._send_current_call()
 
     async def disconnect(self, code):
         await self.keepalive_stop()
@@ -79,13 +81,19 @@ class RunConsumer(Keepalive, AsyncJsonWebsocketConsumer):
         await self._catch_up()
 
     async def run_call(self, message):
-        """One of the run's LLM calls started or ended: passed on as it came (not stored)."""
-        if not self.with_calls:
+        """One of the run's LLM calls started or ended: passed on as it came."""
+        if self.with_calls:
+            await self.send_json(_call_frame(message))
+
+    async def _send_current_call(self):
+        """A page opened mid-call hears of the call under way at once (its ``seconds``
+        brought up to now), not at its next retry or answer (``apps.runs.current_call``).
+        A live notice that came meanwhile follows it: the group was joined first."""
+        if not self.with_calls or self.final_sent:
             return
-        keys = ("side", "phase", "seconds", "timeout", "attempt", "attempts", "reason", "wait")
-        await self.send_json(
-            {"type": "call", **{key: message[key] for key in keys if key in message}}
-        )
+        current = await read_in_pool(call_current)(run_id=self.run_id)
+        if current is not None:
+            await self.send_json(_call_frame(current))
 
     async def keepalive_tick(self) -> bool:
         head = await self._head()
@@ -159,3 +167,11 @@ class RunConsumer(Keepalive, AsyncJsonWebsocketConsumer):
         await self.send_json(status)
         if not self.final_sent:
             self.keepalive_start()  # from connect on, and again for a run tried again
+
+
+_CALL_KEYS = ("side", "phase", "seconds", "timeout", "attempt", "attempts", "reason", "wait")
+
+
+def _call_frame(message: dict) -> dict:
+    """A ``run.call`` message (live, or kept for the run) as the page's ``call`` frame."""
+    return {"type": "call", **{key: message[key] for key in _CALL_KEYS if key in message}}

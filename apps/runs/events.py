@@ -18,6 +18,7 @@ from django.db import transaction
 from apps.connections.llm_routes import prices_of
 from apps.inference.pricing import PricePair, cost_usd
 from apps.inference.selectors import resolve_agent_model
+from apps.runs.current_call import call_keep
 from apps.runs.models import Run, RunEvent
 from apps.runs.publishing import group_send
 from tau2_env.gate.arguments import holds_nul
@@ -273,18 +274,19 @@ _SIDES = {"user": "customer", "agent": "agent", "judge": "judge"}
 
 
 def call_publish(*, run_id: int, notice: gateway.CallNotice) -> None:
-    """Tell the run's browsers that one of its LLM calls started or ended."""
-    _send(
-        CallMessage(
-            type="run.call",
-            run_id=run_id,
-            side=_SIDES.get(notice.role, notice.role),
-            phase=notice.phase,
-            seconds=round(notice.seconds, 1),
-            timeout=notice.timeout,
-            attempt=notice.attempt,
-            attempts=notice.attempts,
-            reason=notice.reason,
-            wait=round(notice.wait, 1),
-        )
+    """Tell the run's browsers that one of its LLM calls started or ended, and keep the
+    call under way for a page opened meanwhile (``apps.runs.current_call``)."""
+    message = CallMessage(
+        type="run.call",
+        run_id=run_id,
+        side=_SIDES.get(notice.role, notice.role),
+        phase=notice.phase,
+        seconds=round(notice.seconds, 1),
+        timeout=notice.timeout,
+        attempt=notice.attempt,
+        attempts=notice.attempts,
+        reason=notice.reason,
+        wait=round(notice.wait, 1),
     )
+    call_keep(run_id=run_id, message=dict(message))
+    _send(dict(message))

@@ -43,6 +43,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from apps.runs import endings, hooks, queue
+from apps.runs.current_call import call_forget
 from apps.runs.events import status_publish
 from apps.runs.models import Run
 
@@ -197,6 +198,7 @@ def run_finish(
         **(fields or {}),
     )
     if done:
+        call_forget(run_id=run.pk)  # no call is under way any more
         status_publish(run_id=run.pk)
         hooks.run_settled(run)
     return bool(done)

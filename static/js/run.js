@@ -50,13 +50,9 @@
     return ended;
   }
 
-  let call = null; // the LLM call in flight, as the socket told it
+  let call = null; // the LLM call in flight, as the socket told it (static/js/call_line.js)
   function tickCall() {
-    if (!call || final) return;
-    const seconds = Math.round((Date.now() - call.since) / 1000);
-    live.textContent = call.retry
-      ? `${call.side}: ${call.retry}, retrying (${call.attempt} of ${call.attempts}), ${seconds} s in all`
-      : `${call.side}: waiting for the model's answer, ${seconds} s (each try times out after ${call.timeout} s)`;
+    if (call && !final) live.textContent = window.CallLine.words(call);
   }
 
   function show(data) {
@@ -70,27 +66,8 @@
     } else if (data.type === "call" && !final) {
       // One of the run's LLM calls started or ended: a passing line, ticking while it waits.
       // A retry says why the last attempt failed and which one is under way now.
-      if (data.phase === "waiting" || data.phase === "retrying") {
-        call = {
-          side: data.side,
-          timeout: data.timeout,
-          since: Date.now() - 1000 * (data.seconds || 0),
-          retry: data.phase === "retrying" ? data.reason : "",
-          attempt: data.attempt,
-          attempts: data.attempts,
-        };
-      } else {
-        call = null;
-      }
-      const tried = data.attempt > 1 ? ` (${data.attempt} attempts)` : "";
-      if (data.phase === "failed") {
-        live.textContent = `${data.side}: the call failed after ${data.seconds} s${tried}: ${data.reason || "no answer"}`;
-      } else if (data.phase === "again") {
-        // The worker tries the whole turn again: its attempts were spent on a passing failure.
-        live.textContent = `${data.side}: ${data.reason || "the call failed"}, the turn is tried again in ${Math.round(data.wait)} s (${data.attempt} of ${data.attempts})`;
-      } else {
-        live.textContent = "Live…";
-      }
+      call = window.CallLine.from(data);
+      live.textContent = call ? "" : window.CallLine.ended(data) || "Live…";
       tickCall();
     } else if (data.type === "status") {
       const current = document.getElementById("run-status");

@@ -70,3 +70,51 @@ def test_alice_sees_a_retry_as_it_happens_and_the_attempts_on_the_message(
     live_html = run_body_html(page)
     page.reload()
     assert run_body_html(page) == live_html
+
+
+def test_a_page_opened_mid_call_shows_the_retry_under_way(
+    page, alice, base_url, celery_worker, llm_server
+):
+    # The customer's first attempt fails; its second is held by the server while alice
+    # opens the page, and reloads it: both times the line says which attempt is under way,
+    # though no notice was sent since (apps.runs.current_call kept it).
+    gold_script(llm_server)
+    gold = llm_server.responder
+    second = threading.Event()  # the second attempt reached the server
+    release = threading.Event()  # the test saw what it wanted: the attempt may answer
+    lock = threading.Lock()
+    customer: list = []
+
+    def responder(request):
+        if not is_agent_request(request):
+            with lock:
+                customer.append(request)
+                n = len(customer)
+            if n == 1:
+                return error(503, "overloaded")
+            if n == 2:
+                second.set()
+                release.wait(timeout=7)  # within the worker's 8 s timeout
+        return gold(request)
+
+    llm_server.responder = responder
+    task = Task.objects.get(domain_id="airline", task_id="27")
+    run = run_create(
+        user=alice, task=task, spec=RunSpec(agent=Side(AGENT_MODEL), max_steps=30, seed=302)
+    )
+    assert second.wait(timeout=60)
+    page = page_signed_in_as(page, alice, base_url)
+    live = page.get_by_test_id("live")
+    try:
+        page.goto(f"/runs/{run.pk}/")
+        expect(live).to_contain_text(
+            "customer: provider unavailable (HTTP 503), retrying (2 of 3), "
+        )
+        page.reload()
+        expect(live).to_contain_text("retrying (2 of 3)")
+        with lock:
+            assert len(customer) == 2  # no notice came since: the line is the kept one
+    finally:
+        release.set()
+    wait_until_ended_live(page)
+    expect(live).to_have_text("")

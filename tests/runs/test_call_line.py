@@ -7,10 +7,17 @@ from __future__ import annotations
 import json
 
 import pytest
+import redis
+from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
+from django.conf import settings
 from websockets.sync.client import connect
 
-from apps.runs.events import CallMessage, group_name
+from apps.runs import current_call
+from apps.runs.events import CallMessage, call_publish, group_name
+from apps.runs.lifecycle import run_finish
+from apps.runs.models import Run
+from tau2_env.llm import gateway
 from tests.runs.conftest import finished, gold_script, wait_for
 from tests.runs.test_consumers import (  # noqa: F401 - run is a fixture
     communicator,
@@ -94,3 +101,77 @@ def test_a_running_runs_calls_reach_its_page_as_they_wait(
     waiting = [c for c in calls if c["phase"] == "waiting"]
     answered = [c for c in calls if c["phase"] == "answered"]
     assert waiting and answered and all(c["seconds"] >= 0.4 for c in answered)
+
+
+# --- A page opened mid-call (issue 33 item 4) -------------------------------------------------
+# The call under way is kept per run (apps.runs.current_call), so a socket opened while the
+# customer's model retries hears of it at once, not at the next retry or answer.
+
+
+def _notice(phase: str, **more) -> gateway.CallNotice:
+    return gateway.CallNotice(role="user", phase=phase, seconds=12.0, timeout=8.0, **more)
+
+
+publish = database_sync_to_async(call_publish)
+
+
+async def test_a_page_opened_mid_call_hears_the_retry_under_way_at_once(run, alice_client):  # noqa: F811
+    await publish(
+        run_id=run.pk,
+        notice=_notice("retrying", attempt=2, attempts=3, reason="timed out after 8 s", wait=0.0),
+    )
+    socket = communicator(run.pk, client=alice_client, after="2&calls=1")
+    connected, _ = await socket.connect(timeout=10)
+    assert connected
+    try:
+        status, call = await frames(socket, 2)
+    finally:
+        await socket.disconnect(timeout=10)
+    assert status["type"] == "status" and not status["final"]
+    assert call["seconds"] >= 12.0  # the time since it was kept is added
+    del call["seconds"]
+    assert call == {
+        "type": "call",
+        "side": "customer",
+        "phase": "retrying",
+        "timeout": 8.0,
+        "attempt": 2,
+        "attempts": 3,
+        "reason": "timed out after 8 s",
+        "wait": 0.0,
+    }
+
+
+@pytest.mark.parametrize("ending", ["answered", "failed", "run ended"])
+async def test_a_page_opened_after_the_call_ended_hears_of_no_call(run, alice_client, ending):  # noqa: F811
+    await publish(run_id=run.pk, notice=_notice("waiting", attempt=1, attempts=3))
+    assert current_call.call_current(run_id=run.pk) is not None
+    if ending == "run ended":
+        finished_now = await database_sync_to_async(run_finish)(
+            run=run, status=Run.Status.STOPPED, termination_reason="stopped"
+        )
+        assert finished_now
+    else:
+        await publish(run_id=run.pk, notice=_notice(ending, attempt=1, attempts=1))
+    assert current_call.call_current(run_id=run.pk) is None
+    socket = communicator(run.pk, client=alice_client, after="2&calls=1")
+    connected, _ = await socket.connect(timeout=10)
+    assert connected
+    try:
+        (status,) = await frames(socket, 1)
+        assert status["type"] == "status"
+        assert await socket.receive_nothing(timeout=0.5)
+    finally:
+        await socket.disconnect(timeout=10)
+
+
+def test_a_kept_call_lasts_no_longer_than_its_attempts_left_may_take(run):  # noqa: F811
+    call_publish(run_id=run.pk, notice=_notice("retrying", attempt=2, attempts=3, wait=7.0))
+    ttl = current_call.record_ttl(current_call.call_current(run_id=run.pk) or {})
+    assert ttl == 7.0 + 2 * 8.0 + current_call.MARGIN_SECONDS
+    key = current_call._key(run.pk)
+    left_ms = redis.Redis.from_url(settings.REDIS_URL).pttl(key)
+    assert 0 < left_ms <= ttl * 1000
+    # The turn tried again by the worker: its wait and one attempt's timeout.
+    call_publish(run_id=run.pk, notice=_notice("again", attempt=2, attempts=2, wait=30.0))
+    assert 0 < redis.Redis.from_url(settings.REDIS_URL).pttl(key) <= (30 + 8 + 5) * 1000
