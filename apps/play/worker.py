@@ -16,13 +16,14 @@ there): the turn is not asked for, and asking again works once there is room.
 from __future__ import annotations
 
 import logging
+from contextlib import AbstractContextManager
 
 from apps.accounts.vault import SignInRequired
 from apps.connections.llm_routes import ConnectionUnavailable
 from apps.play import services
 from apps.play.selectors import Phase
 from apps.runs.budgets import play_turn_refusal
-from apps.runs.events import LostRun, UnstorableMessage, events_publish
+from apps.runs.events import LostRun, UnstorableMessage, call_publish, events_publish
 from apps.runs.lifecycle import run_finish
 from apps.runs.models import Run
 from tau2_env.engine import episodes
@@ -37,6 +38,12 @@ def _route_or_release(run: Run, holder: str, back_to: Phase) -> gateway.Route | 
     except (SignInRequired, ConnectionUnavailable) as exc:
         services.play_release(run_id=run.pk, holder=holder, to=back_to, error=str(exc))
         return None
+
+
+def _calls_told(run: Run) -> AbstractContextManager[None]:
+    """Within the block, the session's LLM calls (the customer's, the judge's) are told to
+    its page as they wait and retry, as a run's are (``apps.runs.events.call_publish``)."""
+    return gateway.observe_calls(lambda notice: call_publish(run_id=run.pk, notice=notice))
 
 
 def customer_turn(*, run_id: int, at: int, worker: str) -> str:
@@ -59,7 +66,8 @@ def customer_turn(*, run_id: int, at: int, worker: str) -> str:
     try:
         episode = services.play_episode(run=run, route=route)
         before = run.n_messages
-        episode.customer_turn()
+        with _calls_told(run):
+            episode.customer_turn()
         if episode.termination_reason == episodes.TerminationReason.USER_ERROR:
             services.play_release(
                 run_id=run.pk, holder=worker, to=Phase.NEEDS_CUSTOMER, error=episode.error or ""
@@ -101,7 +109,8 @@ def score(*, run_id: int, at: int, worker: str) -> str:
     try:
         episode = services.play_episode(run=run, route=route)
         before = run.n_messages
-        episode.finish()  # τ²'s stop if still open; then τ²'s evaluator
+        with _calls_told(run):
+            episode.finish()  # τ²'s stop if still open; then τ²'s evaluator
         if episode.reward_info is None:
             services.play_release(
                 run_id=run.pk, holder=worker, to=Phase.NEEDS_SCORING, error=episode.error or ""

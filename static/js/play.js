@@ -184,12 +184,29 @@
   window.tau2Play = { get lastSeq() { return lastSeq; } };
   // Resumed after lastSeq; addEvent skips what the page shows already (from a POST's answer
   // too). Kept open until the session's last event is shown, not merely until it is final.
+  // The customer's (or the judge's) LLM call under way, as the socket tells it
+  // (static/js/call_line.js): waiting, or retrying after a timeout or a rate limit.
+  const callLine = document.getElementById("play-call");
+  let call = null;
+  function showCall(text) {
+    callLine.textContent = text || "";
+    callLine.hidden = !text;
+  }
+  function tickCall() {
+    if (call && !final) showCall(window.CallLine.words(call));
+  }
+  setInterval(tickCall, 1000);
   socket = window.LiveSocket.open({
-    path: () => `/ws/runs/${runId}/?after=${lastSeq}`,
+    path: () => `/ws/runs/${runId}/?after=${lastSeq}&calls=1`,
     done: complete,
     onMessage: (data) => {
       if (data.type === "event") addEvent(data.seq, data.html);
       else if (data.type === "status") refreshState();
+      else if (data.type === "call") {
+        call = final ? null : window.CallLine.from(data);
+        // An answer clears the line; a failure is said by the session's state instead.
+        showCall(call ? window.CallLine.words(call) : "");
+      }
     },
   });
   if (!select) return; // an ended session has no tool form
