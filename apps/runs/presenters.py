@@ -162,19 +162,19 @@ _SIDES = {"user": "customer", "agent": "agent", "judge": "judge"}
 def timing_view(latency_ms: int | None, attempts: list[dict] | None) -> dict[str, Any]:
     """A message's model time for its header: ``took`` ("8 min 17 s", "" for none),
     ``attempts_n`` (0 when only one was made, or for runs stored before attempts were
-    kept) and ``attempts_title``, one line per attempt ("1. customer: timed out after
-    120 s, 2 min 0 s"), for the tooltip."""
+    kept) and ``attempts_lines``, one per attempt in order ("customer: timed out after
+    120 s, 2 min 0 s"), for the header's list of attempts (``includes/took.html``)."""
     tries = [a for a in attempts or [] if isinstance(a, dict)]
     lines = [
-        f"{n}. {_SIDES.get(str(a.get('role')), a.get('role') or '?')}: "
+        f"{_SIDES.get(str(a.get('role')), a.get('role') or '?')}: "
         f"{a.get('said') or a.get('outcome') or '?'}, "
         f"{duration_words(float(a.get('seconds') or 0))}"
-        for n, a in enumerate(tries, start=1)
+        for a in tries
     ]
     return {
         "took": duration_words(latency_ms / 1000) if latency_ms else "",
         "attempts_n": len(tries) if len(tries) > 1 else 0,
-        "attempts_title": "\n".join(lines),
+        "attempts_lines": lines,
     }
 
 
