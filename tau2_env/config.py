@@ -186,6 +186,23 @@ def llm_timeout() -> float:
     return value
 
 
+def llm_retry_after_max() -> float:
+    """The longest wait (seconds) a provider's ``Retry-After`` may impose between two
+    attempts of a call (``TAU2_LLM_RETRY_AFTER_MAX``, default 60)."""
+    raw = _env("TAU2_LLM_RETRY_AFTER_MAX")
+    if raw is None:
+        return 60.0
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(
+            f"TAU2_LLM_RETRY_AFTER_MAX must be a number of seconds, got {raw!r}"
+        ) from None
+    if value < 0:
+        raise ConfigError(f"TAU2_LLM_RETRY_AFTER_MAX must be 0 or more, got {raw!r}")
+    return value
+
+
 def llm_max_reply_bytes() -> int:
     """The largest answer a model endpoint may send, decompressed, in bytes
     (``TAU2_LLM_MAX_REPLY_BYTES``, default 8 MiB: a chat completion is a few KiB)."""

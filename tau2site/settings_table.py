@@ -286,6 +286,15 @@ SECTIONS: tuple[Section, ...] = (
                 "seconds per LLM call: connecting, each read and the whole answer",
             ),
             S(
+                "TAU2_LLM_RETRY_AFTER_MAX",
+                "`60`",
+                "The longest a model call waits before its next attempt when the provider "
+                "answers 429 or 503 with `Retry-After`; a provider that asks for longer ends "
+                "the call, saying so.",
+                None,
+                "seconds a provider's Retry-After may make a call wait (default 60)",
+            ),
+            S(
                 "TAU2_LLM_MAX_REPLY_BYTES",
                 "`8388608` (8 MiB)",
                 "The largest answer (decompressed) a model endpoint may send; past it the call "

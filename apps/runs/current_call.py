@@ -66,9 +66,11 @@ def call_forget(*, run_id: int) -> None:
     _store().drop(_key(run_id))
 
 
-def call_current(*, run_id: int) -> dict[str, Any] | None:
-    """The notice of run ``run_id``'s call under way, its ``seconds`` brought up to now
-    (the time since it was kept added), or ``None``."""
+def call_current(*, run_id: int, now: float | None = None) -> dict[str, Any] | None:
+    """The notice of run ``run_id``'s call under way as it stands now: its ``seconds``
+    with the time since it was kept added, its ``wait`` (before the next attempt) with
+    it taken off (``now``: the wall clock's time, by default the current one); or
+    ``None``."""
     raw = _store().get(_key(run_id))
     if raw is None:
         return None
@@ -77,7 +79,9 @@ def call_current(*, run_id: int) -> dict[str, Any] | None:
         at = float(record.pop("at"))
     except (ValueError, KeyError, TypeError):
         return None
-    record["seconds"] = round(float(record.get("seconds") or 0) + max(0.0, time.time() - at), 1)
+    since = max(0.0, (time.time() if now is None else now) - at)
+    record["seconds"] = round(float(record.get("seconds") or 0) + since, 1)
+    record["wait"] = round(max(0.0, float(record.get("wait") or 0) - since), 1)
     return record
 
 

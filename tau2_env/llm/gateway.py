@@ -16,7 +16,10 @@ own) all end up there. ``tau2_env.llm.compat.install()`` replaces that global wi
   ``reasoning_effort``… exactly as ``tau2 run --agent-llm-args`` passes them), a
   timeout, litellm's cache off, and retries for rate limits, timeouts and 503s only
   (never for 401/402), made here one attempt at a time so that each is told to the
-  observers (:class:`CallNotice`) and kept (:class:`Attempt`).
+  observers (:class:`CallNotice`) and kept (:class:`Attempt`); a 429's or 503's
+  ``Retry-After`` is waited before the next (:func:`retry_after`, at most
+  ``TAU2_LLM_RETRY_AFTER_MAX``; a provider asking for longer ends the call), and a
+  retry sends the same bytes.
 
 A route's ``provider`` is the kind of endpoint (:data:`LITELLM_PREFIXES`): Hugging
 Face's router, OpenAI, Anthropic, Google Gemini, Mistral, OpenRouter, Together,
@@ -30,6 +33,7 @@ Tests point :class:`Route` at a local scripted server through ``TAU2_HF_ROUTER_U
 from __future__ import annotations
 
 import contextvars
+import email.utils
 import json
 import logging
 import re
@@ -80,6 +84,7 @@ __all__ = [
     "provider_words",
     "redact",
     "resolve_route",
+    "retry_after",
     "routed_completion",
     "use_sender",
 ]
@@ -96,7 +101,8 @@ ROLE_JUDGE = "judge"
 # and each one costs the visitor a request. The policy is read here, per failed attempt,
 # with litellm's own reading of it (``get_num_retries_from_retry_policy``), and litellm
 # gets none: it makes one attempt per call, and :func:`routed_completion` the others, as
-# litellm's ``completion_with_retries`` made them (at once, no wait between).
+# litellm's ``completion_with_retries`` made them (at once, no wait between), unless the
+# provider said how long to wait (Retry-After).
 RETRIES = 2
 ATTEMPTS = RETRIES + 1  # at most, per call
 RETRY_WAIT = 0.0  # seconds between attempts: litellm's "constant_retry" waits none
@@ -453,7 +459,8 @@ class CallNotice:
     the call's time so far (all its attempts and the waits between); ``timeout`` is each
     attempt's bound. ``attempt`` is the attempt now under way (for ``"retrying"``: the
     one about to be made) of at most ``attempts``; ``reason`` says why the last one
-    failed ("timed out after 120 s"), ``wait`` the seconds before the next; ``tries``
+    failed ("timed out after 120 s"), ``wait`` the seconds before the next (a
+    provider's ``Retry-After``, else :data:`RETRY_WAIT`); ``tries``
     are the attempts made so far, in order.
     """
 
@@ -557,15 +564,34 @@ def routed_completion(*args: Any, **kwargs: Any) -> Any:
             # What waiting cannot cure (a stop, a reply τ² cannot read) is never retried.
             allowed = 1 if kind in PERMANENT_KINDS else 1 + retries_for(exc)
             if len(tries) < allowed:
+                # A 429 or 503 may say how long to wait (Retry-After): waited, up to
+                # TAU2_LLM_RETRY_AFTER_MAX; a provider that asks for longer ends the call.
+                asked = retry_after(exc)
+                wait = max(RETRY_WAIT, asked or 0.0)
+                longest = config.llm_retry_after_max()
+                if asked is not None and asked > longest:
+                    tell("failed", attempt=len(tries), attempts=allowed, reason=tries[-1].said)
+                    raise LLMCallError(
+                        f"{route.describe()} failed: {tries[-1].said}, and {_where(route)} "
+                        f"asks to wait {asked:.0f} s before trying again, longer than a call "
+                        f"waits ({longest:g} s, TAU2_LLM_RETRY_AFTER_MAX): try again later",
+                        status_code=getattr(exc, "status_code", None),
+                        kind=kind,
+                    ) from None
                 tell(
                     "retrying",
                     attempt=len(tries) + 1,
                     attempts=allowed,
                     reason=tries[-1].said,
-                    wait=RETRY_WAIT,
+                    wait=wait,
                 )
-                if RETRY_WAIT:
-                    time.sleep(RETRY_WAIT)
+                if wait and not outbound.pause(wait):
+                    stopped = "stopped while waiting to try again"
+                    tell("failed", attempt=len(tries), attempts=allowed, reason=stopped)
+                    raise LLMCallError(
+                        f"{route.describe()} failed: the conversation was {stopped}",
+                        kind="interrupted",
+                    ) from None
                 continue
             tell("failed", attempt=len(tries), attempts=allowed, reason=tries[-1].said)
             tried = ""
@@ -605,6 +631,43 @@ def retries_for(exc: BaseException) -> int:
         return 0
     assert isinstance(exc, Exception)
     return get_num_retries_from_retry_policy(exception=exc, retry_policy=_RETRY_POLICY) or 0
+
+
+# The statuses whose Retry-After is honoured (RFC 9110 §10.2.3: a 503's, and RFC 6585's 429).
+_RETRY_AFTER_STATUSES = frozenset({429, 503})
+
+
+def retry_after(exc: BaseException, *, now: float | None = None) -> float | None:
+    """The seconds a provider's 429 or 503 asks to wait before the next attempt: its
+    ``Retry-After`` header, in seconds or as an HTTP date (RFC 9110 §10.2.3), or OpenAI's
+    ``retry-after-ms``; ``None`` when the answer asks nothing (or is another status).
+    A date in the past asks for no wait (0)."""
+    if getattr(exc, "status_code", None) not in _RETRY_AFTER_STATUSES:
+        return None
+    for cause in _causes(exc):
+        headers = getattr(getattr(cause, "response", None), "headers", None)
+        headers = headers or getattr(cause, "litellm_response_headers", None)
+        if not headers:
+            continue
+        found = {str(k).lower(): str(v).strip() for k, v in headers.items()}
+        if "retry-after-ms" in found:
+            try:
+                return max(0.0, float(found["retry-after-ms"]) / 1000)
+            except ValueError:
+                pass
+        raw = found.get("retry-after")
+        if raw is None:
+            continue
+        if raw.isdigit():
+            return float(raw)
+        try:
+            when = email.utils.parsedate_to_datetime(raw)
+        except (TypeError, ValueError):
+            return None  # neither seconds nor a date: as if none were given
+        if when.tzinfo is None:
+            return None  # RFC 9110's HTTP-date is always GMT; anything else is unreadable
+        return max(0.0, when.timestamp() - (time.time() if now is None else now))
+    return None
 
 
 def attempt_words(exc: BaseException, kind: str, route: Route) -> str:

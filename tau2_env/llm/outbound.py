@@ -324,6 +324,16 @@ def interruptible(stop: threading.Event) -> Iterator[None]:
         _stop.reset(token)
 
 
+def pause(seconds: float) -> bool:
+    """Wait ``seconds`` (between two attempts of a call), or less if the conversation is
+    stopped meanwhile (:func:`interruptible`); returns False when it was."""
+    stop = _stop.get()
+    if stop is None:
+        time.sleep(seconds)
+        return True
+    return not stop.wait(seconds)
+
+
 @contextmanager
 def bounded(seconds: float, *, max_bytes: int | None = None) -> Iterator[_Call]:
     """One request's bounds: within the block its connection, reads and whole answer

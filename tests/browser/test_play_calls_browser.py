@@ -1,7 +1,8 @@
 """alice plays airline task 27 in Chromium and the customer's model is slow to answer her
-message (issue 33): the play page says the customer's call waits, then that it is retried
-after a 503 ("retrying (2 of 3)"), also after a reload in the middle; once the customer
-answers, the line is gone. Real ASGI app, Celery worker and litellm, scripted LLM."""
+message (issue 33): the play page says the customer's call waits, then that it is rate
+limited and retried once the provider's Retry-After is over ("retrying in 9 s (2 of 3)"),
+also after a reload in the middle; once the customer answers, the line is gone. Real ASGI
+app, Celery worker and litellm, scripted LLM."""
 
 from __future__ import annotations
 
@@ -36,8 +37,8 @@ def test_alice_sees_the_customers_call_wait_and_retry_after_her_message(
     line = page.get_by_test_id("play-call")
     expect(line).to_be_hidden()
 
-    # Her message: the customer's first attempt is held, then fails with a 503; the
-    # second is held too, then answers.
+    # Her message: the customer's first attempt is held, then rate limited with a
+    # Retry-After of 10 s; the second is held too, then answers.
     first, second = threading.Event(), threading.Event()
     let_first, let_second = threading.Event(), threading.Event()
     asked: list = []
@@ -47,7 +48,7 @@ def test_alice_sees_the_customers_call_wait_and_retry_after_her_message(
         if len(asked) == 1:
             first.set()
             let_first.wait(timeout=7)  # within the worker's 8 s timeout
-            return error(503, "overloaded")
+            return error(429, "slow down", retry_after="10")
         second.set()
         let_second.wait(timeout=7)
         return text("Thank you, that is all I needed.")
@@ -59,12 +60,13 @@ def test_alice_sees_the_customers_call_wait_and_retry_after_her_message(
         assert first.wait(timeout=60)
         expect(line).to_contain_text("customer: waiting for the model's answer", timeout=SLOW)
         let_first.set()
-        assert second.wait(timeout=30)
         expect(line).to_contain_text(
-            "customer: provider unavailable (HTTP 503), retrying (2 of 3), ", timeout=SLOW
+            re.compile(r"customer: rate limited \(HTTP 429\), retrying in \d+ s \(2 of 3\)")
         )
+        assert second.wait(timeout=30)
+        assert asked[1].received_at - asked[0].received_at >= 10  # not asked again sooner
         page.reload()  # the call under way is shown at once on a page opened meanwhile
-        expect(line).to_contain_text("retrying (2 of 3)")
+        expect(line).to_contain_text("customer: rate limited (HTTP 429), retrying (2 of 3), ")
         assert len(asked) == 2
     finally:
         let_first.set()

@@ -175,3 +175,19 @@ def test_a_kept_call_lasts_no_longer_than_its_attempts_left_may_take(run):  # no
     # The turn tried again by the worker: its wait and one attempt's timeout.
     call_publish(run_id=run.pk, notice=_notice("again", attempt=2, attempts=2, wait=30.0))
     assert 0 < redis.Redis.from_url(settings.REDIS_URL).pttl(key) <= (30 + 8 + 5) * 1000
+
+
+def test_a_kept_call_reads_as_it_stands_now_its_time_on_and_its_wait_spent(run):  # noqa: F811
+    # Kept during a provider's Retry-After of 7 s; read 3 s later.
+    call_publish(
+        run_id=run.pk,
+        notice=_notice(
+            "retrying", attempt=2, attempts=3, reason="rate limited (HTTP 429)", wait=7.0
+        ),
+    )
+    kept = json.loads(current_call._store().get(current_call._key(run.pk)) or "{}")
+    later = kept["at"] + 3.0
+    current = current_call.call_current(run_id=run.pk, now=later) or {}
+    assert (current["seconds"], current["wait"]) == (15.0, 4.0)
+    current = current_call.call_current(run_id=run.pk, now=later + 10) or {}
+    assert current["wait"] == 0.0  # the next attempt is under way

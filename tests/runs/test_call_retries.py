@@ -146,6 +146,34 @@ def test_a_call_whose_retries_are_spent_is_tried_again_as_a_hop_and_timed_from_i
     assert event.latency_ms / 1000 >= sum(a["seconds"] for a in event.attempts)
 
 
+def test_a_rate_limited_customer_is_asked_again_after_its_retry_after(
+    committed_db, quick, llm_server, alice, monkeypatch
+):
+    # The provider says "Retry-After: 1": the run's page hears the wait, the customer's
+    # model is asked again no sooner, and the run goes on.
+    customer = _customer_fails(llm_server, 1, error(429, "slow down", retry_after="1"))
+    told: list[gateway.CallNotice] = []
+    publish = runner.call_publish
+
+    def heard(*, run_id, notice):
+        told.append(notice)
+        publish(run_id=run_id, notice=notice)
+
+    monkeypatch.setattr(runner, "call_publish", heard)
+    run = queued_run(alice)
+
+    assert run_execute(run_id=run.pk, worker="retries-test") == Run.Status.COMPLETED
+
+    (retrying,) = [n for n in told if n.phase == "retrying"]
+    assert (retrying.role, retrying.attempt, retrying.attempts) == ("user", 2, 3)
+    assert (retrying.reason, retrying.wait) == ("rate limited (HTTP 429)", 1.0)
+    assert customer[1].received_at - customer[0].received_at >= 1.0
+    assert customer[0].raw == customer[1].raw
+    event = _retried(Run.objects.get(pk=run.pk))
+    assert [a["outcome"] for a in event.attempts] == ["rate_limited", "answered"]
+    assert event.latency_ms >= 1000
+
+
 def test_a_refused_key_is_asked_once(committed_db, quick, llm_server, alice):
     customer = _customer_fails(llm_server, 100, error(401, "bad key"))
     run = queued_run(alice)

@@ -97,6 +97,8 @@ class Reply:
     reasoning_tokens: int = 0
     # An answer's exact JSON body, sent as it is (see :func:`answer`).
     body: str | None = None
+    # An error's own headers (a 429's ``Retry-After``).
+    headers: tuple[tuple[str, str], ...] = ()
 
 
 def answer(body: str) -> Reply:
@@ -139,8 +141,12 @@ def tool_calls(*calls: tuple[str, dict[str, Any]]) -> Reply:
     return Reply(calls=tuple(calls))
 
 
-def error(status: int, message: str = "scripted failure") -> Reply:
-    return Reply(status=status, error_message=message)
+def error(
+    status: int, message: str = "scripted failure", *, retry_after: str | None = None
+) -> Reply:
+    """An HTTP error; with ``retry_after``, its ``Retry-After`` header (seconds or a date)."""
+    headers = () if retry_after is None else (("Retry-After", retry_after),)
+    return Reply(status=status, error_message=message, headers=headers)
 
 
 def delayed(reply: Reply | str, seconds: float) -> Reply:
@@ -360,6 +366,7 @@ def _make_handler(llm: ScriptedLLM) -> type[JSONHandler]:
                 self._send_json(
                     reply.status,
                     {"error": {"message": reply.error_message, "type": "scripted_error"}},
+                    dict(reply.headers),
                 )
                 return
             model = str(body.get("model") or "scripted")

@@ -120,11 +120,13 @@ class JSONHandler(BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - quiet
         return
 
-    def _send(self, status: int, data: bytes, content_type: str) -> None:
+    def _send(
+        self, status: int, data: bytes, content_type: str, headers: dict[str, str] | None = None
+    ) -> None:
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
-        for name, value in self._extra_headers().items():
+        for name, value in {**self._extra_headers(), **(headers or {})}.items():
             self.send_header(name, value)
         self.end_headers()
         self.wfile.write(data)
@@ -133,8 +135,10 @@ class JSONHandler(BaseHTTPRequestHandler):
         """Headers every answer carries besides the type and length (a provider's ids)."""
         return {}
 
-    def _send_json(self, status: int, payload: dict[str, Any]) -> None:
-        self._send(status, json.dumps(payload).encode(), "application/json")
+    def _send_json(
+        self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> None:
+        self._send(status, json.dumps(payload).encode(), "application/json", headers)
 
     def _read_raw(self) -> bytes:
         length = int(self.headers.get("Content-Length") or 0)

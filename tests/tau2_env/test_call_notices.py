@@ -5,9 +5,14 @@ the same bytes), and an observer that fails never fails the call."""
 
 from __future__ import annotations
 
+import email.utils
+import threading
+import time
+
+import httpx
 import pytest
 
-from tau2_env.llm import compat, gateway
+from tau2_env.llm import compat, gateway, outbound
 from tau2_env.llm.llm_args import ROLE_KEY
 from tests.support.llm_server import answer, delayed, error, text
 
@@ -174,3 +179,114 @@ def test_a_reply_that_cannot_be_read_is_told_as_failed_and_never_retried(llm_ser
     assert [n.phase for n in heard] == ["waiting", "failed"]
     assert [t.outcome for t in heard[-1].tries] == ["bad_reply"]
     assert len(llm_server.chat_requests()) == 1
+
+
+# --- Retry-After (issue 33 item 4) ----------------------------------------------------------
+# A provider's 429 or 503 may say how long to wait: the next attempt is sent no sooner, the
+# notice says the wait ("retrying in 7 s"), and the retry still sends the same bytes.
+
+
+@pytest.mark.parametrize("status", [429, 503])
+def test_a_retry_after_in_seconds_is_waited_before_the_next_attempt(llm_server, sender, status):
+    llm_server.responder = _failing(1, error(status, "slow down", retry_after="1"))
+    heard: list[gateway.CallNotice] = []
+    with (
+        gateway.conversation(user=_route(llm_server, timeout=TINY)),
+        gateway.observe_calls(heard.append),
+    ):
+        response = gateway.routed_completion(messages=MESSAGES, **{ROLE_KEY: "user"})
+
+    assert response.choices[0].message.content == "Hello"
+    assert [n.phase for n in heard] == ["waiting", "retrying", "answered"]
+    retrying = heard[1]
+    assert (retrying.attempt, retrying.attempts, retrying.wait) == (2, 3, 1.0)
+    first, second = llm_server.chat_requests()
+    assert second.received_at - first.received_at >= 1.0
+    assert first.raw == second.raw  # the retry resends the call byte for byte
+    assert heard[-1].seconds >= 1.0
+
+
+def test_a_retry_after_as_an_http_date_is_waited_until_that_date(llm_server, sender):
+    when = email.utils.formatdate(time.time() + 2, usegmt=True)
+    llm_server.responder = _failing(1, error(429, "slow down", retry_after=when))
+    heard: list[gateway.CallNotice] = []
+    with (
+        gateway.conversation(user=_route(llm_server, timeout=TINY)),
+        gateway.observe_calls(heard.append),
+    ):
+        gateway.routed_completion(messages=MESSAGES, **{ROLE_KEY: "user"})
+
+    wait = heard[1].wait
+    assert 0 < wait <= 2.0  # the date has a second's resolution
+    first, second = llm_server.chat_requests()
+    assert second.received_at - first.received_at >= wait
+
+
+def test_a_retry_after_longer_than_a_call_waits_ends_the_call_saying_so(
+    llm_server, sender, monkeypatch
+):
+    monkeypatch.setenv("TAU2_LLM_RETRY_AFTER_MAX", "5")
+    llm_server.responder = _failing(1, error(429, "slow down", retry_after="300"))
+    heard: list[gateway.CallNotice] = []
+    with (
+        gateway.conversation(user=_route(llm_server, timeout=TINY)),
+        gateway.observe_calls(heard.append),
+        pytest.raises(gateway.LLMCallError) as failed,
+    ):
+        gateway.routed_completion(messages=MESSAGES, **{ROLE_KEY: "user"})
+
+    assert len(llm_server.chat_requests()) == 1  # not asked again before its time
+    assert [n.phase for n in heard] == ["waiting", "failed"]
+    said = str(failed.value)
+    assert "rate limited (HTTP 429)" in said and "asks to wait 300 s" in said
+    assert "(5 s, TAU2_LLM_RETRY_AFTER_MAX)" in said and "try again later" in said
+    assert failed.value.kind == "rate_limited" and not failed.value.transient
+
+
+def test_a_stop_during_a_retry_after_wait_ends_the_call_at_once(llm_server, sender):
+    llm_server.responder = lambda request: error(429, "slow down", retry_after="30")
+    stop = threading.Event()
+    heard: list[gateway.CallNotice] = []
+
+    def hear(notice: gateway.CallNotice) -> None:
+        heard.append(notice)
+        if notice.phase == "retrying":
+            stop.set()  # the run is stopped while its call waits to try again
+
+    with (
+        gateway.conversation(user=_route(llm_server, timeout=TINY)),
+        gateway.observe_calls(hear),
+        outbound.interruptible(stop),
+        pytest.raises(gateway.LLMCallError) as failed,
+    ):
+        gateway.routed_completion(messages=MESSAGES, **{ROLE_KEY: "user"})
+
+    assert failed.value.kind == "interrupted"
+    assert [n.phase for n in heard] == ["waiting", "retrying", "failed"]
+    assert heard[1].wait == 30.0 and heard[-1].seconds < 30.0
+    assert len(llm_server.chat_requests()) == 1
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, headers: dict[str, str]) -> None:
+        super().__init__("refused")
+        self.status_code = status
+        self.response = httpx.Response(status, headers=headers)
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "wait"),
+    [
+        (429, {"Retry-After": "7"}, 7.0),
+        (503, {"retry-after": "0"}, 0.0),
+        (429, {"Retry-After": "Fri, 04 Dec 2026 12:00:10 GMT"}, 10.0),
+        (429, {"Retry-After": "Fri, 04 Dec 2026 11:59:00 GMT"}, 0.0),  # already past
+        (429, {"retry-after-ms": "1500"}, 1.5),
+        (429, {"Retry-After": "soon"}, None),
+        (429, {}, None),
+        (500, {"Retry-After": "7"}, None),  # only a 429's or a 503's is honoured
+    ],
+)
+def test_retry_after_reads_seconds_or_an_http_date(status, headers, wait):
+    now = email.utils.parsedate_to_datetime("Fri, 04 Dec 2026 12:00:00 GMT").timestamp()
+    assert gateway.retry_after(_Refused(status, headers), now=now) == wait
