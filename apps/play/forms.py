@@ -4,6 +4,7 @@ from django.conf import settings
 from apps.bounds import integer_field
 from apps.connections.picker import RouteField, for_user
 from apps.runs import defaults
+from apps.runs.forms import has_retrieval, retrieval_clean, retrieval_field
 from apps.runs.models import Run
 from apps.tasks import selectors as task_selectors
 from apps.tasks.models import Split, Task
@@ -13,7 +14,8 @@ from tau2_env.gate.arguments import parse_arguments
 class PlayStartForm(forms.Form):
     """Which task to play: one picked with the run form's task picker (domain, split, task
     id), or a random one of the split (reproducible with a seed); the customer's model
-    (the one model picker) and the step limit (the shared default). Pass ``user``."""
+    (the one model picker), the step limit (the shared default) and, when a domain has
+    some, the retrieval configuration (the run form's choice). Pass ``user``."""
 
     domain = forms.ChoiceField(label="Domain")
     # Sent by the task picker's split list (includes/split_select.html).
@@ -46,12 +48,17 @@ class PlayStartForm(forms.Form):
         initial=defaults.MAX_STEPS,
         help_text="Empty: τ²'s default.",
     )
+    retrieval_config = forms.CharField(required=False)  # retrieval_field(), or none at all
 
     def __init__(self, *args, user=None, **kwargs):
         super().__init__(*args, **kwargs)
         for_user(self, user)
         self.fields["domain"].choices = [(d.name, d.name) for d in task_selectors.domain_list()]
         self.fields["domain"].widget.attrs["data-testid"] = "domain"
+        if has_retrieval():  # a knowledge domain (banking_knowledge on τ² 1.x)
+            self.fields["retrieval_config"] = retrieval_field()
+        else:
+            del self.fields["retrieval_config"]
         self.fields["task_id"].widget.attrs.update(
             {
                 "data-testid": "task-input",
@@ -75,6 +82,7 @@ class PlayStartForm(forms.Form):
                 self.add_error("task_id", f"No task {task_id!r} in {domain}.")
         elif domain and split and not Split.objects.filter(domain_id=domain, name=split).exists():
             self.add_error("split", f"No split {split!r} in {domain}.")
+        retrieval_clean(self, data, domain)
         return data
 
 

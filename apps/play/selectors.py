@@ -18,6 +18,7 @@ from django.utils import timezone
 from apps.play.schemas import form_schema
 from apps.runs.models import Run
 from apps.tasks.models import Tool
+from tau2_env.engine import catalog
 
 Phase = Run.PlayPhase
 
@@ -89,26 +90,59 @@ def play_list_open(*, user) -> QuerySet[Run]:
     )
 
 
-def tool_forms(*, domain: str) -> list[dict[str, Any]]:
-    """The agent's tools of ``domain`` as the tool form wants them, in τ²'s order:
-    ``name``, ``description``, ``kind`` and a resolved ``schema`` (no ``$ref``)."""
+def _agent_tools(*, domain: str, retrieval_config: str) -> list[dict[str, Any]]:
+    """The agent's tools of ``domain`` played with ``retrieval_config`` (``name``,
+    ``description``, ``kind``, ``parameters``), in τ²'s order: the stored ones, but for a
+    knowledge domain played with a configuration other than the stored default, whose
+    knowledge tools differ (bm25's KB_search, grep_only's grep): τ²'s for it."""
+    if retrieval_config and retrieval_config != catalog.default_retrieval_config(domain):
+        return [
+            {
+                "name": t.name,
+                "description": t.description,
+                "kind": t.kind,
+                "parameters": (t.schema.get("function") or {}).get("parameters") or {},
+            }
+            for t in catalog.agent_tools(domain, retrieval_config)
+        ]
     tools = Tool.objects.filter(domain_id=domain, requestor=Tool.Requestor.AGENT).order_by(
         "position"
     )
     return [
-        {
-            "name": tool.name,
-            "description": tool.description,
-            "kind": tool.kind,
-            "schema": form_schema(tool.parameters or {"type": "object", "properties": {}}),
-        }
-        for tool in tools
+        {"name": t.name, "description": t.description, "kind": t.kind, "parameters": t.parameters}
+        for t in tools
     ]
 
 
-def tool_schema(*, domain: str, name: str) -> dict[str, Any] | None:
-    """τ²'s parameter schema of the agent's tool ``name`` (``None`` if there is no such tool)."""
-    tool = Tool.objects.filter(domain_id=domain, requestor=Tool.Requestor.AGENT, name=name).first()
-    if tool is None:
-        return None
-    return tool.parameters or {"type": "object", "properties": {}}
+def play_policy(*, run: Run) -> str:
+    """The policy the session's agent reads: its domain's, or for a knowledge domain
+    played with another configuration than the stored default, τ²'s for that one."""
+    if run.retrieval_config and run.retrieval_config != catalog.default_retrieval_config(
+        run.domain
+    ):
+        return catalog.agent_policy(run.domain, run.retrieval_config)
+    return run.task.domain.policy
+
+
+def tool_forms(*, domain: str, retrieval_config: str = "") -> list[dict[str, Any]]:
+    """The agent's tools of ``domain`` (played with ``retrieval_config``) as the tool form
+    wants them, in τ²'s order: ``name``, ``description``, ``kind`` and a resolved
+    ``schema`` (no ``$ref``)."""
+    return [
+        {
+            "name": tool["name"],
+            "description": tool["description"],
+            "kind": tool["kind"],
+            "schema": form_schema(tool["parameters"] or {"type": "object", "properties": {}}),
+        }
+        for tool in _agent_tools(domain=domain, retrieval_config=retrieval_config)
+    ]
+
+
+def tool_schema(*, domain: str, name: str, retrieval_config: str = "") -> dict[str, Any] | None:
+    """τ²'s parameter schema of the agent's tool ``name`` (played with
+    ``retrieval_config``; ``None`` if there is no such tool)."""
+    for tool in _agent_tools(domain=domain, retrieval_config=retrieval_config):
+        if tool["name"] == name:
+            return tool["parameters"] or {"type": "object", "properties": {}}
+    return None

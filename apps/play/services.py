@@ -67,17 +67,23 @@ def _tool_lease() -> timedelta:
 
 
 def play_spec(
-    *, customer: Side | None = None, seed: int | None = None, max_steps: int | None = None
+    *,
+    customer: Side | None = None,
+    seed: int | None = None,
+    max_steps: int | None = None,
+    retrieval_config: str = "",
 ) -> RunSpec:
     """A play session's spec: a person plays the agent against ``customer`` (None or no
     model: the server's default customer, τ²'s default LLM arguments); ``max_steps``
     None: the shared default (``apps.runs.defaults``), capped at the server's limit;
-    ``seed`` the one that picked the task, if one did."""
+    ``seed`` the one that picked the task, if one did; ``retrieval_config`` a knowledge
+    domain's (""; its default, set by :func:`play_start`)."""
     return RunSpec(
         agent=Side(HUMAN_AGENT, llm=False),
         customer=customer or Side(),
         max_steps=min(max_steps or defaults.max_steps(), settings.TAU2_RUN_MAX_STEPS),
         seed=seed,
+        retrieval_config=retrieval_config,
     )
 
 
@@ -289,7 +295,9 @@ def play_tool(*, run: Run, name: str, arguments: Any) -> list[RunEvent]:
     conversation goes on. If the call reaches τ²'s step or error limit, scoring is queued
     (on a worker: scoring may call the judge).
     """
-    schema = selectors.tool_schema(domain=run.domain, name=name)
+    schema = selectors.tool_schema(
+        domain=run.domain, name=name, retrieval_config=run.retrieval_config
+    )
     if schema is None:
         raise ArgumentsInvalid({"name": f"{run.domain} has no tool {name!r}."})
     errors = schemas.argument_errors(schema, arguments)

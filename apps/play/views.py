@@ -111,6 +111,7 @@ def play_new(request):
                 customer=Side(customer.model, customer.connection) if customer else None,
                 seed=data.get("seed"),
                 max_steps=data.get("max_steps"),
+                retrieval_config=data.get("retrieval_config") or "",
             )
             run = services.play_start(user=request.user, task=task, spec=spec)
         except ValidationError as exc:
@@ -143,8 +144,8 @@ def play_detail(request, pk: int):
             "last_seq": events[-1]["seq"] if events else -1,
             "state": state,
             "result": presenters.reward_view(run.reward_info) if run.is_final else None,
-            "policy": run.task.domain.policy,
-            "tools": selectors.tool_forms(domain=run.domain),
+            "policy": selectors.play_policy(run=run),
+            "tools": selectors.tool_forms(domain=run.domain, retrieval_config=run.retrieval_config),
         },
     )
 

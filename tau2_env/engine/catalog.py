@@ -26,6 +26,8 @@ from tau2_env.llm._tau2 import registry
 __all__ = [
     "Document",
     "DomainInfo",
+    "agent_policy",
+    "agent_tools",
     "RetrievalConfig",
     "TaskInfo",
     "ToolInfo",
@@ -234,6 +236,40 @@ def _environment(domain: str):
         # build offline).
         return tau2_gen.build_environment(domain=domain, env_kwargs={"retrieval_variant": default})
     return registry.get_env_constructor(domain)()
+
+
+@functools.cache
+def _variant_environment(domain: str, retrieval_config: str):
+    refusal = retrieval_refusal(domain=domain, retrieval_config=retrieval_config)
+    if refusal:
+        raise ValueError(refusal)
+    return tau2_gen.build_environment(
+        domain=domain, env_kwargs={"retrieval_variant": retrieval_config}
+    )
+
+
+def _played_default(domain: str, retrieval_config: str) -> bool:
+    return not retrieval_config or retrieval_config == default_retrieval_config(domain)
+
+
+@functools.cache
+def agent_tools(domain: str, retrieval_config: str = "") -> tuple[ToolInfo, ...]:
+    """The agent's tools of ``domain`` played with ``retrieval_config``, in τ²'s order: a
+    knowledge domain's depend on it (bm25's ``KB_search``, grep_only's ``grep``, none
+    for no_knowledge); "" or any other domain: :func:`get_domain`'s. Raises ``KeyError``
+    for an unknown domain, ``ValueError`` for a configuration it cannot run here."""
+    if _played_default(domain, retrieval_config):
+        return get_domain(domain).tools
+    return _tool_infos(_variant_environment(domain, retrieval_config).tools, "assistant")
+
+
+def agent_policy(domain: str, retrieval_config: str = "") -> str:
+    """The policy ``domain``'s agent reads when played with ``retrieval_config`` (a
+    knowledge domain's prompt depends on it); "" or any other domain: :func:`get_domain`'s.
+    Raises as :func:`agent_tools` does."""
+    if _played_default(domain, retrieval_config):
+        return get_domain(domain).policy
+    return _variant_environment(domain, retrieval_config).get_policy()
 
 
 def _tool_infos(toolkit, requestor: str) -> tuple[ToolInfo, ...]:
