@@ -199,6 +199,7 @@ def episode_claim(
         judge_llm=judge,
         max_steps=run.max_steps,
         max_errors=run.max_errors,
+        retrieval_config=run.retrieval_config,
         labels={
             "evaluation": locked.pk,
             "trial": run.trial,

@@ -165,13 +165,15 @@ def messages_to_json(messages: Iterable[Message]) -> list[dict[str, Any]]:
     return [m.model_dump(mode="json") for m in messages]
 
 
-def tool_specs(domain: str) -> list[dict[str, Any]]:
-    """The agent's tools of ``domain``: ``name``, ``description`` and JSON ``input_schema``.
+def tool_specs(domain: str, retrieval_config: str = "") -> list[dict[str, Any]]:
+    """The agent's tools of ``domain`` (played with ``retrieval_config``, a knowledge
+    domain's; "": its default): ``name``, ``description`` and JSON ``input_schema``.
 
-    Taken from τ²'s ``Tool.openai_schema`` (schemas may contain ``$defs``).
+    Taken from τ²'s ``Tool.openai_schema`` (schemas may contain ``$defs``). Raises
+    ``KeyError`` for an unknown domain, ``ValueError`` for a configuration it cannot run.
     """
     specs = []
-    for tool in catalog.get_domain(domain).tools:
+    for tool in catalog.agent_tools(domain, retrieval_config):
         function = tool.schema.get("function", {})
         specs.append(
             {

@@ -170,14 +170,16 @@ def agent_tools() -> list[dict[str, Any]]:
 
 
 @functools.cache
-def _tool_specs(domain: str) -> tuple[dict[str, Any], ...]:
-    return tuple(episodes.tool_specs(domain) + agent_tools())
+def _tool_specs(domain: str, retrieval_config: str) -> tuple[dict[str, Any], ...]:
+    return tuple(episodes.tool_specs(domain, retrieval_config) + agent_tools())
 
 
-def tool_specs(domain: str) -> list[dict[str, Any]]:
-    """The agent's tools in ``domain``: τ²'s own (names, descriptions, JSON schemas) and
-    ``respond_to_user`` and ``done``. Raises ``KeyError`` for an unknown domain."""
-    return [dict(spec) for spec in _tool_specs(domain)]
+def tool_specs(domain: str, retrieval_config: str = "") -> list[dict[str, Any]]:
+    """The agent's tools in ``domain`` (played with ``retrieval_config``, a knowledge
+    domain's; "": its default): τ²'s own (names, descriptions, JSON schemas) and
+    ``respond_to_user`` and ``done``. Raises ``KeyError`` for an unknown domain,
+    ``ValueError`` for a retrieval configuration it cannot run."""
+    return [dict(spec) for spec in _tool_specs(domain, retrieval_config)]
 
 
 def tool_arguments(value: Any) -> dict[str, Any]:
@@ -228,12 +230,14 @@ class AgentSession:
         seed: Any = None,
         user_model: Any = None,
         evaluation: Any = None,
+        retrieval_config: Any = None,
     ) -> dict[str, Any]:
         """End any open episode (unscored) and start one; returns its opening:
         ``user_message``, ``policy``, ``task_id``, ``domain``, ``split``,
         ``episode_id``, ``user_model`` (and ``training_warning`` when the credentials'
         ``admit`` warns). ``user_model`` chooses the customer (a picker id,
-        for clients whose credentials allow it: a studio key). Raises
+        for clients whose credentials allow it: a studio key); ``retrieval_config`` a
+        knowledge domain's (``tau2 run --retrieval-config``; None: its default). Raises
         :class:`BadRequest` for an unknown domain, split or task, a mistyped value, a
         customer model the client may not use, no credentials for the customer, or an
         episode the credentials' ``budget`` does not admit (before the customer speaks).
@@ -247,7 +251,12 @@ class AgentSession:
         self.steps = 0
         evaluation = access.evaluation_name(evaluation) if evaluation is not None else None
         if evaluation is not None:
-            chosen = {"task_id": task_id, "seed": seed, "user_model": user_model}
+            chosen = {
+                "task_id": task_id,
+                "seed": seed,
+                "user_model": user_model,
+                "retrieval_config": retrieval_config,
+            }
             given = [name for name, value in chosen.items() if value is not None]
             if given:
                 raise BadRequest(
@@ -261,6 +270,7 @@ class AgentSession:
         task_id = _optional("task_id", task_id, (str, int), "a string or an integer")
         seed = _optional("seed", seed, (int,), "an integer")
         user_model = _optional("user_model", user_model, (str,), "a string")
+        retrieval_config = _optional("retrieval_config", retrieval_config, (str,), "a string")
         if domain not in catalog.domain_names():
             raise BadRequest(
                 f"Unknown domain {domain!r}; known: {', '.join(catalog.domain_names())}"
@@ -278,7 +288,12 @@ class AgentSession:
             raise BadRequest(exc.args[0] if exc.args else str(exc)) from None
         warning = _admitted(credentials, domain=domain, split=split, task_id=str(task.id))
 
-        episode = episodes.Episode(domain=domain, task=task, user_llm=route)
+        try:
+            episode = episodes.Episode(
+                domain=domain, task=task, user_llm=route, retrieval_config=retrieval_config or None
+            )
+        except ValueError as exc:  # a retrieval configuration it cannot run
+            raise BadRequest(str(exc)) from None
         _budget_admit(credentials.budget, episode, face=self.face)
         started = self._open(episode, credentials, split=split)
         if warning:
@@ -299,6 +314,7 @@ class AgentSession:
                 seed=plan.seed,
                 max_steps=plan.max_steps or episodes.DEFAULT_MAX_STEPS,
                 max_errors=plan.max_errors or episodes.DEFAULT_MAX_ERRORS,
+                retrieval_config=plan.retrieval_config or None,
             )
         except KeyError as exc:  # the catalogue changed under the evaluation
             raise BadRequest(exc.args[0] if exc.args else str(exc), status=409) from None
@@ -325,6 +341,7 @@ class AgentSession:
             "split": split,
             "episode_id": episode.id,
             "user_model": episode.user_llm.describe(),
+            **({"retrieval_config": episode.retrieval_config} if episode.retrieval_config else {}),
         }
 
     # ------------------------------------------------------------------- act

@@ -81,7 +81,15 @@ INSTRUCTIONS = (
     "their reply) and call `done()` when the conversation is over; the episode is then "
     "scored by τ²-bench's evaluator. One MCP session plays one episode."
 )
-_QUERY_KEYS = ("domain", "split", "task_id", "seed", "user_model", "evaluation")
+_QUERY_KEYS = (
+    "domain",
+    "split",
+    "task_id",
+    "seed",
+    "user_model",
+    "evaluation",
+    "retrieval_config",
+)
 
 _T = TypeVar("_T")
 
@@ -107,6 +115,12 @@ def _start_tool() -> types.Tool:
                     "description": "The customer model (with a studio API key): a model "
                     "id of the studio's picker, org/model or @connection/model",
                 },
+                "retrieval_config": {
+                    "type": "string",
+                    "description": "banking_knowledge only: how the agent reaches the "
+                    "bank's documents, as tau2 run --retrieval-config (bm25: KB_search; "
+                    "grep_only: grep; default bm25). The tools list changes with it",
+                },
                 "evaluation": {
                     "type": ["string", "integer"],
                     "description": "Play the next episode of this evaluation of an "
@@ -120,10 +134,10 @@ def _start_tool() -> types.Tool:
 
 
 @functools.cache
-def _tools(domain: str) -> tuple[types.Tool, ...]:
+def _tools(domain: str, retrieval_config: str = "") -> tuple[types.Tool, ...]:
     listed = [
         types.Tool(name=s["name"], description=s["description"], inputSchema=s["input_schema"])
-        for s in tool_specs(domain)
+        for s in tool_specs(domain, retrieval_config)
     ]
     return (_start_tool(), *listed)
 
@@ -144,6 +158,13 @@ class _Session:
         if self.agent.episode is not None:
             return self.agent.episode.domain
         return self.query.get("domain") or config.default_domain()
+
+    def retrieval_config(self) -> str:
+        """The knowledge configuration its tools are listed for: the episode's, else the
+        URL's ("": the domain's default)."""
+        if self.agent.episode is not None:
+            return self.agent.episode.retrieval_config or ""
+        return self.query.get("retrieval_config") or ""
 
 
 @dataclass
@@ -351,7 +372,11 @@ class McpApp:
                     ),
                 )
             )
-        return types.ServerResult(types.ListToolsResult(tools=list(_tools(domain))))
+        try:
+            tools = _tools(domain, session.retrieval_config())
+        except ValueError as exc:  # a retrieval configuration it has not, or cannot run
+            raise McpError(types.ErrorData(code=types.INVALID_PARAMS, message=str(exc))) from None
+        return types.ServerResult(types.ListToolsResult(tools=list(tools)))
 
     async def _call_tool(self, req: types.CallToolRequest) -> types.ServerResult:
         session = self._session()
@@ -385,7 +410,7 @@ class McpApp:
                 chosen["seed"] = int(seed)
             except ValueError:
                 return _result(f"Error: seed must be an integer, got {seed!r}", is_error=True)
-        before = session.domain()
+        before = (session.domain(), session.retrieval_config())
         try:
             opening = await _in_pool(session.agent.start, credentials=session.credentials, **chosen)
         except BadRequest as exc:
@@ -396,7 +421,7 @@ class McpApp:
             return _result(
                 f"Error: {exc}{hint if exc.status == 401 else ''}", is_error=True, data=data
             )
-        if session.domain() != before:
+        if (session.domain(), session.retrieval_config()) != before:
             await self.server.request_context.session.send_tool_list_changed()
         text = json.dumps({k: opening[k] for k in ("user_message", "policy", "task_id")})
         episode = session.agent.episode

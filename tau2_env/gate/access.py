@@ -198,8 +198,9 @@ class EpisodeRefused(Exception):
 class EpisodePlan:
     """One episode an evaluation handed to a client (:attr:`Credentials.claim`): the
     task and τ²'s trial seed, the customer's route and ``llm_args``, the NL judge's
-    route (``None``: the customer's), τ²'s limits, and ``labels`` the client is told in
-    the opening (the evaluation, the trial, the run)."""
+    route (``None``: the customer's), τ²'s limits, ``labels`` the client is told in
+    the opening (the evaluation, the trial, the run), and a knowledge domain's retrieval
+    configuration."""
 
     domain: str
     task_id: str
@@ -210,6 +211,7 @@ class EpisodePlan:
     max_steps: int | None = None
     max_errors: int | None = None
     labels: Mapping[str, Any] = field(default_factory=dict)
+    retrieval_config: str = ""  # a knowledge domain's ("": its default)
 
 
 class EpisodeBudget(Protocol):

@@ -20,7 +20,8 @@ from tau2_env.engine import catalog, submission
 from tau2_env.engine.episodes import Episode
 from tau2_env.llm import gateway
 from tests.support.llm_server import ScriptedLLM
-from tests.support.scripts import banking_script
+from tests.support.mcp_client import mcp_session
+from tests.support.scripts import banking_agent_tools, banking_script
 from tests.support.tau2_cli import tau2_cli_run
 
 pytestmark = pytest.mark.upstream
@@ -178,3 +179,57 @@ async def test_an_openenv_agent_searches_the_knowledge_base_and_solves_task_001(
     assert "Gold Rewards" in found
     assert "###STOP###" in reply
     assert ended.done is True and ended.reward == 1.0
+
+
+VISITOR_TOKEN = "hf_visitor_token_banking_3333333"
+
+
+@pytest.mark.parametrize(
+    ("retrieval_config", "search"),
+    [
+        ("bm25", ("KB_search", {"query": "gold rewards card cash back"})),
+        ("grep_only", ("grep", {"pattern": "Gold Rewards Card"})),
+    ],
+)
+async def test_an_mcp_client_plays_task_001_with_the_tools_of_its_retrieval_config(
+    asgi_server, llm_server, retrieval_config, search
+):
+    """The MCP face on banking_knowledge, through the official SDK's client: the URL's
+    retrieval configuration decides the agent's knowledge tool (bm25's KB_search,
+    grep_only's grep, never the other's), and the episode scores 1.0."""
+    banking_script(llm_server)
+    name, arguments = search
+    other = {"KB_search": "grep", "grep": "KB_search"}[name]
+    url = (
+        f"{asgi_server.url}/agent/mcp?domain={DOMAIN}&task_id={TASK}"
+        f"&retrieval_config={retrieval_config}"
+    )
+    async with mcp_session(url, token=VISITOR_TOKEN) as session:
+        tools = {t.name for t in (await session.list_tools()).tools}
+        started = await session.call_tool("start", {})
+        wrong = await session.call_tool(other, {"query": "x", "pattern": "x"})
+        found = await session.call_tool(name, arguments)
+        reply = await session.call_tool(
+            "respond_to_user", {"message": "The Gold Rewards Card suits you: no annual fee."}
+        )
+
+    assert {name, "start", "respond_to_user", "done"} <= tools and other not in tools
+    assert started.isError is False
+    assert started.structuredContent["retrieval_config"] == retrieval_config
+    assert wrong.isError is True  # the other configuration's tool is not this episode's
+    assert found.isError is False and "Gold Rewards" in found.content[0].text
+    final = reply.structuredContent
+    assert final["done"] is True and final["termination_reason"] == "user_stop"
+    assert final["reward"] == 1.0 and final["reward_info"]["reward"] == 1.0
+    # The MCP client was the agent: the scripted LLM played only the customer.
+    assert not banking_agent_tools(llm_server)
+
+
+async def test_an_mcp_start_refuses_a_configuration_this_server_cannot_run(asgi_server, llm_server):
+    url = f"{asgi_server.url}/agent/mcp?domain={DOMAIN}&task_id={TASK}"
+    async with mcp_session(url, token=VISITOR_TOKEN) as session:
+        refused = await session.call_tool("start", {"retrieval_config": "alltools"})
+
+    assert refused.isError is True
+    assert "alltools needs OpenAI embeddings" in refused.content[0].text
+    assert not llm_server.chat_requests()  # refused before the customer spoke
