@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -141,6 +141,40 @@ def banking_script(llm: ScriptedLLM) -> None:
                 rho_bank_subscription=True,
             )
         return text("Hi, I'm looking for a credit card for my everyday purchases.")
+
+    llm.responder = responder
+
+
+def banking_gold_script(llm: ScriptedLLM, *, calls: Sequence[tuple[str, dict]]) -> None:
+    """A banking_knowledge task whose expected actions are all the agent's, solved
+    statelessly: the agent looks in the knowledge base with its configuration's tool,
+    when it has one (``KB_search``, ``grep``), then makes ``calls`` (name, arguments) in
+    order, then says it is done; the customer asks for help and stops once told so. The
+    agent's requests are those that offer ``transfer_to_human_agents``."""
+    closing = "Your request is done: everything is in place."
+
+    def responder(request: RecordedRequest):
+        tools = set(request.tool_names)
+        if "transfer_to_human_agents" in tools:  # the agent
+            made = [
+                call["function"]["name"]
+                for m in request.messages
+                if m.get("role") == "assistant"
+                for call in m.get("tool_calls") or []
+            ]
+            searched = [name for name in made if name in ("KB_search", "grep")]
+            if "KB_search" in tools and not searched:
+                return tool_call("KB_search", query="replace a credit card")
+            if "grep" in tools and not searched:
+                return tool_call("grep", pattern="replacement")
+            done = len(made) - len(searched)
+            if done < len(calls):
+                name, arguments = calls[done]
+                return tool_call(name, **arguments)
+            return text(closing)
+        if closing in request.text():
+            return text("Thanks, that's all. ###STOP###")
+        return text("Hi, I need help with my credit card, please.")
 
     llm.responder = responder
 

@@ -21,7 +21,7 @@ from tau2_env.engine.episodes import Episode
 from tau2_env.llm import gateway
 from tests.support.llm_server import ScriptedLLM
 from tests.support.mcp_client import mcp_session
-from tests.support.scripts import banking_agent_tools, banking_script
+from tests.support.scripts import banking_agent_tools, banking_gold_script, banking_script
 from tests.support.tau2_cli import tau2_cli_run
 
 pytestmark = pytest.mark.upstream
@@ -85,18 +85,36 @@ def test_an_episode_refuses_a_configuration_this_server_cannot_run(llm_server):
         Episode(domain=DOMAIN, task_id=TASK, user_llm=route, retrieval_config="nonsense")
 
 
+# The second task's expected actions are all the agent's writes (log the verification,
+# unlock a discoverable tool, order the replacement card with it), scored on the database.
+WRITES_TASK = "task_036"
+PARITY = [(TASK, config) for config in OFFLINE] + [
+    (WRITES_TASK, "bm25"),
+    (WRITES_TASK, "grep_only"),
+]
+
+
+def _agent_calls(task_id: str) -> list[tuple[str, dict]]:
+    actions = catalog.get_task(DOMAIN, task_id).expected_actions
+    assert {a["requestor"] for a in actions} == {"assistant"}
+    return [(a["name"], a["arguments"]) for a in actions]
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("retrieval_config", OFFLINE)
+@pytest.mark.parametrize(("task_id", "retrieval_config"), PARITY)
 def test_an_episode_sends_what_tau2_run_sends_and_scores_the_same(
-    llm_server, monkeypatch, tmp_path, retrieval_config
+    llm_server, monkeypatch, tmp_path, task_id, retrieval_config
 ):
     ids = _CountingUUIDs()
     monkeypatch.setattr(scripted_openai, "uuid", ids)
-    banking_script(llm_server)
+    if task_id == TASK:
+        banking_script(llm_server)
+    else:
+        banking_gold_script(llm_server, calls=_agent_calls(task_id))
     results = tau2_cli_run(
         tmp_path,
         domain=DOMAIN,
-        task_ids=[TASK],
+        task_ids=[task_id],
         seed=SEED,
         max_steps=MAX_STEPS,
         agent_llm="openai/scripted-agent",
@@ -130,7 +148,7 @@ def test_an_episode_sends_what_tau2_run_sends_and_scores_the_same(
 
     episode = Episode(
         domain=DOMAIN,
-        task_id=TASK,
+        task_id=task_id,
         user_llm=route("scripted-customer"),
         agent_llm=route("scripted-agent"),
         agent_llm_args=dict(ARGS),
@@ -154,6 +172,11 @@ def test_an_episode_sends_what_tau2_run_sends_and_scores_the_same(
     ]
     expected = {"bm25": "KB_search", "grep_only": "grep"}.get(retrieval_config)
     assert expected is None or expected in agent_calls
+    if task_id == WRITES_TASK:  # the agent's own writes, matched on the database
+        assert simulation["reward_info"]["db_check"]["db_match"] is True
+        assert [c for c in agent_calls if c not in ("KB_search", "grep")] == [
+            name for name, _ in _agent_calls(task_id)
+        ]
 
 
 async def test_an_openenv_agent_searches_the_knowledge_base_and_solves_task_001(
