@@ -32,8 +32,8 @@ TOKEN = "hf_banking_golden_token_97"
 def _tasks() -> list[str]:
     try:
         return list(catalog.get_domain(DOMAIN).splits["base"])
-    except KeyError:  # τ² 0.2 has no banking_knowledge (the marker skips these tests)
-        return []
+    except KeyError:  # τ² 0.2 has no banking_knowledge: one id the marker skips, saying why
+        return ["none"]
 
 
 TASKS = _tasks()
