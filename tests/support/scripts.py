@@ -14,6 +14,7 @@ import pytest
 
 from tau2_env.generations import tau2_generation
 from tests.support.llm_server import RecordedRequest, Reply, ScriptedLLM, error, text, tool_call
+from tests.support.nl_judge import is_judge_request, judge_reply
 
 AGENT_MODEL = "deepseek-ai/DeepSeek-V4.1-Flash:novita"
 GOLD_TASK = ("airline", "27")  # get_user_details, then send_certificate (a write)
@@ -113,9 +114,12 @@ def banking_script(llm: ScriptedLLM) -> None:
     """banking_knowledge/task_001 solved, statelessly: the agent looks in the knowledge
     base with its configuration's tool, when it has one (``KB_search``, ``grep``), then
     recommends the Gold Rewards Card; the customer applies with their own tool and stops.
-    The agent's requests are those that offer ``transfer_to_human_agents``."""
+    The agent's requests are those that offer ``transfer_to_human_agents``; τ²'s NL judge
+    (task_102's reward basis) finds every assertion met."""
 
     def responder(request: RecordedRequest):
+        if is_judge_request(request):
+            return judge_reply(request)
         said = [m for m in request.messages if m.get("role") != "system"]
         tools = set(request.tool_names)
         called = {
