@@ -3,8 +3,11 @@ subprocess, as a CI job runs it, against the live server (the real ASGI applicat
 with the session's Celery worker playing the runs against the scripted LLM.
 
 alice has a studio key that may read and start. Each evaluation is airline 27 and 2 ×
-1 trial. The scripted agent either solves both (``expert``: it looks the customer up and
-sends the certificate their task expects) or neither (``unhelpful``), so a later
+1 trial: a customer whose flight was delayed asks for compensation. τ² 0.2 expects the
+agent to send them a certificate ($150 and $50); τ² 1.0.1 expects none (neither customer
+changes or cancels a reservation, so a certificate is a write the task does not expect).
+The scripted agent either solves both (``expert``: it looks the customer up and does what
+the installed τ² expects) or neither (``mistaken``: it does the other thing), so a later
 evaluation is told apart from a pinned baseline by the paired bootstrap.
 """
 
@@ -20,25 +23,29 @@ import pytest
 from apps.agents.models import ApiKey
 from apps.agents.services import api_key_create, api_key_revoke
 from apps.evaluations.models import Baseline, Evaluation
+from tau2_env.generations import tau2_generation
 from tests.support.ci_gate import gate, pin
 from tests.support.llm_server import RecordedRequest, ScriptedLLM, text, tool_call
 from tests.support.scripts import AGENT_MODEL, is_agent_request
 
 ROOT = Path(__file__).resolve().parents[2]
-# Who each task's customer is, and the certificate the task expects them to get.
+# Who each task's customer is, and the certificate τ² 0.2's task sends them.
 CERTIFICATES = {"ethan_martin_2396": 150, "noah_muller_9847": 50}  # airline 27, 2
+# Whether the installed τ²'s airline 27 and 2 expect that certificate (0.2) or none (1.x).
+CERTIFICATE_DUE = tau2_generation() == "0.2"
 SENT = "I have sent you a certificate. Anything else?"
-REFUSED = "Sorry, I cannot help with that."
+REFUSED = "Sorry, I cannot give you a certificate."
 
 
 def _last(request: RecordedRequest) -> str:
     return str((request.messages[-1] if request.messages else {}).get("content") or "")
 
 
-def expert(llm: ScriptedLLM) -> None:
-    """Solves airline 27 and 2: the customer names themselves (their id is in the task's
-    scenario, which the customer's prompt carries); the agent looks them up and sends the
-    task's certificate. Stateless: each reply follows from the request."""
+def _agent(llm: ScriptedLLM, *, certificate: bool) -> None:
+    """The customer names themselves (their id is in the task's scenario, which the
+    customer's prompt carries); the agent looks them up, then sends the task's
+    certificate (``certificate``) or says it will not. Stateless: each reply follows
+    from the request."""
 
     def responder(request: RecordedRequest):
         said = request.text()
@@ -54,27 +61,28 @@ def expert(llm: ScriptedLLM) -> None:
                 return text("May I have your user id?")
             if "get_user_details" not in called:
                 return tool_call("get_user_details", user_id=user)
+            if not certificate:
+                return text(REFUSED)
             if "send_certificate" not in called:
                 return tool_call("send_certificate", user_id=user, amount=CERTIFICATES[user])
             return text(SENT)
-        if SENT in _last(request):
+        if any(closing in _last(request) for closing in (SENT, REFUSED)):
             return text("Thanks, that's all. ###STOP###")
         return text(f"Hi, my flight was delayed and I want compensation. I'm {user}.")
 
     llm.responder = responder
 
 
-def unhelpful(llm: ScriptedLLM) -> None:
-    """Solves neither task: the agent refuses, the customer leaves."""
+def expert(llm: ScriptedLLM) -> None:
+    """Solves airline 27 and 2 on either τ²: sends the certificate where it is due (0.2),
+    refuses it where it is not (1.x)."""
+    _agent(llm, certificate=CERTIFICATE_DUE)
 
-    def responder(request: RecordedRequest):
-        if is_agent_request(request):
-            return text(REFUSED)
-        if REFUSED in _last(request):
-            return text("Okay then. ###STOP###")
-        return text("Hi, my flight was delayed and I want compensation.")
 
-    llm.responder = responder
+def mistaken(llm: ScriptedLLM) -> None:
+    """Solves neither on either τ²: refuses the certificate 0.2 expects, sends the one
+    1.x does not."""
+    _agent(llm, certificate=not CERTIFICATE_DUE)
 
 
 @pytest.fixture
@@ -114,7 +122,7 @@ def test_an_evaluation_worse_than_the_pinned_baseline_fails_the_build(
     assert "runs ended" in first.stdout  # the progress line
     assert pin(asgi_server, baseline.pk, key=key)["is_baseline"] is True
 
-    unhelpful(llm_server)
+    mistaken(llm_server)
     second = gate(settings_file, key=key, run_id="101")
 
     assert second.returncode == 1, second.stdout + second.stderr
@@ -129,7 +137,7 @@ def test_an_evaluation_better_than_the_baseline_passes_and_a_rerun_starts_nothin
     celery_worker, asgi_server, llm_server, alice, settings_file
 ):
     key = key_of(alice)
-    unhelpful(llm_server)
+    mistaken(llm_server)
     assert gate(settings_file, key=key, run_id="200").returncode == 0
     pin(asgi_server, Evaluation.objects.get().pk, key=key)
 

@@ -28,14 +28,18 @@ SECRETS = (ALICE_TOKEN, BOB_TOKEN, "hf_oauth", "sk-agent-secret")
 
 @pytest.fixture
 def evaluation(alice, llm_server):
-    """airline 27 × 3 trials (solved, solved, not) and 2 × 3 (not, a failed run, not)."""
-    solved = conversation(llm_server, domain="airline", task_id="27", solve=True)
-    unsolved = conversation(llm_server, domain="airline", task_id="27", solve=False)
-    other = conversation(llm_server, domain="airline", task_id="2", solve=False)
+    """airline 19 × 3 trials (solved, solved, not) and 16 × 3 (not, a failed run, not).
+
+    Both tasks expect a write on τ² 0.2 and 1.0.1 alike (a cancellation, a flight change),
+    so a conversation that only greets leaves the database unchanged and scores 0 on both.
+    """
+    solved = conversation(llm_server, domain="airline", task_id="19", solve=True)
+    unsolved = conversation(llm_server, domain="airline", task_id="19", solve=False)
+    other = conversation(llm_server, domain="airline", task_id="16", solve=False)
     assert (solved.reward, unsolved.reward, other.reward) == (1.0, 0.0, 0.0)
     evaluation = stored_evaluation(
         alice,
-        outcomes={"27": [solved, solved, unsolved], "2": [other, "failed", other]},
+        outcomes={"19": [solved, solved, unsolved], "16": [other, "failed", other]},
         split="",
         agent_model="org/agent-a:novita",
     )
@@ -71,7 +75,7 @@ def test_the_tau2_download_loads_with_tau2s_results_and_its_metrics_equal_ours(
     assert results.info.agent_info.llm == "org/agent-a:novita"
     assert results.info.agent_info.llm_args == {"temperature": 0}
     assert results.info.user_info.llm_args == {"temperature": 0}
-    assert {t.id for t in results.tasks} == {"27", "2"}
+    assert {t.id for t in results.tasks} == {"19", "16"}
     # One simulation per scored run, with its trial and the trial's seed, as τ² records.
     seeds = trial_seeds(300, 3)
     runs = {r.pk: r for r in Run.objects.filter(evaluation=evaluation, status=Run.Status.COMPLETED)}
@@ -85,7 +89,7 @@ def test_the_tau2_download_loads_with_tau2s_results_and_its_metrics_equal_ours(
 
     theirs = compute_metrics(results)
     ours = selectors.evaluation_summary(evaluation)
-    assert ours.max_k == 2  # task 2 has only two scored trials: τ² stops there too
+    assert ours.max_k == 2  # task 16 has only two scored trials: τ² stops there too
     assert ours.pass_hat_ks == theirs.pass_hat_ks
     assert ours.avg_reward == pytest.approx(theirs.avg_reward)
 
@@ -121,7 +125,7 @@ def test_the_studio_json_has_the_settings_the_metrics_and_every_run_without_mess
     assert_no_secret(text)
     data = json.loads(text)
     assert data["format"] == "tau2-studio.evaluation" and data["id"] == evaluation.pk
-    assert data["num_trials"] == 3 and data["seed"] == 300 and data["task_ids"] == ["27", "2"]
+    assert data["num_trials"] == 3 and data["seed"] == 300 and data["task_ids"] == ["19", "16"]
     assert data["trial_seeds"] == trial_seeds(300, 3)
     assert data["provenance"]["agent_args"] == {"temperature": 0}
     assert data["metrics"]["pass_hat_ks"] == selectors.evaluation_metrics(evaluation)["pass_hat_ks"]
@@ -172,7 +176,7 @@ def test_the_csv_has_one_row_per_run_with_its_numbers_and_link(alice_client, eva
         assert row["status"] == run.status and int(row["messages"]) == run.n_messages
         assert row["reward"] == ("" if run.reward is None else str(run.reward))
         assert row["duration_s"] == "12.0" and row["cost_usd"] == "0.001000"
-    solved = [r for r in rows if r["task_id"] == "27" and r["reward"] == "1.0"]
+    solved = [r for r in rows if r["task_id"] == "19" and r["reward"] == "1.0"]
     assert len(solved) == 2 and all(int(r["tool_calls"]) > 0 for r in solved)
 
 
