@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from django.db.models import Q
 from django.template.loader import render_to_string
 
 from apps.accounts.access import can_control, can_review
@@ -61,10 +62,10 @@ def _pretty(value: Any) -> str:
 def reasoning_of(message: dict[str, Any]) -> str:
     """A model's reasoning behind ``message`` (τ²'s message JSON), or ``""``.
 
-    τ² keeps the provider's reply in ``raw_data``: litellm's choice (``to_dict()``), whose
-    ``message`` has ``reasoning_content`` (OpenAI-style reasoning models, and litellm's
-    join of Anthropic's thinking) and, for Anthropic, ``thinking_blocks``. A whole
-    response (``choices[0]``) is read too, as some files hold one. Model output: the
+    τ² keeps the provider's reply in ``raw_data``: litellm's choice (``to_dict()``, τ² 0.2)
+    or its whole response (``choices[0]``, τ² 1.x), whose ``message`` has
+    ``reasoning_content`` (OpenAI-style reasoning models, and litellm's join of
+    Anthropic's thinking) and, for Anthropic, ``thinking_blocks``. Model output: the
     templates escape it.
     """
     raw = message.get("raw_data")
@@ -325,11 +326,15 @@ def reasoning_roles(run: Run) -> list[str]:
     """The roles (``agent``, ``customer``) of ``run`` with a message a model reasoned
     for: their completion tokens, as providers count them, include the reasoning's, and
     the cost prices them (one query)."""
+    # Where reasoning_of finds it: in the choice τ² 0.2 keeps, or the response 1.x keeps.
+    reasoned = Q(message__raw_data__message__reasoning_content__gt="") | Q(
+        message__raw_data__choices__0__message__reasoning_content__gt=""
+    )
     kinds = set(
         RunEvent.objects.filter(
+            reasoned,
             run_id=run.pk,
             kind__in=(RunEvent.Kind.AGENT, RunEvent.Kind.CUSTOMER),
-            message__raw_data__message__reasoning_content__gt="",
         )
         .values_list("kind", flat=True)
         .distinct()
