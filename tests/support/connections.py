@@ -16,6 +16,7 @@ from __future__ import annotations
 import pytest
 from django.test import Client
 
+from tau2_env.generations import tau2_generation
 from tests.support.people import person, signed_in
 
 __all__ = [
@@ -24,6 +25,7 @@ __all__ = [
     "STAFF_TOKEN",
     "connections_cleared",
     "openai_compatible_connection",
+    "reasoning_effort_sent",
     "staff",
     "staff_client",
 ]
@@ -33,6 +35,20 @@ STAFF_TOKEN = "hf_oauth_stella_0011223344556677"
 # keeps it out of pages and logs: tests look for its distinctive middle as well.
 CONNECTION_KEY = "sk-conn-CANARY-7d41c9e2b8a05f36"
 CONNECTION_MODEL = "our-finetune-7b"
+
+# Whether ``tau2 run`` sends ``reasoning_effort`` to a model litellm does not know on an
+# OpenAI-compatible server (``openai/<model>`` with ``api_base``), as the product must
+# (tests/connections/test_faithfulness.py holds the two bodies equal). τ² sets
+# ``litellm.drop_params``; τ² 0.2's litellm passes the argument on all the same, τ² 1.0.1's
+# (litellm 1.82.6) drops it: it keeps ``reasoning_effort`` only for models it knows reason.
+_UNKNOWN_MODELS_GET_REASONING_EFFORT = tau2_generation() == "0.2"
+
+
+def reasoning_effort_sent(effort: str) -> str | None:
+    """The ``reasoning_effort`` a request to :data:`CONNECTION_MODEL` (or another model
+    litellm does not know) carries when ``effort`` is set: ``effort`` on τ² 0.2, none on
+    1.x."""
+    return effort if _UNKNOWN_MODELS_GET_REASONING_EFFORT else None
 
 
 def openai_compatible_connection(
