@@ -757,9 +757,13 @@ class DirectPath:
             raise ValueError("the answer is not a JSON object")
         parsed = openai_models.construct_type(type_=openai_chat.ChatCompletion, value=data)
         provider_config = self._provider_config(model.removeprefix("openai/"))
-        fixed = provider_config.transform_parsed_response_dict(
-            openai_common.model_dump_provider_response(parsed)
-        )
+        repair = getattr(provider_config, "transform_parsed_response_dict", None)
+        if repair is None:
+            # litellm 1.82 (τ² 1.x's) has no provider repair: its OpenAI route converts
+            # the SDK's model_dump() as it is.
+            fixed = parsed.model_dump()
+        else:
+            fixed = repair(openai_common.model_dump_provider_response(parsed))
         response = litellm.ModelResponse()
         response.usage = litellm.Usage()  # as litellm.completion starts it: kept if none comes
         response._hidden_params["custom_llm_provider"] = "openai"

@@ -630,7 +630,12 @@ def retries_for(exc: BaseException) -> int:
     if not isinstance(exc, openai.APIError | openai.APITimeoutError | openai.APIConnectionError):
         return 0
     assert isinstance(exc, Exception)
-    return get_num_retries_from_retry_policy(exception=exc, retry_policy=_RETRY_POLICY) or 0
+    granted = get_num_retries_from_retry_policy(exception=exc, retry_policy=_RETRY_POLICY)
+    if granted is None and isinstance(exc, litellm.ServiceUnavailableError):
+        # litellm 1.82 (τ² 1.x's) has no ServiceUnavailableErrorRetries in its policy:
+        # without this a 503 would never be retried there.
+        granted = RETRIES
+    return granted or 0
 
 
 # The statuses whose Retry-After is honoured (RFC 9110 §10.2.3: a 503's, and RFC 6585's 429).
