@@ -761,7 +761,7 @@ class DirectPath:
         if repair is None:
             # litellm 1.82 (τ² 1.x's) has no provider repair: its OpenAI route converts
             # the SDK's model_dump() as it is.
-            fixed = parsed.model_dump()
+            fixed = cast(Any, parsed).model_dump()
         else:
             fixed = repair(openai_common.model_dump_provider_response(parsed))
         response = litellm.ModelResponse()
