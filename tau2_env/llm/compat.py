@@ -12,8 +12,11 @@ Episode, the OpenEnv and MCP faces, and by the web project at start-up):
   through) becomes :func:`tau2_env.llm.gateway.routed_completion`: every LLM call τ² makes —
   the customer, τ²'s agent, the NL judge — goes along the current conversation's route,
   and one made outside a conversation fails instead of using the server's keys.
-* τ² ``Tool.openai_schema`` is built once per tool, each caller getting a deep copy of
-  exactly what τ² built (it rebuilt the pydantic JSON schema at every LLM call).
+* τ² ``Tool.openai_schema`` is built once per tool content, each caller getting a copy of
+  exactly what τ² built (it rebuilt the pydantic JSON schema at every LLM call), and τ²
+  ``Tool.parse_data`` once per function signature and docstring, so the tools of the next
+  episode's environment share the first one's pydantic models (τ² parsed every tool's
+  docstring and built two models for it with each environment).
 * τ² ``Registry._domains``: each domain's constructor gets a dispatcher that asks the
   builders registered with :func:`tau2_environments_from` first. τ²'s evaluator builds
   its two environments per score through the registry and offers no other hook.
@@ -59,6 +62,7 @@ import http.client
 import json
 import logging
 import os
+import pickle
 import socket
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -131,6 +135,7 @@ def install() -> None:
         versions.require_all()
         _route_tau2_llm_calls()
         _cache_tool_schemas()
+        _share_tool_models()
         _dispatch_tau2_environments()
         _litellm_cache_off()
         _keep_litellm_lookups()
@@ -167,28 +172,98 @@ def _cache_tool_schemas() -> None:
     """τ²'s ``Tool.openai_schema`` builds its parameters' JSON schema (pydantic's
     ``model_json_schema()``) again at every LLM call, for every tool: telecom's customer
     has 30 phone tools, ~0.3 ms each, at each of their turns. Here τ²'s own property runs
-    once per tool object (tools are built with their environment and never change) and
-    each caller gets its own deep copy of that result: the same dict τ² would have built.
-    The last 4,096 tools are remembered (a few hundred KB).
+    once per tool *content* — its class, name, descriptions and parameters model, all
+    that τ² builds the schema from — so a tool rebuilt with the next episode's
+    environment (same function, same parameters model: :func:`_share_tool_models`) finds
+    it built; each caller gets its own copy of that result (unpickled: the same dict τ²
+    would have built, about 4× cheaper than a deep copy). The last 4,096 tools are remembered
+    (a few hundred KB).
     """
     if getattr(Tool.openai_schema.fget, "__tau2_original__", None) is not None:
         return
     original = _TAU2_OPENAI_SCHEMA
-    built: cachetools.FIFOCache[int, tuple[Tool, dict]] = cachetools.FIFOCache(maxsize=4096)
+    built: cachetools.FIFOCache[tuple[Any, ...], bytes] = cachetools.FIFOCache(maxsize=4096)
     lock = threading.Lock()
 
     def openai_schema(self: Tool) -> dict:
+        key = (
+            type(self),
+            self.name,
+            self.short_desc,
+            self.long_desc,
+            getattr(self, "_use_short_desc", None),
+            self.params,
+        )
         with lock:
-            entry = built.get(id(self))
-        if entry is None or entry[0] is not self:
-            entry = (self, original(self))
+            data = built.get(key)
+        if data is None:
+            data = pickle.dumps(original(self), pickle.HIGHEST_PROTOCOL)
             with lock:
-                built[id(self)] = entry
-        return copy.deepcopy(entry[1])
+                built[key] = data
+        return pickle.loads(data)  # noqa: S301 - our own bytes, made just above
 
     openai_schema.__doc__ = original.__doc__
     openai_schema.__tau2_original__ = original  # type: ignore[attr-defined]
     Tool.openai_schema = property(openai_schema)
+
+
+# τ²'s own classmethod's function ``(cls, sig, docstring, predefined)``, whether or not
+# it has been replaced yet.
+_TAU2_PARSE_DATA: Callable[..., dict[str, Any]] = getattr(
+    Tool.parse_data, "__tau2_original__", Tool.parse_data.__func__
+)
+
+
+def _share_tool_models() -> None:
+    """τ²'s ``Tool(func)`` parses the function's docstring and builds two pydantic models
+    (its parameters and its return) from its signature, for every tool of every
+    environment: 15–30 tools, ~0.3 ms each, again with each episode. Here
+    ``Tool.parse_data`` runs once per signature, docstring and predefined arguments (all
+    it reads) and later tools get what it returned then: the same models (classes no one
+    changes), their own lists. A signature or argument that cannot be a key (an
+    unhashable default) is parsed every time, as τ² does.
+    """
+    if getattr(Tool.parse_data, "__tau2_original__", None) is not None:
+        return
+    original = _TAU2_PARSE_DATA
+    parsed: cachetools.FIFOCache[tuple[Any, ...], dict[str, Any]] = cachetools.FIFOCache(
+        maxsize=4096
+    )
+    lock = threading.Lock()
+
+    def parse_data(cls: type[Tool], sig: Any, docstring: Any, predefined: Any) -> dict:
+        try:
+            key: tuple[Any, ...] | None = (
+                cls,
+                docstring,
+                tuple(
+                    (p.name, p.kind, p.annotation, type(p.default), p.default)
+                    for p in sig.parameters.values()
+                ),
+                sig.return_annotation,
+                tuple((k, type(v), v) for k, v in sorted(predefined.items())),
+            )
+            hash(key)
+        except TypeError:  # an unhashable default or predefined value
+            key = None
+        data = None
+        if key is not None:
+            with lock:
+                data = parsed.get(key)
+        if data is None:
+            data = original(cls, sig, docstring, predefined)
+            if key is not None:
+                with lock:
+                    parsed[key] = data
+        return {
+            **data,
+            "raises": [dict(r) for r in data.get("raises", ())],
+            "examples": list(data.get("examples", ())),
+        }
+
+    parse_data.__doc__ = original.__doc__
+    parse_data.__tau2_original__ = original  # type: ignore[attr-defined]
+    Tool.parse_data = classmethod(parse_data)
 
 
 # ------------------------------------------- τ²: environments its code builds

@@ -87,15 +87,61 @@ def test_a_tools_schema_is_built_once_and_every_caller_gets_what_tau2_builds(mon
             assert first == again == compat.tau2_openai_schema(tool)
             assert first is not again  # each caller owns its copy
 
-    tool = environments.fresh_environment("airline").get_tools()[0]
+    def look_up(user_id: str, limit: int = 3) -> str:
+        """Look a customer up.
+
+        Args:
+            user_id: The customer's id.
+            limit: How many to list.
+        """
+        return user_id
+
+    # Two tools of one function, as two episodes' environments build them.
+    tool, next_episodes = Tool(look_up), Tool(look_up)
     built = []
     build = tool.params.model_json_schema
     monkeypatch.setattr(tool.params, "model_json_schema", lambda: built.append(1) or build())
-    schemas = [tool.openai_schema for _ in range(3)]
+    schemas = [tool.openai_schema, next_episodes.openai_schema, tool.openai_schema]
     schemas[0]["function"]["name"] = "changed by a caller"
 
     assert len(built) == 1
     assert tool.openai_schema["function"]["name"] == tool.name
+    assert next_episodes.openai_schema == compat.tau2_openai_schema(next_episodes)
+
+
+def test_a_tool_of_the_next_environment_shares_its_models_and_gives_tau2s_schema():
+    for domain in ("airline", "retail", "telecom"):
+        one, two = environments.fresh_environment(domain), environments.fresh_environment(domain)
+        tools = one.get_tools() + (one.get_user_tools() if domain == "telecom" else [])
+        again = two.get_tools() + (two.get_user_tools() if domain == "telecom" else [])
+
+        assert [t.name for t in tools] == [t.name for t in again]
+        for tool, next_one in zip(tools, again, strict=True):
+            assert next_one.params is tool.params and next_one.returns is tool.returns
+            assert next_one.raises == tool.raises and next_one.raises is not tool.raises
+            assert next_one.openai_schema == compat.tau2_openai_schema(next_one)
+            # τ²'s own parse of the function, afresh, builds the same schema.
+            fresh = compat._TAU2_PARSE_DATA(Tool, next_one.__signature__, next_one.__doc__, {})
+            assert fresh["params"].model_json_schema() == tool.params.model_json_schema()
+            kept = {k: getattr(next_one, k) for k in ("short_desc", "long_desc", "raises")}
+            assert kept == {k: fresh[k] for k in kept}
+            assert next_one.examples == fresh["examples"]
+
+
+def test_a_tool_with_an_unhashable_default_is_parsed_each_time_as_tau2_does():
+    def pick(options: list = [], first: str = "a") -> str:  # noqa: B006 - the case itself
+        """Pick one.
+
+        Args:
+            options: The choices.
+            first: The first choice.
+        """
+        return first
+
+    one, two = Tool(pick), Tool(pick)
+
+    assert one.params is not two.params
+    assert one.openai_schema == two.openai_schema == compat.tau2_openai_schema(two)
 
 
 def test_tau2s_registry_asks_the_innermost_builder_then_tau2s_own_constructor():
@@ -146,6 +192,7 @@ def test_a_builder_installs_the_overrides_tau2s_registry_needs_to_ask_it(monkeyp
 
 def test_install_turns_litellms_cache_off_and_applies_each_hook_once(monkeypatch):
     schema = Tool.openai_schema.fget
+    parse_data = Tool.parse_data.__func__
     constructors = {domain: registry.get_env_constructor(domain) for domain in registry._domains}
     litellm.enable_cache()  # as any other code in the process might
     try:
@@ -159,6 +206,7 @@ def test_install_turns_litellms_cache_off_and_applies_each_hook_once(monkeypatch
     assert cache is None and "cache" not in callbacks
     assert tau2_llm_utils.completion is gateway.routed_completion
     assert Tool.openai_schema.fget is schema  # not wrapped twice
+    assert Tool.parse_data.__func__ is parse_data
     assert all(registry.get_env_constructor(d) is c for d, c in constructors.items())
     assert all(hasattr(c, "__tau2_original__") for c in constructors.values())
     kept = getattr(tau2_llm_utils.completion_cost, "__wrapped__", None)
