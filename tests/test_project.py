@@ -141,3 +141,28 @@ def test_a_celery_worker_on_redis_takes_tasks(celery_worker):
     from tau2site.celery import ping
 
     assert ping.delay().get(timeout=30) == "pong"
+
+
+def test_webhooks_are_matched_on_the_laptops_sqlite_too(tmp_path):
+    """Which subscriptions an event reaches is worked out on SQLite as on PostgreSQL (it
+    once used JSON containment, which SQLite refuses: a laptop's webhooks never fired)."""
+    result = run_python(
+        """
+        import django; django.setup()
+        from django.core.management import call_command
+        from django.db import connection
+        call_command("migrate", verbosity=0)
+        from apps.notifications.models import Subscription
+        from apps.notifications.services import notify
+        for events in (["evaluation.finished"], ["evaluation.failed"]):
+            Subscription.objects.create(
+                name="/".join(events), url_enc="-", url_shown="-", secret_enc="-", events=events
+            )
+        made = notify(event="evaluation.finished", user_id=None, detail="by hand")
+        print(connection.vendor, [d.subscription.name for d in made])
+        """,
+        DEBUG="true",
+        TAU2_VAR_DIR=str(tmp_path),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip().splitlines()[-1] == "sqlite ['evaluation.finished']"

@@ -230,7 +230,7 @@ def notify(
     ``user_id``'s own (the evaluation's starter, or who tried to start one). An
     evaluation's event reaches a subscription once per ``occurrence``. Returns the
     deliveries made (a repeat makes none)."""
-    subscriptions = list(_wanted(event, user_id=user_id))
+    subscriptions = _wanted(event, user_id=user_id)
     if not subscriptions:
         return []
     payload = payload_build(event=event, evaluation=evaluation, detail=detail, verdict=verdict)
@@ -277,16 +277,21 @@ def notify_evaluation_news(news: EvaluationNews) -> list[Delivery]:
     return made
 
 
-def _wanted(event: str, *, user_id: int | None):
-    return Subscription.objects.filter(active=True, events__contains=[event]).filter(
+def _wanted(event: str, *, user_id: int | None) -> list[Subscription]:
+    """The active subscriptions to ``event`` that ``user_id``'s evaluations reach (the
+    team's, and the person's own). The event is matched here, not in SQL: a JSON list's
+    containment is PostgreSQL's (SQLite, the laptop's database, refuses it), and a
+    server holds a handful of subscriptions."""
+    mine = Subscription.objects.filter(active=True).filter(
         Q(owner__isnull=True) | Q(owner_id=user_id)
     )
+    return [subscription for subscription in mine if event in (subscription.events or ())]
 
 
 def _regressed_if_worse(evaluation: Evaluation) -> list[Delivery]:
     """ "Regressed" when the baseline verdict of ``evaluation`` is worse (judged only when
     some subscription wants it: the paired bootstrap takes a moment)."""
-    if not _wanted(Event.REGRESSED, user_id=evaluation.created_by_id).exists():
+    if not _wanted(Event.REGRESSED, user_id=evaluation.created_by_id):
         return []
     verdict = verdict_for(evaluation)
     if verdict is None or not verdict.regression:
