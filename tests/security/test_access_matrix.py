@@ -76,6 +76,10 @@ MATRIX: dict[str, dict[str, tuple[str, str, str]]] = {
         "GET": same("405"),
         "POST": ("403", "403", "302 /evaluations/{evaluation}/"),
     },
+    "runs/autoreview/evaluations/<int:pk>/stop/": {
+        "GET": same("405"),
+        "POST": ("403", "403", "302 /evaluations/{evaluation}/"),
+    },
     "runs/<int:pk>/labels/<int:label_pk>/accept/": {
         "GET": same("405"),
         "POST": ("403", "403", "302 /runs/{run}/"),
