@@ -27,7 +27,14 @@ from apps.accounts.vault import SignInRequired
 from apps.connections.llm_routes import ConnectionUnavailable, ResolvedRoute, route_for
 from apps.inference.pricing import cost_usd
 from apps.runs import queue
-from apps.runs.models import AutoReview, ReviewLabel, Run, RunEvent, StandingReview
+from apps.runs.models import (
+    AutoReview,
+    ReviewerAsked,
+    ReviewLabel,
+    Run,
+    RunEvent,
+    StandingReview,
+)
 from apps.runs.selectors import SOLVED
 from tau2_env.engine import catalog
 from tau2_env.engine import review as tau2_review
@@ -46,6 +53,8 @@ WHICH_FAILURES = "failures"
 WHICH_ALL = "all"
 # Every run, those ended and each later one as it ends (``tau2 run --auto-review``).
 WHICH_EACH = "each"
+# What a review keeps of who asked which reviewer: ReviewerAsked's fields.
+ASKED_FIELDS = tuple(field.name for field in ReviewerAsked._meta.fields)
 
 
 def can_request(user) -> bool:
@@ -117,17 +126,9 @@ def autoreviews_request(
         runs = runs.filter(Q(status=Run.Status.FAILED) | Q(reward__lt=SOLVED))
     with transaction.atomic():
         if which == WHICH_EACH:
-            prices = reviewer.prices
             StandingReview.objects.update_or_create(
                 evaluation_id=evaluation_id,
-                defaults={
-                    "requested_by": by,
-                    "reviewer_model": reviewer.model,
-                    "reviewer_connection": reviewer.connection,
-                    "price_input": prices[0] if prices else None,
-                    "price_output": prices[1] if prices else None,
-                    "mode": mode,
-                },
+                defaults={**_asked(by=by, reviewer=reviewer), "mode": mode},
             )
             # Runs that end from now on are the settled hook's; lock out a run ending
             # meanwhile being reviewed twice by reviewing, here, only those not reviewed
@@ -140,19 +141,26 @@ def autoreviews_request(
         ]
 
 
-def _request(*, run: Run, by, reviewer: ResolvedRoute, mode: str) -> AutoReview:
+def _asked(*, by, reviewer: ResolvedRoute) -> dict:
+    """The :class:`ReviewerAsked` fields of ``by`` asking ``reviewer``, its prices fixed now."""
     prices = reviewer.prices
-    review = AutoReview.objects.create(
-        run=run,
-        requested_by=by,
-        mode=mode,
-        reviewer_model=reviewer.model,
-        reviewer_connection=reviewer.connection,
-        price_input=prices[0] if prices else None,
-        price_output=prices[1] if prices else None,
-    )
+    return {
+        "requested_by": by,
+        "reviewer_model": reviewer.model,
+        "reviewer_connection": reviewer.connection,
+        "price_input": prices[0] if prices else None,
+        "price_output": prices[1] if prices else None,
+    }
+
+
+def _queued(*, run: Run, mode: str, asked: dict) -> AutoReview:
+    review = AutoReview.objects.create(run=run, mode=mode, **asked)
     queue.autoreview_enqueue(review.pk)
     return review
+
+
+def _request(*, run: Run, by, reviewer: ResolvedRoute, mode: str) -> AutoReview:
+    return _queued(run=run, mode=mode, asked=_asked(by=by, reviewer=reviewer))
 
 
 def standing_review_stop(*, evaluation_id: int, by) -> bool:
@@ -176,17 +184,9 @@ def run_settled_review(run: Run) -> None:
     run.refresh_from_db(fields=["status", "n_messages"])
     if not _reviewable(run):
         return
+    asked = {field: getattr(standing, field) for field in ASKED_FIELDS}
     with transaction.atomic():
-        review = AutoReview.objects.create(
-            run=run,
-            requested_by=standing.requested_by,
-            mode=standing.mode,
-            reviewer_model=standing.reviewer_model,
-            reviewer_connection=standing.reviewer_connection,
-            price_input=standing.price_input,
-            price_output=standing.price_output,
-        )
-        queue.autoreview_enqueue(review.pk)
+        _queued(run=run, mode=standing.mode, asked=asked)
 
 
 def autoreview_execute(*, review_id: int) -> str:

@@ -521,15 +521,11 @@ class ReviewLabel(models.Model):
             raise ValidationError(errors)
 
 
-class StandingReview(models.Model):
-    """Each run of ``evaluation`` reviewed as it ends (``tau2 run --auto-review``): staff
-    ask once, for the runs already ended and every later one, by ``reviewer_model`` (on
-    ``reviewer_connection``, else the router on ``requested_by``'s token) in ``mode``, at
-    the prices fixed when asked. Stopping it leaves the reviews made."""
+class ReviewerAsked(models.Model):
+    """Who asked which reviewer model, on which connection (``None``: the router, on
+    ``requested_by``'s token), at the model's prices fixed when asked (``None``: unpriced):
+    an auto-review's, and a standing review's for the reviews it queues."""
 
-    evaluation = models.OneToOneField(
-        "evaluations.Evaluation", on_delete=models.CASCADE, related_name="standing_review"
-    )
     requested_by = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
     )
@@ -543,6 +539,26 @@ class StandingReview(models.Model):
     )
     price_input = models.DecimalField(max_digits=14, decimal_places=8, null=True, blank=True)
     price_output = models.DecimalField(max_digits=14, decimal_places=8, null=True, blank=True)
+
+    class Meta:
+        abstract = True
+
+    @property
+    def prices(self) -> tuple[Decimal, Decimal] | None:
+        if self.price_input is None or self.price_output is None:
+            return None
+        return self.price_input, self.price_output
+
+
+class StandingReview(ReviewerAsked):
+    """Each run of ``evaluation`` reviewed as it ends (``tau2 run --auto-review``): staff
+    ask once, for the runs already ended and every later one, by ``reviewer_model`` (on
+    ``reviewer_connection``, else the router on ``requested_by``'s token) in ``mode``, at
+    the prices fixed when asked. Stopping it leaves the reviews made."""
+
+    evaluation = models.OneToOneField(
+        "evaluations.Evaluation", on_delete=models.CASCADE, related_name="standing_review"
+    )
     mode = models.CharField(max_length=4, default="full")
     created_at = models.DateTimeField(auto_now_add=True)
 
@@ -550,7 +566,7 @@ class StandingReview(models.Model):
         return f"Each run of evaluation {self.evaluation_id} reviewed by {self.reviewer_model}"
 
 
-class AutoReview(models.Model):
+class AutoReview(ReviewerAsked):
     """An LLM's review of one run (τ²'s ``tau2 review``): its findings are the run's
     review labels of origin ``auto`` (``findings``), pending until a person decides.
 
@@ -577,19 +593,6 @@ class AutoReview(models.Model):
         STUDIO = "studio", "the studio's reviewer"
 
     run = models.ForeignKey(Run, on_delete=models.CASCADE, related_name="auto_reviews")
-    requested_by = models.ForeignKey(
-        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="+"
-    )
-    reviewer_model = models.CharField(max_length=255)
-    reviewer_connection = models.ForeignKey(
-        "connections.Connection",
-        on_delete=models.PROTECT,
-        null=True,
-        blank=True,
-        related_name="+",
-    )
-    price_input = models.DecimalField(max_digits=14, decimal_places=8, null=True, blank=True)
-    price_output = models.DecimalField(max_digits=14, decimal_places=8, null=True, blank=True)
     # What it reads (``tau2 review --mode``): both sides, or the simulated customer only
     # (τ² 1.x's reviewer; the studio's own on τ² 0.2 reads both).
     mode = models.CharField(max_length=4, choices=Mode.choices, default=Mode.FULL)
@@ -622,9 +625,3 @@ class AutoReview(models.Model):
 
     def __str__(self) -> str:
         return f"Auto-review {self.pk} of run {self.run_id} ({self.status})"
-
-    @property
-    def prices(self) -> tuple[Decimal, Decimal] | None:
-        if self.price_input is None or self.price_output is None:
-            return None
-        return self.price_input, self.price_output
