@@ -36,6 +36,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # python bench/profile_run.py
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+# The scripted LLM listens on loopback, which the outbound policy refuses unless allowed.
+os.environ.setdefault("TAU2_OUTBOUND_ALLOW", "127.0.0.0/8")
 from bench.harness import AGENT_MODEL, USER_MODEL, LLMProcess  # noqa: E402 - after the path
 
 TOKEN = "hf_profile_token_0123456789"  # noqa: S105 - the scripted LLM's fake token
