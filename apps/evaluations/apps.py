@@ -30,6 +30,8 @@ class EvaluationsConfig(AppConfig):
         hooks.on_run_settled(
             "evaluations", _later("apps.evaluations.services.evaluation_run_ended")
         )
+        # A run of an evaluation taken by a worker or handed back is told to its pages.
+        hooks.on_run_moved("evaluations", _later("apps.evaluations.services.evaluation_run_moved"))
         # A run of an evaluation under a standing review is queued for its review.
         hooks.on_run_settled("autoreview", _later("apps.runs.autoreview.run_settled_review"))
         hooks.on_run_requeued("evaluations", _later("apps.evaluations.external.run_requeued"))

@@ -9,7 +9,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
 from apps.accounts.access import can_view_runs
 from apps.evaluations import presenters
-from apps.evaluations.events import evaluation_version, group_name
+from apps.evaluations.events import group_name
 from apps.evaluations.models import Evaluation
 from apps.runs.keepalive import Keepalive
 
@@ -21,11 +21,11 @@ class EvaluationConsumer(Keepalive, AsyncJsonWebsocketConsumer):
     """Sends the evaluation's state on connect, then again whenever it changed.
 
     It joins the evaluation's group *before* reading the state, so nothing that happens
-    after the read goes unannounced. An ``evaluation.update`` whose ``version`` (final
-    runs) is newer than the one last sent brings a refreshed state; one that is not newer
-    is checked cheaply (status and version) and sends only if either changed — a pause,
-    a resume or a retry changes the status but not, or not upwards, the version. The
-    matrix goes whole on connect, then as the cells that changed (``patch``).
+    after the read goes unannounced. Each ``evaluation.update`` reads the state again and
+    sends it when anything the page shows changed — a run finishing, but also one
+    dispatched or taken by a worker, a pause, a resume or a retry, which leave the
+    version (final runs) as it was or lower it — and nothing for a late or repeated
+    message. The matrix goes whole on connect, then as the cells that changed (``patch``).
 
     ``?version=`` is the page's version; the state on connect is sent whole whatever it
     is (a retry can move the version down and up again to the same number with other
@@ -47,7 +47,6 @@ class EvaluationConsumer(Keepalive, AsyncJsonWebsocketConsumer):
         self.group = group_name(self.evaluation_id)
         await self.channel_layer.group_add(self.group, self.channel_name)
         await self.accept()
-        self.sent: tuple[int, str] | None = None  # (version, status) last sent
         self.cells: list | None = None
         self.head: dict | None = None
         self.sent_final = False
@@ -64,10 +63,11 @@ class EvaluationConsumer(Keepalive, AsyncJsonWebsocketConsumer):
         return await self._send_state(only_if_changed=True) and not self.sent_final
 
     async def evaluation_update(self, message):
-        stale = self.sent is not None and message["version"] <= self.sent[0]
-        if stale and await self._header() == self.sent:
-            return  # nothing new since the state last sent (a late or repeated message)
-        await self._send_state()
+        # Whatever the message's version: a run taken by a worker (queued → running) or
+        # dispatched changes the counts but not the version. The state is read again
+        # (cheap when nothing changed: ``presenters.evaluation_state`` keeps it) and sent
+        # when it differs from the one last sent, so the page always equals its reload.
+        await self._send_state(only_if_changed=True, quiet=True)
 
     @read_in_pool
     def _allowed(self) -> bool:
@@ -77,28 +77,22 @@ class EvaluationConsumer(Keepalive, AsyncJsonWebsocketConsumer):
         )
 
     @read_in_pool
-    def _header(self) -> tuple[int, str] | None:
-        status = (
-            Evaluation.objects.filter(pk=self.evaluation_id)
-            .values_list("status", flat=True)
-            .first()
-        )
-        return (evaluation_version(self.evaluation_id), status)
-
-    @read_in_pool
     def _state(self) -> dict | None:
         evaluation = Evaluation.objects.filter(pk=self.evaluation_id).first()
         return presenters.evaluation_state(evaluation).message() if evaluation else None
 
-    async def _send_state(self, *, only_if_changed: bool = False) -> bool:
-        """Sends the state (or only a keepalive); False once the evaluation is gone."""
+    async def _send_state(self, *, only_if_changed: bool = False, quiet: bool = False) -> bool:
+        """Sends the state (``only_if_changed``: only if it differs from the one last
+        sent, else a keepalive unless ``quiet``); False once the evaluation is gone."""
         state = await self._state()
         if state is None:  # deleted meanwhile
             await self.close(code=4404)
             return False
         head = {k: v for k, v in state.items() if k not in ("matrix", "charts")}
-        if only_if_changed and head == self.head:
-            if not self.sent_final:  # (a tick that read while the final state went out)
+        if only_if_changed and head == self.head and state["matrix"]["cells"] == self.cells:
+            if (
+                not self.sent_final and not quiet
+            ):  # (a tick that read while the final state went out)
                 await self.send_keepalive()
             return True
         self.head = head
@@ -108,7 +102,6 @@ class EvaluationConsumer(Keepalive, AsyncJsonWebsocketConsumer):
             state["patch"] = [[i, cell] for i, (old, cell) in pairs if old != cell]
             del state["matrix"]
         self.cells = cells
-        self.sent = (state["version"], state["status"])
         self.sent_final = bool(state["final"])
         await self.send_json(state)
         if not self.sent_final:

@@ -329,6 +329,7 @@ def evaluations_dispatch() -> list[int]:
     across people; returns the ids queued. Safe to call from anywhere at any time: the
     running evaluations are locked while the slots are counted."""
     queued: list[int] = []
+    dispatched: set[int] = set()  # the evaluations whose runs went to the workers
     with transaction.atomic():
         # An outside agent's evaluation hands its runs to its clients, not to workers.
         active = list(
@@ -413,6 +414,7 @@ def evaluations_dispatch() -> list[int]:
                 break
             person, evaluation, run_id = taken
             queued.append(run_id)
+            dispatched.add(evaluation.pk)
             in_flight[evaluation.pk] += 1
             calling.update(_limited_connections(evaluation, limits))
             by_person[person] += 1
@@ -426,6 +428,9 @@ def evaluations_dispatch() -> list[int]:
     for evaluation_id in finished:
         _complete_if_done(evaluation_id)
         events.evaluation_publish(evaluation_id=evaluation_id)
+    # Their pages count the runs waiting for a worker now, not at the next run's end.
+    for evaluation_id in sorted(dispatched - set(finished)):
+        events.evaluation_publish(evaluation_id=evaluation_id)
     return queued
 
 
@@ -437,6 +442,13 @@ def evaluation_run_ended(run: Run) -> None:
         evaluation_run_settled(run_id=run.pk)
     elif run.agent_connection_id is not None or run.user_connection_id is not None:
         evaluations_dispatch()
+
+
+def evaluation_run_moved(run: Run) -> None:
+    """What the runs' moved hook (``apps.runs.hooks.on_run_moved``) does: a run of an
+    evaluation taken by a worker or handed back changes its page's counts; tell it."""
+    if run.evaluation_id is not None:
+        events.evaluation_publish(evaluation_id=run.evaluation_id)
 
 
 def evaluation_run_settled(*, run_id: int) -> None:

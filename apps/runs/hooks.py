@@ -3,6 +3,8 @@ to hear of runs or to take part in them, since runs never imports them.
 
 * :func:`on_run_settled` — be told each time a run becomes final (the evaluations app
   lets an evaluation go on);
+* :func:`on_run_moved` — be told when a run moved without ending: taken by a worker
+  (queued → running) or handed back to its queue (the evaluations app tells its pages);
 * :func:`fork_takeover_register` — build the run that continues a fork when a person
   takes it over (the play app makes it a play session);
 * :func:`on_run_requeued` — be told when an outside agent's episode of an evaluation
@@ -54,6 +56,28 @@ def run_settled(run: Run) -> None:
             hook(run)
         except Exception:
             logger.exception("Run %s ended, but its %s hook failed", run.pk, name)
+
+
+#: Called with a run whose status moved but is not final (taken, or handed back).
+RunMoved = Callable[[Run], None]
+_moved: list[tuple[str, RunMoved]] = []
+
+
+def on_run_moved(name: str, hook: RunMoved) -> None:
+    """Have ``hook(run)`` called each time a run is taken by a worker or handed back to
+    its queue. Registering ``name`` again replaces its hook."""
+    _moved[:] = [(n, h) for n, h in _moved if n != name]
+    _moved.append((name, hook))
+
+
+def run_moved(run: Run) -> None:
+    """Tell every moved hook (``lifecycle.run_claim``, ``lifecycle.run_hand_back``); a
+    hook that raises is logged, never raised: the run goes on."""
+    for name, hook in list(_moved):
+        try:
+            hook(run)
+        except Exception:
+            logger.exception("Run %s moved, but its %s hook failed", run.pk, name)
 
 
 class ForkTakeover(Protocol):

@@ -15,6 +15,9 @@
   :func:`run_hand_back` queues the run again to resume from its stored messages, and
   records why ("database restart", "broker restart"): those never count against
   ``TAU2_RUN_MAX_ATTEMPTS`` (``Run.attempts_counted``).
+* **Moves**: a claim or a hand-back tells the hooks registered with
+  ``apps.runs.hooks.on_run_moved`` (an evaluation's page counts the run as running or
+  queued again).
 * **Finish**: :func:`run_finish` moves a run to a final status, once, then tells the
   hooks registered with ``apps.runs.hooks.on_run_settled`` (an evaluation goes on).
 * **Reap**: :func:`runs_reap` (beat) hands runs whose worker vanished to another worker,
@@ -121,7 +124,9 @@ def run_claim(*, run_id: int, worker: str) -> Run | None:
         else:
             claimed = _claim(claimable, seen, worker=worker, now=now)
         if claimed:
-            return Run.objects.select_related("task", "created_by").get(pk=run_id)
+            run = Run.objects.select_related("task", "created_by").get(pk=run_id)
+            hooks.run_moved(run)  # queued → running: an evaluation's page counts it now
+            return run
     return None
 
 
@@ -275,13 +280,13 @@ def run_hand_back(*, run: Run, worker: str, reason: str) -> str:
             # over changes ``worker`` first, and then this UPDATE changes nothing.
             held = Run.objects.filter(pk=run.pk, worker=worker, status=Run.Status.RUNNING)
             resumptions = held.values_list("resumptions", flat=True).first()
-            if resumptions is not None:
-                held.update(
-                    status=Run.Status.QUEUED,
-                    worker="",
-                    lease_expires_at=None,
-                    resumptions=[*resumptions, reason],
-                )
+            if resumptions is not None and held.update(
+                status=Run.Status.QUEUED,
+                worker="",
+                lease_expires_at=None,
+                resumptions=[*resumptions, reason],
+            ):
+                hooks.run_moved(run)
             break
         except DatabaseError:
             if time.monotonic() + pause > deadline:

@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 import pytest
 from channels.db import database_sync_to_async
 from channels.layers import get_channel_layer
+from django.db.models import Q
 from django.test import Client
 from django.utils import timezone
 
@@ -314,3 +315,98 @@ async def test_once_the_final_state_is_sent_the_keepalives_stop(
             after.append(await socket.receive_json_from(timeout=TIMEOUT))
         assert {(f["type"], f.get("final")) for f in after} <= {("state", True)}
         assert await socket.receive_nothing(timeout=1.5)
+
+
+# --- Issue 33 item 6: every transition, not only a run's end --------------------------------
+
+
+def counts(html: str) -> dict[str, str]:
+    """The progress's counts as the page shows them (``count-<key>``, the waiting note)."""
+    import re
+
+    found = dict(re.findall(r'data-testid="count-(\w+)"><i [^>]*></i>([^<]*)<', html))
+    waiting = re.search(r'data-testid="waiting-for-worker"[^>]*>([^<]*)<', html)
+    found["waiting"] = waiting.group(1) if waiting else ""
+    return found
+
+
+async def test_the_pushed_counts_equal_the_reload_after_every_transition(
+    alice, bob_client, settings
+):
+    """Issue 33: the page read "2 done · 0 running · 4 queued" while 2 runs were running,
+    and "0 running · 2 queued" between batches, while its reload showed the truth: only a
+    run's end was announced. Now a dispatch, a worker taking a run (queued → running)
+    and a run's end each push the state, and after each the pushed counts are the
+    reload's; a run's end fills its freed slot at once (concurrency 2)."""
+    from apps.runs import lifecycle
+
+    settings.TAU2_EVAL_MAX_IN_FLIGHT = 10
+    evaluation = await database_sync_to_async(services.evaluation_create)(
+        user=alice,
+        spec=RunSpec(agent=Side(AGENT_MODEL)),
+        tasks=services.TaskChoice(domain="airline", task_ids=["27", "2"]),
+        num_trials=2,
+        concurrency=2,
+    )
+    first_two = await database_sync_to_async(
+        lambda: list(
+            Run.objects.filter(evaluation=evaluation, dispatched_at__isnull=False)
+            .order_by("trial", "id")
+            .values_list("pk", flat=True)
+        )
+    )()
+
+    async def pushed_equals_reload(socket, expected: dict[str, str]) -> None:
+        state = await socket.receive_json_from(timeout=TIMEOUT)
+        reload = await database_sync_to_async(bob_client.get)(
+            f"/evaluations/{evaluation.pk}/state/"
+        )
+        page = await database_sync_to_async(bob_client.get)(f"/evaluations/{evaluation.pk}/")
+        assert counts(state["progress_html"]) == counts(reload.json()["progress_html"])
+        assert state["progress_html"] == reload.json()["progress_html"]
+        assert state["progress_html"] in page.content.decode()
+        shown = counts(state["progress_html"])
+        assert {k: shown[k].split()[0] for k in expected} == expected, shown
+
+    async with watching(evaluation, client=bob_client) as (socket, state):
+        # Created, its first two runs handed to the workers (on commit) before the page.
+        assert counts(state["progress_html"])["queued"].startswith("4 ")
+        assert len(first_two) == 2
+        claimed = []
+        for run_id in first_two:  # a worker takes each: queued → running
+            run = await database_sync_to_async(lifecycle.run_claim)(run_id=run_id, worker="w1")
+            claimed.append(run)
+            await pushed_equals_reload(socket, {"running": str(len(claimed))})
+        # One ends: its slot is filled at once (dispatched before the state is read).
+        await database_sync_to_async(lifecycle.run_finish)(
+            run=claimed[0],
+            status=Run.Status.COMPLETED,
+            worker="w1",
+            termination_reason="user_stop",
+            reward_info={"reward": 1.0, "reward_basis": ["DB"], "reward_breakdown": {"DB": 1.0}},
+        )
+        state = await socket.receive_json_from(timeout=TIMEOUT)
+        while not await socket.receive_nothing(timeout=0.5):
+            state = await socket.receive_json_from(timeout=TIMEOUT)
+        reload = await database_sync_to_async(bob_client.get)(
+            f"/evaluations/{evaluation.pk}/state/"
+        )
+        assert state["progress_html"] == reload.json()["progress_html"]
+        shown = counts(state["progress_html"])
+        assert shown["completed"].startswith("1 ") and shown["running"].startswith("1 ")
+        assert shown["queued"].startswith("2 ") and shown["waiting"].startswith("(1 of them")
+        in_flight = await database_sync_to_async(
+            Run.objects.filter(evaluation=evaluation)
+            .filter(Q(status=Run.Status.RUNNING) | Q(dispatched_at__isnull=False))
+            .exclude(status__in=Run.FINAL)
+            .count
+        )()
+        assert in_flight == 2  # the freed slot filled by the run's end, not by beat
+        # A worker takes the new run: pushed too.
+        third = await database_sync_to_async(
+            lambda: Run.objects.filter(
+                evaluation=evaluation, status=Run.Status.QUEUED, dispatched_at__isnull=False
+            ).values_list("pk", flat=True)[0]
+        )()
+        await database_sync_to_async(lifecycle.run_claim)(run_id=third, worker="w2")
+        await pushed_equals_reload(socket, {"running": "2", "queued": "1", "completed": "1"})
