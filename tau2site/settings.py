@@ -587,9 +587,15 @@ LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "filters": {"expected_forbidden": {"()": "tau2site.logfilters.ExpectedForbidden"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
+        # Django's own records once, on our console: its default adds a second console
+        # handler under DEBUG, and every record was printed twice.
+        "django": {"handlers": ["console"], "level": "INFO", "propagate": False},
+        # A refused visitor (403 from PermissionDenied) is one line, not a traceback.
+        "django.request": {"filters": ["expected_forbidden"]},
         # litellm logs request payloads (and so keys) at DEBUG.
         "LiteLLM": {"level": "WARNING"},
         "httpx": {"level": "WARNING"},
