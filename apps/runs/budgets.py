@@ -132,10 +132,43 @@ def _spending():
     """(where the side runs, its aggregates) for the agent, the customer and the judge."""
     for side, (column, *_) in _SIDES.items():
         yield column, _side_aggregates(side)
-    cost, tokens = _JUDGE
+    cost, _ = _JUDGE
     spent = Coalesce(Sum(Coalesce(F(cost), _ZERO)), _ZERO)
-    unpriced = Count("id", filter=Q(**{f"{cost}__isnull": True, f"{tokens}__gt": 0}))
-    yield "judge", {"spent": spent, "committed": spent, "unpriced": unpriced}
+    yield "judge", {"spent": spent, "committed": spent}
+
+
+# The sides a run plays on a connection, as ``Spend.unpriced_sides`` names them.
+UNPRICED_SIDES = ("agent", "customer", "judge")
+
+
+def _unpriced_counts(connection: Connection) -> dict:
+    """Aggregates counting the runs with calls on ``connection`` that have no price: each
+    run once (``unpriced``) however many sides it plays there, and per side."""
+    sides = {
+        "agent": _on("agent_connection_id", connection)
+        & _unpriced_side("cost_usd", "prompt_tokens"),
+        "customer": _on("user_connection_id", connection)
+        & _unpriced_side("user_cost_usd", "user_prompt_tokens"),
+        "judge": _on("judge", connection) & _unpriced_side(*_JUDGE),
+    }
+    return {
+        "unpriced": Count("id", filter=sides["agent"] | sides["customer"] | sides["judge"]),
+        **{f"unpriced_{side}": Count("id", filter=q) for side, q in sides.items()},
+    }
+
+
+def _unpriced_side(cost: str, tokens: str) -> Q:
+    return Q(**{f"{cost}__isnull": True, f"{tokens}__gt": 0})
+
+
+def _unpriced_spend(row: dict) -> Spend:
+    """The unpriced counts of one aggregate ``row`` of :func:`_unpriced_counts`."""
+    return Spend(
+        spent=Decimal(0),
+        committed=Decimal(0),
+        unpriced_runs=row["unpriced"],
+        unpriced_sides=tuple(row[f"unpriced_{side}"] for side in UNPRICED_SIDES),
+    )
 
 
 def month_window(now: datetime | None = None) -> tuple[datetime, datetime]:
@@ -150,11 +183,21 @@ def month_window(now: datetime | None = None) -> tuple[datetime, datetime]:
 class Spend:
     """A connection's (or a person's on it) month: ``spent`` by priced calls,
     ``committed`` (spent, with each admitted run still going counted at the larger of
-    its cost so far and what it holds), and ``unpriced_runs`` whose calls have no price."""
+    its cost so far and what it holds), and ``unpriced_runs`` whose calls have no price
+    (each run once, however many sides it plays there; ``unpriced_sides``: how many per
+    side, in :data:`UNPRICED_SIDES`' order)."""
 
     spent: Decimal
     committed: Decimal
     unpriced_runs: int = 0
+    unpriced_sides: tuple[int, ...] = (0, 0, 0)
+
+    @property
+    def unpriced_by_side(self) -> list[tuple[str, int]]:
+        """(side, runs) for the sides with unpriced runs, when a run plays several."""
+        if sum(self.unpriced_sides) == self.unpriced_runs:
+            return []  # each run unpriced on one side only: the total says it all
+        return [(s, n) for s, n in zip(UNPRICED_SIDES, self.unpriced_sides, strict=True) if n]
 
     @property
     def held(self) -> Decimal:
@@ -166,6 +209,9 @@ class Spend:
             spent=self.spent + other.spent,
             committed=self.committed + other.committed,
             unpriced_runs=self.unpriced_runs + other.unpriced_runs,
+            unpriced_sides=tuple(
+                a + b for a, b in zip(self.unpriced_sides, other.unpriced_sides, strict=True)
+            ),
         )
 
 
@@ -190,7 +236,6 @@ def _side_aggregates(side: str) -> dict:
         "committed": Coalesce(
             Sum(Case(When(holding, then=Greatest(spent, F(reserved))), default=spent)), _ZERO
         ),
-        "unpriced": Count("id", filter=Q(**{f"{cost}__isnull": True, f"{tokens}__gt": 0})),
     }
 
 
@@ -201,12 +246,10 @@ def connection_spend(
     leaving out the run ``exclude_run`` (an id)."""
     start, end = month_window(now)
     runs = _month_runs(start=start, end=end, user=user, exclude_run=exclude_run)
-    total = NOTHING
+    total = _unpriced_spend(runs.aggregate(**_unpriced_counts(connection)))
     for column, aggregates in _spending():
         found = runs.filter(_on(column, connection)).aggregate(**aggregates)
-        total += Spend(
-            spent=found["spent"], committed=found["committed"], unpriced_runs=found["unpriced"]
-        )
+        total += Spend(spent=found["spent"], committed=found["committed"])
     return total
 
 
@@ -214,6 +257,10 @@ def _spend_by_person(*, connection: Connection, now: datetime | None = None) -> 
     start, end = month_window(now)
     runs = _month_runs(start=start, end=end)
     out: dict[int, Spend] = defaultdict(lambda: NOTHING)
+    unpriced = runs.values("created_by").annotate(**_unpriced_counts(connection)).order_by()
+    for row in unpriced:
+        if row["unpriced"]:
+            out[row["created_by"]] += _unpriced_spend(row)
     for column, aggregates in _spending():
         rows = (
             runs.filter(_on(column, connection))
@@ -222,9 +269,7 @@ def _spend_by_person(*, connection: Connection, now: datetime | None = None) -> 
             .order_by()
         )
         for row in rows:
-            out[row["created_by"]] += Spend(
-                spent=row["spent"], committed=row["committed"], unpriced_runs=row["unpriced"]
-            )
+            out[row["created_by"]] += Spend(spent=row["spent"], committed=row["committed"])
     return dict(out)
 
 

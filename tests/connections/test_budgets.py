@@ -253,6 +253,30 @@ def test_the_panel_never_shows_unpriced_calls_as_free(staff, alice, llm_server):
     assert "$0" not in shown
 
 
+def test_a_run_playing_several_sides_unpriced_is_counted_once(staff, alice, bob, llm_server):
+    """Issue 33: the connection page said 33 runs where 17 had run, each counted once per
+    side it played there (agent, customer, judge). Runs are counted once, and the sides
+    are said apart."""
+    vllm = openai_compatible_connection(llm_server, by=staff, name="Unpriced vLLM", models=[MODEL])
+    judged = {"judge_prompt_tokens": 1000, "judge_completion_tokens": 10}
+    spent_run(user=alice, agent=vllm, customer=vllm, **judged)  # three sides, one run
+    spent_run(user=bob, agent=vllm, customer=vllm)  # two sides
+    spent_run(user=bob, agent=vllm)  # one side
+
+    everyone = budgets.connection_spend(connection=vllm)
+    assert everyone.unpriced_runs == 3
+    assert everyone.unpriced_by_side == [("agent", 3), ("customer", 2), ("judge", 1)]
+    assert budgets.connection_spend(connection=vllm, user=bob).unpriced_runs == 2
+    people = budgets.connection_spend_view(connection=vllm, viewer=staff).people
+    assert {p.username: p.spend.unpriced_runs for p in people} == {
+        alice.username: 1,
+        bob.username: 2,
+    }
+    shown = render_spend(vllm, staff)
+    assert "3 runs used it unpriced this month" in shown
+    assert "(3 as agent, 2 as customer, 1 as judge: a run can play several sides)" in shown
+
+
 @pytest.mark.parametrize("budget", [None, Decimal("0.50")])
 def test_the_panel_says_when_spend_went_past_the_budget_without_negative_money(
     staff, alice, llm_server, budget
