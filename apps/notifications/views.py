@@ -2,8 +2,10 @@
 test event", "Redeliver", a new secret), add, edit, delete.
 
 Who sees and changes what is ``apps.notifications.selectors``'; the writes are
-``apps.notifications.services``'. A secret is on a page once, when it is made; a URL
-never (its host only).
+``apps.notifications.services``'. A secret is on a page once, when it is made: the
+POST that makes it keeps it (sealed) in the session and redirects to the subscription's
+page, whose next GET takes it out and shows it — a reload neither posts again nor shows
+it again. A URL never (its host only).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
+from apps.accounts import crypto
 from apps.accounts.access import signin_required_to_start
 from apps.notifications import selectors, services
 from apps.notifications.forms import SubscriptionForm
@@ -49,6 +52,27 @@ def _log_context(request, subscription: Subscription) -> dict:
     }
 
 
+# The session's key for a secret just made, until its page has shown it.
+_JUST_MADE = "notifications.new_secret"
+
+
+def _show_secret_once(request, subscription: Subscription, secret: str):
+    """Redirect to ``subscription``'s page, which shows ``secret`` on its next GET only
+    (kept sealed in the session until then: POST/redirect/GET)."""
+    request.session[_JUST_MADE] = {"pk": subscription.pk, "sealed": crypto.seal(secret)}
+    return redirect(subscription.get_absolute_url())
+
+
+def _take_secret(request, subscription: Subscription) -> str:
+    """The secret just made for ``subscription``, taken out of the session (""); another
+    subscription's stays for its own page."""
+    held = request.session.get(_JUST_MADE)
+    if not held or held.get("pk") != subscription.pk:
+        return ""
+    del request.session[_JUST_MADE]
+    return crypto.unseal(held["sealed"])
+
+
 def _detail(request, subscription: Subscription, *, secret: str = ""):
     waits = [f"{s:g} s" for s in settings.TAU2_WEBHOOK_BACKOFF]
     return _page(
@@ -77,7 +101,8 @@ def subscription_list(request):
 @signin_required_to_start
 @require_GET
 def subscription_detail(request, pk: int):
-    return _detail(request, _subscription_for(request, pk))
+    subscription = _subscription_for(request, pk)
+    return _detail(request, subscription, secret=_take_secret(request, subscription))
 
 
 @signin_required_to_start
@@ -105,7 +130,7 @@ def subscription_form(request, pk: int | None = None):
                 subscription, secret = services.subscription_create(
                     by=request.user, fields=form.subscription_fields(), team=form.for_team
                 )
-                return _detail(request, subscription, secret=secret)
+                return _show_secret_once(request, subscription, secret)
             services.subscription_update(
                 by=request.user, subscription=subscription, fields=form.subscription_fields()
             )
@@ -140,7 +165,7 @@ def subscription_secret(request, pk: int):
     """A new secret, shown once; the old one stops signing at once."""
     subscription = _subscription_for(request, pk, manage=True)
     secret = services.subscription_secret_rotate(by=request.user, subscription=subscription)
-    return _detail(request, subscription, secret=secret)
+    return _show_secret_once(request, subscription, secret)
 
 
 @signin_required_to_start

@@ -48,11 +48,16 @@ def _form(**overrides) -> dict:
 
 
 def test_alice_adds_a_webhook_and_sees_its_secret_once(alice, alice_client, subscriptions_cleared):
-    response = alice_client.post("/notifications/new/", _form())
+    """Issue 33: the browser stayed on the POST's response, so a reload posted again;
+    now the POST redirects and the page it lands on shows the secret, once."""
+    posted = alice_client.post("/notifications/new/", _form())
 
+    subscription = Subscription.objects.get()
+    assert posted.status_code == 302 and posted["Location"] == subscription.get_absolute_url()
+    assert "tau2wh_" not in posted.content.decode()
+    response = alice_client.get(posted["Location"])
     assert response.status_code == 200
     assert response["Cache-Control"] == "no-store"
-    subscription = Subscription.objects.get()
     assert subscription.owner == alice and subscription.events == [
         "evaluation.finished",
         "evaluation.regressed",
@@ -107,7 +112,7 @@ def test_bob_sees_the_teams_webhook_but_cannot_change_it(bob_client, team, held)
 def test_a_member_cannot_add_a_team_webhook(bob, bob_client, subscriptions_cleared):
     response = bob_client.post("/notifications/new/", _form(scope="team"))
 
-    assert response.status_code == 200
+    assert response.status_code == 302
     assert Subscription.objects.get().owner == bob  # his own, whatever the form said
 
 
@@ -158,11 +163,24 @@ def test_the_admin_shows_no_url_or_secret(staff_client, team):
 def test_a_new_secret_is_shown_once_and_signs_from_then_on(alice, alice_client, alices):
     before = crypto.unseal(alices.secret_enc)
 
-    response = alice_client.post(f"/notifications/{alices.pk}/secret/")
+    posted = alice_client.post(f"/notifications/{alices.pk}/secret/")
 
-    page = response.content.decode()
+    assert posted.status_code == 302
+    page = alice_client.get(posted["Location"]).content.decode()
     secret = page.split('data-testid="secret-value">', 1)[1].split("<", 1)[0]
     alices.refresh_from_db()
     assert secret != before and crypto.unseal(alices.secret_enc) == secret
     assert alices.secret_rotated_at is not None
     assert secret not in alice_client.get(alices.get_absolute_url()).content.decode()
+
+
+def test_a_secret_is_sealed_in_the_session_and_waits_for_its_own_page(alice_client, alices):
+    posted = alice_client.post(f"/notifications/{alices.pk}/secret/")
+    secret = crypto.unseal(Subscription.objects.get(pk=alices.pk).secret_enc)
+    session = alice_client.session
+    stored = str(session.load())
+    assert secret not in stored  # never in the session's row in the clear
+    # Another page (the list) leaves it; its own page shows it, then never again.
+    assert secret not in alice_client.get("/notifications/").content.decode()
+    assert secret in alice_client.get(posted["Location"]).content.decode()
+    assert secret not in alice_client.get(posted["Location"]).content.decode()
