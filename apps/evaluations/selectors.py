@@ -588,7 +588,9 @@ def trials_planner(*, domain: str, tasks: int, trials: int) -> Planner:
     """The expected 95% half-width of pass^1 with ``tasks`` × ``trials``, from the
     trial-to-trial variance of success in the team's latest ``PLANNER_EVALUATIONS``
     evaluations of ``domain`` (each task's scored trials in one evaluation, two or more),
-    else :data:`~apps.evaluations.significance.DEFAULT_TRIAL_VARIANCE`."""
+    else :data:`~apps.evaluations.significance.DEFAULT_TRIAL_VARIANCE` — also when those
+    trials never differed (a variance of 0, e.g. one evaluation that failed every run),
+    which is no evidence of precision: the planner then says what it needs instead."""
     recent = list(
         Evaluation.objects.filter(domain=domain, num_trials__gte=2)
         .order_by("-created_at", "-id")
@@ -608,8 +610,22 @@ def trials_planner(*, domain: str, tasks: int, trials: int) -> Planner:
             status == Run.Status.COMPLETED and is_successful(reward)
         )
     observed = trial_variance(list(groups.values()))
-    variance, used = observed if observed else (DEFAULT_TRIAL_VARIANCE, 0)
-    return Planner(tasks=tasks, trials=trials, variance=variance, observed=used)
+    evaluations = len({e for (e, _), runs in groups.items() if len(runs) >= 2})
+    if observed is None:
+        return Planner(tasks=tasks, trials=trials, variance=DEFAULT_TRIAL_VARIANCE, observed=0)
+    variance, used = observed
+    if variance <= 0:  # trials that never differed: no evidence of precision
+        return Planner(
+            tasks=tasks,
+            trials=trials,
+            variance=DEFAULT_TRIAL_VARIANCE,
+            observed=0,
+            evaluations=evaluations,
+            unvaried=used,
+        )
+    return Planner(
+        tasks=tasks, trials=trials, variance=variance, observed=used, evaluations=evaluations
+    )
 
 
 @dataclass(frozen=True)

@@ -178,6 +178,10 @@ class Planner:
     trials: int
     variance: float
     observed: int  # (evaluation, task) pairs the variance was read from; 0: the default
+    evaluations: int = 0  # how many evaluations those pairs (or ``unvaried``) came from
+    # Pairs with repeated trials that never differed (each task always or never passed):
+    # a variance of 0 is no evidence of precision, so the default stands in for it.
+    unvaried: int = 0
 
     @property
     def points(self) -> int:
@@ -207,17 +211,26 @@ class Planner:
 
     @property
     def basis(self) -> str:
+        evaluations = f"{self.evaluations} evaluation{'s' if self.evaluations != 1 else ''}"
         if self.observed:
             return (
                 f"from the trial-to-trial variance of success the team observed on this "
                 f"domain ({self.variance:.3f}, over {self.observed} task × evaluation pairs "
-                f"with repeated trials)"
+                f"with repeated trials, from {evaluations})"
             )
-        return (
-            f"no repeated trials of this domain yet: a stated default trial-to-trial variance "
-            f"of {DEFAULT_TRIAL_VARIANCE} (a task that passes 3 times in 4 half the time, "
-            f"always or never the other half)"
+        default = (
+            f"a stated default trial-to-trial variance of {DEFAULT_TRIAL_VARIANCE} (a task "
+            f"that passes 3 times in 4 half the time, always or never the other half)"
         )
+        if self.unvaried:
+            return (
+                f"not from the team's repeated trials of this domain: in {self.unvaried} task "
+                f"× evaluation pairs, from {evaluations}, every task passed all its trials or "
+                f"none, a variance of 0 that says nothing of precision (a model failing every "
+                f"run shows it too). Until an evaluation of this domain has a task passing some "
+                f"of its trials and failing others: {default}"
+            )
+        return f"no repeated trials of this domain yet: {default}"
 
 
 def task_order(task_id: str) -> tuple:

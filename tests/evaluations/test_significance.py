@@ -204,7 +204,25 @@ def test_the_planner_reads_the_teams_own_noise_on_the_domain(alice, alice_client
     # 1.96 √((1/3) / 80) ≈ 0.127; with 8 trials ≈ 0.089.
     assert "<strong>±13 points</strong> with 20 tasks × 4 trials; ±9 with 8 trials" in body
     assert "the team observed on this domain (0.333, over 3 task × evaluation pairs" in body
+    assert "with repeated trials, from 1 evaluation)" in body
     assert "stated default" not in body
+
+
+def test_trials_that_never_differed_are_no_evidence_of_precision(alice, alice_client):
+    """Issue 33: after one evaluation whose every run failed, the planner said "±0
+    points". A variance of 0 says nothing of precision: the default stands in, and the
+    planner says what it needs instead."""
+    from tests.support.evaluations import stored_evaluation
+
+    stored_evaluation(alice, outcomes={t: [0.0, 0.0, 0.0, 0.0] for t in ("27", "2", "13")})
+
+    body = _preview(alice_client, num_trials="4")
+
+    assert "±0 points" not in body
+    assert "<strong>±7 points</strong> with 20 tasks × 4 trials; ±5 with 8 trials" in body
+    assert "in 3 task × evaluation pairs, from 1 evaluation, every task passed all" in body
+    assert "Until an evaluation of this domain has a task passing some of its trials" in body
+    assert "a stated default trial-to-trial variance of 0.1" in body
 
 
 # --- On compare and on the leaderboard ------------------------------------------------------
