@@ -9,6 +9,7 @@ say exactly which messages the consumer got) or by the services themselves.
 
 from __future__ import annotations
 
+import re
 from contextlib import asynccontextmanager
 
 import pytest
@@ -21,6 +22,7 @@ from django.utils import timezone
 from apps.evaluations import services
 from apps.evaluations.events import EvaluationMessage, group_name
 from apps.evaluations.models import Evaluation
+from apps.runs import lifecycle
 from apps.runs.models import Run
 from apps.runs.spec import RunSpec, Side
 from tests.support.scripts import AGENT_MODEL
@@ -322,8 +324,6 @@ async def test_once_the_final_state_is_sent_the_keepalives_stop(
 
 def counts(html: str) -> dict[str, str]:
     """The progress's counts as the page shows them (``count-<key>``, the waiting note)."""
-    import re
-
     found = dict(re.findall(r'data-testid="count-(\w+)"><i [^>]*></i>([^<]*)<', html))
     waiting = re.search(r'data-testid="waiting-for-worker"[^>]*>([^<]*)<', html)
     found["waiting"] = waiting.group(1) if waiting else ""
@@ -338,8 +338,6 @@ async def test_the_pushed_counts_equal_the_reload_after_every_transition(
     run's end was announced. Now a dispatch, a worker taking a run (queued → running)
     and a run's end each push the state, and after each the pushed counts are the
     reload's; a run's end fills its freed slot at once (concurrency 2)."""
-    from apps.runs import lifecycle
-
     settings.TAU2_EVAL_MAX_IN_FLIGHT = 10
     evaluation = await database_sync_to_async(services.evaluation_create)(
         user=alice,

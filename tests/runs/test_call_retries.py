@@ -15,6 +15,7 @@ import re
 import threading
 
 import pytest
+from django.template.loader import render_to_string
 from websockets.sync.client import connect
 
 from apps.runs import runner
@@ -262,3 +263,23 @@ def test_a_messages_time_reads_in_minutes_and_seconds_with_its_attempts(
             "customer: timed out, 2 min 0 s",
             "customer: answered, 4 min 17 s",
         ]
+
+
+@pytest.mark.parametrize("attempts", [None, [{"role": "agent", "seconds": 1.0}] * 2])
+def test_a_reply_of_tool_calls_only_shows_its_time(attempts):
+    """Issue 33: a message that was only tool calls showed no call time (only when it
+    took several attempts); it shows its time and tokens above its calls."""
+    event = {
+        "kind": "agent",
+        "seq": 3,
+        "content": "",
+        "reasoning": "",
+        "tokens": "1,234",
+        "tool_calls": [{"id": "call_1", "name": "get_user_details", "arguments": "{}"}],
+        **timing_view(2_400, attempts),
+    }
+    html = render_to_string("includes/run_event.html", {"e": event})
+    assert '<span class="muted took" data-testid="took">· 2.4 s</span>' in html
+    assert "· 1,234 tokens" in html
+    assert html.index('data-testid="took"') < html.index('data-testid="tool-call"')
+    assert ('data-testid="attempts"' in html) == bool(attempts)
