@@ -203,6 +203,24 @@ def llm_retry_after_max() -> float:
     return value
 
 
+def llm_retry_after_run_max() -> float:
+    """The longest (seconds) one episode — a run — may spend in all waiting on providers'
+    ``Retry-After`` over its calls (``TAU2_LLM_RETRY_AFTER_RUN_MAX``, default 600): each
+    wait is bounded by :func:`llm_retry_after_max`, their sum by this."""
+    raw = _env("TAU2_LLM_RETRY_AFTER_RUN_MAX")
+    if raw is None:
+        return 600.0
+    try:
+        value = float(raw)
+    except ValueError:
+        raise ConfigError(
+            f"TAU2_LLM_RETRY_AFTER_RUN_MAX must be a number of seconds, got {raw!r}"
+        ) from None
+    if value < 0:
+        raise ConfigError(f"TAU2_LLM_RETRY_AFTER_RUN_MAX must be 0 or more, got {raw!r}")
+    return value
+
+
 def llm_max_reply_bytes() -> int:
     """The largest answer a model endpoint may send, decompressed, in bytes
     (``TAU2_LLM_MAX_REPLY_BYTES``, default 8 MiB: a chat completion is a few KiB)."""

@@ -295,6 +295,15 @@ SECTIONS: tuple[Section, ...] = (
                 "seconds a provider's Retry-After may make a call wait (default 60)",
             ),
             S(
+                "TAU2_LLM_RETRY_AFTER_RUN_MAX",
+                "`600`",
+                "The longest one run waits in all on providers' `Retry-After` (each wait at "
+                "most `TAU2_LLM_RETRY_AFTER_MAX`); a call whose wait would go past it ends the "
+                "run's call, saying so.",
+                None,
+                "seconds a run may wait in all on providers' Retry-After (default 600)",
+            ),
+            S(
                 "TAU2_LLM_MAX_REPLY_BYTES",
                 "`8388608` (8 MiB)",
                 "The largest answer (decompressed) a model endpoint may send; past it the call "

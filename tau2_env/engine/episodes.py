@@ -354,6 +354,8 @@ class Episode:
         self.evaluation_seconds: float | None = None
         # The NL judge's tokens in the last scoring (llm.metered, role judge).
         self.judge_usage = gateway.Usage()
+        # What this episode may wait on providers' Retry-After over all its calls.
+        self.waits = gateway.WaitBudget()
         self.error: str | None = None
         self.failure: BaseException | None = None  # the LLM call that ended a run()
         self._ended: TerminationReason | None = None  # an end the orchestrator did not make
@@ -556,9 +558,11 @@ class Episode:
 
     @contextmanager
     def llm_context(self) -> Iterator[None]:
-        """Run τ²'s LLM calls of this thread on this episode's routes."""
-        with gateway.conversation(
-            user=self._user_llm, agent=self._agent_llm, judge=self._judge_llm
+        """Run τ²'s LLM calls of this thread on this episode's routes, their
+        ``Retry-After`` waits taken from this episode's budget (``waits``)."""
+        with (
+            gateway.conversation(user=self._user_llm, agent=self._agent_llm, judge=self._judge_llm),
+            gateway.waits_bounded(self.waits),
         ):
             yield
 

@@ -18,8 +18,10 @@ own) all end up there. ``tau2_env.llm.compat.install()`` replaces that global wi
   (never for 401/402), made here one attempt at a time so that each is told to the
   observers (:class:`CallNotice`) and kept (:class:`Attempt`); a 429's or 503's
   ``Retry-After`` is waited before the next (:func:`retry_after`, at most
-  ``TAU2_LLM_RETRY_AFTER_MAX``; a provider asking for longer ends the call), and a
-  retry sends the same bytes.
+  ``TAU2_LLM_RETRY_AFTER_MAX``; a provider asking for longer ends the call; within a
+  :func:`waits_bounded` block — an episode's — those waits add up to at most its
+  :class:`WaitBudget`, ``TAU2_LLM_RETRY_AFTER_RUN_MAX``), and a retry sends the same
+  bytes.
 
 A route's ``provider`` is the kind of endpoint (:data:`LITELLM_PREFIXES`): Hugging
 Face's router, OpenAI, Anthropic, Google Gemini, Mistral, OpenRouter, Together,
@@ -372,6 +374,43 @@ def conversation(
         _routes.reset(token)
 
 
+class WaitBudget:
+    """What one episode (a run) may spend in all waiting on providers' ``Retry-After``
+    (``TAU2_LLM_RETRY_AFTER_RUN_MAX`` by default): each wait is taken from it before it
+    starts, and one that does not fit is refused. Safe across threads (a run's customer,
+    agent and judge may call from several)."""
+
+    def __init__(self, seconds: float | None = None) -> None:
+        self.seconds = config.llm_retry_after_run_max() if seconds is None else seconds
+        self.waited = 0.0
+        self._lock = threading.Lock()
+
+    def take(self, wait: float) -> bool:
+        """Count ``wait`` as waited if it fits in what is left; False (nothing counted)
+        when it does not."""
+        with self._lock:
+            if self.waited + wait > self.seconds:
+                return False
+            self.waited += wait
+            return True
+
+
+_wait_budget: contextvars.ContextVar[WaitBudget | None] = contextvars.ContextVar(
+    "tau2_llm_wait_budget", default=None
+)
+
+
+@contextmanager
+def waits_bounded(budget: WaitBudget) -> Iterator[WaitBudget]:
+    """Within the block, this thread's (or task's) ``Retry-After`` waits are taken from
+    ``budget``; past it a call ends, saying so."""
+    token = _wait_budget.set(budget)
+    try:
+        yield budget
+    finally:
+        _wait_budget.reset(token)
+
+
 @dataclass(frozen=True)
 class Usage:
     """Tokens of one role's calls, as the provider reported them (``usage``)."""
@@ -565,7 +604,8 @@ def routed_completion(*args: Any, **kwargs: Any) -> Any:
             allowed = 1 if kind in PERMANENT_KINDS else 1 + retries_for(exc)
             if len(tries) < allowed:
                 # A 429 or 503 may say how long to wait (Retry-After): waited, up to
-                # TAU2_LLM_RETRY_AFTER_MAX; a provider that asks for longer ends the call.
+                # TAU2_LLM_RETRY_AFTER_MAX; a provider that asks for longer ends the call,
+                # and so does one more wait than the run's budget has left.
                 asked = retry_after(exc)
                 wait = max(RETRY_WAIT, asked or 0.0)
                 longest = config.llm_retry_after_max()
@@ -575,6 +615,18 @@ def routed_completion(*args: Any, **kwargs: Any) -> Any:
                         f"{route.describe()} failed: {tries[-1].said}, and {_where(route)} "
                         f"asks to wait {asked:.0f} s before trying again, longer than a call "
                         f"waits ({longest:g} s, TAU2_LLM_RETRY_AFTER_MAX): try again later",
+                        status_code=getattr(exc, "status_code", None),
+                        kind=kind,
+                    ) from None
+                budget = _wait_budget.get()
+                if asked is not None and budget is not None and not budget.take(wait):
+                    tell("failed", attempt=len(tries), attempts=allowed, reason=tries[-1].said)
+                    raise LLMCallError(
+                        f"{route.describe()} failed: {tries[-1].said}, and {_where(route)} "
+                        f"asks to wait {asked:.0f} s more; this run has waited "
+                        f"{budget.waited:.0f} s on providers' Retry-After already, and a run "
+                        f"waits at most {budget.seconds:g} s in all "
+                        f"(TAU2_LLM_RETRY_AFTER_RUN_MAX): try again later",
                         status_code=getattr(exc, "status_code", None),
                         kind=kind,
                     ) from None

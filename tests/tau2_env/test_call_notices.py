@@ -12,6 +12,7 @@ import time
 import httpx
 import pytest
 
+from tau2_env.engine.episodes import Episode
 from tau2_env.llm import compat, gateway, outbound
 from tau2_env.llm.llm_args import ROLE_KEY
 from tests.support.llm_server import answer, delayed, error, text
@@ -290,3 +291,47 @@ class _Refused(Exception):
 def test_retry_after_reads_seconds_or_an_http_date(status, headers, wait):
     now = email.utils.parsedate_to_datetime("Fri, 04 Dec 2026 12:00:00 GMT").timestamp()
     assert gateway.retry_after(_Refused(status, headers), now=now) == wait
+
+
+def test_a_runs_retry_after_waits_add_up_to_its_budget_then_the_call_ends_saying_so(llm_server):
+    """Issue 33: each wait was bounded (TAU2_LLM_RETRY_AFTER_MAX) but a run could wait
+    many times. Within an episode's budget (TAU2_LLM_RETRY_AFTER_RUN_MAX) the waits add
+    up; the one that would pass it ends the call, in words, without asking again."""
+    asked = {"n": 0}
+
+    def responder(request):
+        asked["n"] += 1
+        return error(429, "slow down", retry_after="1") if asked["n"] % 2 else text("ok")
+
+    llm_server.responder = responder
+    heard: list[gateway.CallNotice] = []
+    budget = gateway.WaitBudget(1.5)
+    with (
+        gateway.conversation(user=_route(llm_server, timeout=TINY)),
+        gateway.observe_calls(heard.append),
+        gateway.waits_bounded(budget),
+    ):
+        gateway.routed_completion(messages=MESSAGES, **{ROLE_KEY: "user"})  # waits 1 s
+        with pytest.raises(gateway.LLMCallError) as failed:
+            gateway.routed_completion(messages=MESSAGES, **{ROLE_KEY: "user"})
+
+    assert asked["n"] == 3  # the second call's 429 was not followed by another request
+    assert budget.waited == 1.0
+    assert [n.phase for n in heard] == ["waiting", "retrying", "answered", "waiting", "failed"]
+    said = str(failed.value)
+    assert "rate limited (HTTP 429)" in said and "asks to wait 1 s more" in said
+    assert "this run has waited 1 s on providers' Retry-After already" in said
+    assert "a run waits at most 1.5 s in all (TAU2_LLM_RETRY_AFTER_RUN_MAX)" in said
+    assert failed.value.kind == "rate_limited" and not failed.value.transient
+
+
+def test_an_episodes_calls_take_their_waits_from_its_budget(monkeypatch):
+    monkeypatch.setenv("TAU2_LLM_RETRY_AFTER_RUN_MAX", "42")
+    route = gateway.Route(
+        provider="openai_compatible", model="m", base_url="http://x/v1", api_key="sk-test"
+    )
+    episode = Episode(domain="airline", task_id="0", user_llm=route)
+    assert episode.waits.seconds == 42.0
+    with episode.llm_context():
+        assert gateway._wait_budget.get() is episode.waits
+    assert gateway._wait_budget.get() is None
