@@ -172,53 +172,36 @@ def llm_direct() -> bool:
     raise ConfigError(f"TAU2_LLM_DIRECT must be on or off, got {raw!r}")
 
 
-def llm_timeout() -> float:
-    """Seconds one LLM request may take (``TAU2_LLM_TIMEOUT``, default 120)."""
-    raw = _env("TAU2_LLM_TIMEOUT")
+def _env_seconds(name: str, default: float, *, zero: bool) -> float:
+    """``name`` as seconds (``default`` when unset); 0 allowed only when ``zero``."""
+    raw = _env(name)
     if raw is None:
-        return 120.0
+        return default
     try:
         value = float(raw)
     except ValueError:
-        raise ConfigError(f"TAU2_LLM_TIMEOUT must be a number of seconds, got {raw!r}") from None
-    if value <= 0:
-        raise ConfigError(f"TAU2_LLM_TIMEOUT must be positive, got {raw!r}")
+        raise ConfigError(f"{name} must be a number of seconds, got {raw!r}") from None
+    if value < 0 or (value == 0 and not zero):
+        raise ConfigError(f"{name} must be {'0 or more' if zero else 'positive'}, got {raw!r}")
     return value
+
+
+def llm_timeout() -> float:
+    """Seconds one LLM request may take (``TAU2_LLM_TIMEOUT``, default 120)."""
+    return _env_seconds("TAU2_LLM_TIMEOUT", 120.0, zero=False)
 
 
 def llm_retry_after_max() -> float:
     """The longest wait (seconds) a provider's ``Retry-After`` may impose between two
     attempts of a call (``TAU2_LLM_RETRY_AFTER_MAX``, default 60)."""
-    raw = _env("TAU2_LLM_RETRY_AFTER_MAX")
-    if raw is None:
-        return 60.0
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(
-            f"TAU2_LLM_RETRY_AFTER_MAX must be a number of seconds, got {raw!r}"
-        ) from None
-    if value < 0:
-        raise ConfigError(f"TAU2_LLM_RETRY_AFTER_MAX must be 0 or more, got {raw!r}")
-    return value
+    return _env_seconds("TAU2_LLM_RETRY_AFTER_MAX", 60.0, zero=True)
 
 
 def llm_retry_after_run_max() -> float:
     """The longest (seconds) one episode — a run — may spend in all waiting on providers'
     ``Retry-After`` over its calls (``TAU2_LLM_RETRY_AFTER_RUN_MAX``, default 600): each
     wait is bounded by :func:`llm_retry_after_max`, their sum by this."""
-    raw = _env("TAU2_LLM_RETRY_AFTER_RUN_MAX")
-    if raw is None:
-        return 600.0
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ConfigError(
-            f"TAU2_LLM_RETRY_AFTER_RUN_MAX must be a number of seconds, got {raw!r}"
-        ) from None
-    if value < 0:
-        raise ConfigError(f"TAU2_LLM_RETRY_AFTER_RUN_MAX must be 0 or more, got {raw!r}")
-    return value
+    return _env_seconds("TAU2_LLM_RETRY_AFTER_RUN_MAX", 600.0, zero=True)
 
 
 def llm_max_reply_bytes() -> int:

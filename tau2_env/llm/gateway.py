@@ -609,24 +609,24 @@ def routed_completion(*args: Any, **kwargs: Any) -> Any:
                 asked = retry_after(exc)
                 wait = max(RETRY_WAIT, asked or 0.0)
                 longest = config.llm_retry_after_max()
-                if asked is not None and asked > longest:
-                    tell("failed", attempt=len(tries), attempts=allowed, reason=tries[-1].said)
-                    raise LLMCallError(
-                        f"{route.describe()} failed: {tries[-1].said}, and {_where(route)} "
-                        f"asks to wait {asked:.0f} s before trying again, longer than a call "
-                        f"waits ({longest:g} s, TAU2_LLM_RETRY_AFTER_MAX): try again later",
-                        status_code=getattr(exc, "status_code", None),
-                        kind=kind,
-                    ) from None
                 budget = _wait_budget.get()
-                if asked is not None and budget is not None and not budget.take(wait):
-                    tell("failed", attempt=len(tries), attempts=allowed, reason=tries[-1].said)
-                    raise LLMCallError(
-                        f"{route.describe()} failed: {tries[-1].said}, and {_where(route)} "
+                refused = ""
+                if asked is not None and asked > longest:
+                    refused = (
+                        f"asks to wait {asked:.0f} s before trying again, longer than a call "
+                        f"waits ({longest:g} s, TAU2_LLM_RETRY_AFTER_MAX)"
+                    )
+                elif asked is not None and budget is not None and not budget.take(wait):
+                    refused = (
                         f"asks to wait {asked:.0f} s more; this run has waited "
                         f"{budget.waited:.0f} s on providers' Retry-After already, and a run "
-                        f"waits at most {budget.seconds:g} s in all "
-                        f"(TAU2_LLM_RETRY_AFTER_RUN_MAX): try again later",
+                        f"waits at most {budget.seconds:g} s in all (TAU2_LLM_RETRY_AFTER_RUN_MAX)"
+                    )
+                if refused:
+                    tell("failed", attempt=len(tries), attempts=allowed, reason=tries[-1].said)
+                    raise LLMCallError(
+                        f"{route.describe()} failed: {tries[-1].said}, and {_where(route)} "
+                        f"{refused}: try again later",
                         status_code=getattr(exc, "status_code", None),
                         kind=kind,
                     ) from None
