@@ -64,6 +64,30 @@ def test_a_run_that_ends_tells_each_settled_hook_once(monkeypatch, alice):
 
 
 @pytest.mark.django_db
+def test_a_run_taken_or_handed_back_tells_each_moved_hook(monkeypatch, caplog, alice):
+    """Issue 33: an evaluation's page heard of a run's end only; it hears of a worker
+    taking a run (queued → running) and of a run handed back to its queue too. A moved
+    hook that raises is logged, and the run goes on."""
+    heard = []
+    # A hand-back drops the connection to open a fresh one (after a restart): not the
+    # test's transaction, which holds the rows.
+    monkeypatch.setattr(lifecycle, "close_old_connections", lambda: None)
+    monkeypatch.setattr(hooks, "_moved", [])
+    hooks.on_run_moved("broken", lambda run: 1 / 0)
+    hooks.on_run_moved("test", lambda run: heard.append((run.pk, run.status)))
+    run = queued_run(alice)
+    with caplog.at_level(logging.ERROR, logger="apps.runs.hooks"):
+        claimed = lifecycle.run_claim(run_id=run.pk, worker="w1")
+    assert claimed is not None and heard == [(run.pk, Run.Status.RUNNING)]
+    assert "moved, but its broken hook failed" in caplog.text
+    assert lifecycle.run_claim(run_id=run.pk, worker="w2") is None  # held: no move
+    lifecycle.run_hand_back(run=claimed, worker="w1", reason=Run.Resumption.DATABASE)
+    assert [pk for pk, _ in heard] == [run.pk, run.pk]
+    lifecycle.run_hand_back(run=claimed, worker="w1", reason=Run.Resumption.DATABASE)
+    assert len(heard) == 2  # not held any more: nothing moved
+
+
+@pytest.mark.django_db
 def test_a_hook_that_raises_is_logged_and_the_run_stays_ended(monkeypatch, caplog, alice):
     monkeypatch.setattr(hooks, "_settled", [])
 
