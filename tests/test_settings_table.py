@@ -15,7 +15,17 @@ PACKAGES = ("tau2site", "tau2_env", "apps")
 # The project's readers of the environment: a call of one of these, or os.environ.get(…) /
 # os.environ[…], reads the variable named by its first argument.
 READERS = frozenset(
-    {"envstr", "envbool", "envint", "envfloat", "envlist", "env_value", "_env", "_env_int"}
+    {
+        "envstr",
+        "envbool",
+        "envint",
+        "envfloat",
+        "envlist",
+        "env_value",
+        "_env",
+        "_env_int",
+        "_env_seconds",
+    }
     | {"_env_list", "getenv"}
 )
 

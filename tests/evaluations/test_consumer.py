@@ -22,7 +22,7 @@ from django.utils import timezone
 from apps.evaluations import services
 from apps.evaluations.events import EvaluationMessage, group_name
 from apps.evaluations.models import Evaluation
-from apps.runs import lifecycle
+from apps.runs import lifecycle, queue
 from apps.runs.models import Run
 from apps.runs.spec import RunSpec, Side
 from tests.support.scripts import AGENT_MODEL
@@ -331,7 +331,7 @@ def counts(html: str) -> dict[str, str]:
 
 
 async def test_the_pushed_counts_equal_the_reload_after_every_transition(
-    alice, bob_client, settings
+    alice, bob_client, settings, monkeypatch
 ):
     """Issue 33: the page read "2 done · 0 running · 4 queued" while 2 runs were running,
     and "0 running · 2 queued" between batches, while its reload showed the truth: only a
@@ -339,6 +339,12 @@ async def test_the_pushed_counts_equal_the_reload_after_every_transition(
     and a run's end each push the state, and after each the pushed counts are the
     reload's; a run's end fills its freed slot at once (concurrency 2)."""
     settings.TAU2_EVAL_MAX_IN_FLIGHT = 10
+    # The test plays the workers: a real one (another test's, still consuming the queue)
+    # must not take the dispatched runs. What is sent is kept instead.
+    sent: list[tuple[str, list]] = []
+    monkeypatch.setattr(
+        queue.current_app, "send_task", lambda name, args: sent.append((name, args))
+    )
     evaluation = await database_sync_to_async(services.evaluation_create)(
         user=alice,
         spec=RunSpec(agent=Side(AGENT_MODEL)),
@@ -370,6 +376,7 @@ async def test_the_pushed_counts_equal_the_reload_after_every_transition(
         # Created, its first two runs handed to the workers (on commit) before the page.
         assert counts(state["progress_html"])["queued"].startswith("4 ")
         assert len(first_two) == 2
+        assert sorted(a[0] for name, a in sent if name == queue.EXECUTE_RUN) == sorted(first_two)
         claimed = []
         for run_id in first_two:  # a worker takes each: queued → running
             run = await database_sync_to_async(lifecycle.run_claim)(run_id=run_id, worker="w1")
