@@ -24,7 +24,7 @@ from django.conf import settings
 from django.db.models import Q
 
 from apps.accounts import crypto
-from apps.accounts.vault import hf_token_for
+from apps.accounts.vault import ANONYMOUS, SignInRequired, hf_credential_check, hf_token_for
 from apps.connections.models import Connection, ConnectionModel
 from apps.inference.pricing import PricePair, price_label
 from apps.inference.selectors import resolve_agent_model
@@ -36,11 +36,13 @@ __all__ = [
     "ResolvedRoute",
     "can_use",
     "connection_value",
+    "first_connection_value",
     "parse_value",
     "prices_of",
     "side_provenance",
     "route_for",
     "route_resolve",
+    "router_refusal",
     "usable_connections",
 ]
 
@@ -102,6 +104,29 @@ def usable_connections(user):
             | Q(access=Connection.Access.NAMED, allowed_users=user)
         )
     return (mine | team).distinct().order_by("owner_id", "name")
+
+
+def first_connection_value(user) -> str:
+    """``@slug/model`` of the first model on a connection ``user`` may use (their own
+    connections first), or "" when they may use none."""
+    for connection in usable_connections(user):
+        model = next(iter(connection.models.all()), None)
+        if model is not None:
+            return connection_value(slug=connection.slug, model=model.name)
+    return ""
+
+
+def router_refusal(*, user) -> str | None:
+    """Why ``user`` cannot run a model on Hugging Face's router (the vault's words for
+    them), or ``None`` when their sign-in stands. A light check for pages and pickers: it
+    neither opens nor refreshes the token (a start asks the vault itself)."""
+    if user is None or not getattr(user, "is_authenticated", False):
+        return ANONYMOUS
+    try:
+        hf_credential_check(user_id=user.pk)
+    except SignInRequired as exc:
+        return str(exc)
+    return None
 
 
 @dataclass(frozen=True)

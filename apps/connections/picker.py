@@ -19,7 +19,12 @@ from dataclasses import dataclass
 from django import forms
 from django.template.loader import render_to_string
 
-from apps.connections.llm_routes import ResolvedRoute, connection_value, route_resolve
+from apps.connections.llm_routes import (
+    ResolvedRoute,
+    connection_value,
+    route_resolve,
+    router_refusal,
+)
 from apps.connections.llm_routes import usable_connections as connections_of
 from apps.inference.pricing import price_label
 from apps.inference.selectors import model_choices
@@ -117,6 +122,9 @@ class RoutePickerWidget(forms.Widget):
                 "optional": self.optional,
                 "empty_label": self.empty_label,
                 "testid": self.testid,
+                # Why the router's models would not run for this person (no Hugging Face
+                # sign-in): said by the picker, with the two ways to fix it.
+                "router_refusal": router_refusal(user=self.user) if self.user else None,
             },
         )
 

@@ -163,7 +163,7 @@ class EvaluationForm(LLMArgsMixin, forms.Form):
         self.fields["max_steps"].validators.append(
             forms.IntegerField(max_value=settings.TAU2_RUN_MAX_STEPS).validators[-1]
         )
-        self.fields["user_model"].initial = defaults.customer_model()
+        self.fields["user_model"].initial = defaults.customer_model(user=user)
         self.fields["retrieval_config"] = retrieval_field()
 
     def split_options(self) -> list[dict]:

@@ -31,7 +31,6 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
-from apps.accounts.vault import hf_token_for
 from apps.connections.llm_routes import prices_of, side_provenance
 from apps.connections.models import Connection
 from apps.evaluations import events
@@ -50,6 +49,7 @@ from apps.runs.services import (
     run_in_mode,
     run_stop,
     spec_for_domain,
+    spec_sign_in_check,
     spec_validate,
 )
 from apps.runs.spec import RunSpec, Side, spec_columns
@@ -98,15 +98,14 @@ def evaluation_create(
     it leaves out the tasks that agent refuses (Oracle plan: no expected action;
     No-User: no ticket), and No-User is refused on a domain τ² cannot run without a user.
 
-    Raises ``SignInRequired`` (from the vault) before anything is stored when a side is
-    on the router and ``user`` has no usable token, and ``ValidationError`` for anything
-    else wrong — a side on a budgeted connection with no price, or whose estimated cost
-    is more than the budget (the connection's, or ``user``'s on it) has left this month.
+    Raises ``ValidationError`` before anything is stored when a side is on the router and
+    ``user`` has no usable token (``spec_sign_in_check``), and for anything else wrong —
+    a side on a budgeted connection with no price, or whose estimated cost is more than
+    the budget (the connection's, or ``user``'s on it) has left this month.
     """
     if external_agent:
         spec, agent_prices = _external_spec(spec), None
-    if (spec.agent.connection is None and not external_agent) or spec.customer.connection is None:
-        hf_token_for(user=user)
+    spec_sign_in_check(spec, user=user)
     spec = spec_validate(spec)
     domain, split, mode = tasks.domain, tasks.split, spec.mode
     if not 1 <= num_trials <= MAX_TRIALS:
@@ -562,8 +561,9 @@ def evaluation_pause(*, evaluation: Evaluation) -> Evaluation:
 
 
 def evaluation_resume(*, evaluation: Evaluation) -> Evaluation:
-    """Start handing out runs again (the starter's token must still be usable)."""
-    hf_token_for(user=evaluation.created_by)
+    """Start handing out runs again (the starter's token must still be usable, when a
+    side runs on Hugging Face's router)."""
+    spec_sign_in_check(evaluation.spec, user=evaluation.created_by)
     Evaluation.objects.filter(pk=evaluation.pk, status=Evaluation.Status.PAUSED).update(
         status=Evaluation.Status.RUNNING
     )
@@ -593,7 +593,7 @@ def evaluation_retry_failed(*, evaluation: Evaluation) -> int:
     any."""
     if evaluation.status == Evaluation.Status.IMPORTED:
         raise ValidationError("An imported evaluation has nothing to run again.")
-    hf_token_for(user=evaluation.created_by)
+    spec_sign_in_check(evaluation.spec, user=evaluation.created_by)
     with transaction.atomic():
         retried = Run.objects.filter(
             evaluation=evaluation, status=Run.Status.FAILED, failure__in=Run.RETRYABLE

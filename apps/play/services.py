@@ -22,7 +22,6 @@ from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
 
-from apps.accounts.vault import SignInRequired, hf_token_for
 from apps.connections.llm_routes import route_for
 from apps.play import schemas, selectors
 from apps.play.selectors import Phase
@@ -30,7 +29,13 @@ from apps.runs import defaults, endings, queue
 from apps.runs.events import events_publish, judge_fields, status_publish
 from apps.runs.lifecycle import execution_id, run_finish
 from apps.runs.models import Run, RunEvent
-from apps.runs.services import customer_prices, run_provenance, spec_for_domain, user_provider
+from apps.runs.services import (
+    customer_prices,
+    run_provenance,
+    spec_for_domain,
+    spec_sign_in_check,
+    user_provider,
+)
 from apps.runs.spec import RunSpec, Side, spec_columns
 from apps.tasks.models import Task
 from tau2_env import config
@@ -113,11 +118,10 @@ def play_start(*, user, task: Task, spec: RunSpec) -> Run:
     and queue the customer's opening message. The customer runs on its connection (None:
     the router on the player's own token).
 
-    Raises ``SignInRequired`` (from the vault) when the customer is on the router and
-    ``user`` has no usable token, before anything is stored.
+    Raises ``ValidationError`` (``spec_sign_in_check``) when the customer is on the
+    router and ``user`` has no usable token, before anything is stored.
     """
-    if spec.customer.connection is None:
-        hf_token_for(user=user)  # fail here, with the vault's message, not on a worker
+    spec_sign_in_check(spec, user=user)
     spec = spec_for_domain(spec, task.domain_id)
     now = timezone.now()
     with transaction.atomic():
@@ -147,12 +151,8 @@ def play_fork_build(*, run: Run, by, spec: RunSpec, next_: RunEvent) -> Run:
     turn first when ``next_`` was theirs (the runs app queues it once the fork is
     saved), else the person's. Raises ``ValidationError`` with the vault's reason when
     ``by`` has no usable token (here, not later on a worker)."""
-    if spec.customer.connection is None:
-        try:
-            hf_token_for(user=by)
-        except SignInRequired as exc:
-            raise ValidationError(str(exc)) from exc
     spec = replace(spec, agent=Side(HUMAN_AGENT, llm=False), judge=None)
+    spec_sign_in_check(spec, user=by)
     now = timezone.now()
     customer_next = next_.kind == RunEvent.Kind.CUSTOMER
     return Run(

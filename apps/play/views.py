@@ -66,14 +66,14 @@ def _answer(request, run: Run, *, status: int = 200, **extra):
     return redirect("play:detail", pk=run.pk)
 
 
-def _start_initial(params) -> dict:
+def _start_initial(params, *, user) -> dict:
     """The start form's choices a link may preselect (``?domain=&split=&task=``), and the
-    customer the other forms start on (``apps.runs.defaults``)."""
+    customer the other forms start on for ``user`` (``apps.runs.defaults``)."""
     return {
         "domain": query_text(params.get("domain")) or "airline",
         "task_id": query_text(params.get("task")),
         "split": query_text(params.get("split")) or "base",
-        "user_model": defaults.customer_model(),
+        "user_model": defaults.customer_model(user=user),
     }
 
 
@@ -90,7 +90,7 @@ def _start_context(form: PlayStartForm, **extra) -> dict:
 
 @signin_required_to_start
 def play_index(request):
-    form = PlayStartForm(initial=_start_initial(request.GET), user=request.user)
+    form = PlayStartForm(initial=_start_initial(request.GET, user=request.user), user=request.user)
     sessions = selectors.play_list_open(user=request.user)
     return render(request, "play/index.html", _start_context(form, sessions=sessions))
 
@@ -98,7 +98,9 @@ def play_index(request):
 @signin_required_to_start
 def play_new(request):
     form = PlayStartForm(
-        request.POST or None, initial=_start_initial(request.GET), user=request.user
+        request.POST or None,
+        initial=_start_initial(request.GET, user=request.user),
+        user=request.user,
     )
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data

@@ -53,7 +53,11 @@ def race_list(request):
 def race_new(request):
     """``GET``: the form (``?domain=&task=&model=`` preselect, as on the run form);
     ``POST``: start the race and open its page."""
-    form = RaceForm(request.POST or None, initial=run_form_initial(request.GET), user=request.user)
+    form = RaceForm(
+        request.POST or None,
+        initial=run_form_initial(request.GET, user=request.user),
+        user=request.user,
+    )
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         models = data["agent_model"]

@@ -36,7 +36,12 @@ from apps.connections.llm_routes import can_use, route_resolve
 from apps.runs import hooks, queue
 from apps.runs.lineage import FORKABLE, fork_compare_from, fork_context  # noqa: F401 (read here too)
 from apps.runs.models import Run, RunEvent
-from apps.runs.services import model_run_build, model_run_validate, prices_for_storage
+from apps.runs.services import (
+    model_run_build,
+    model_run_validate,
+    prices_for_storage,
+    spec_sign_in_check,
+)
 from apps.runs.spec import RunSpec, Side
 from tau2_env.engine.evaluation import trial_seeds
 
@@ -158,6 +163,7 @@ def _model_fork(*, run: Run, by, spec: RunSpec, agent_model, seed) -> Run:
     # Its customer judges, as a fork's always has (forks are of default-mode runs only).
     spec = replace(spec, agent=Side(model.model, model.connection, args), judge=None)
     model_run_validate(agent_model=model.model, max_steps=spec.max_steps)
+    spec_sign_in_check(spec, user=by)
     if seed is None:  # the parent's own trial of its seed: the orchestrator gets run.seed
         trial, trial_seed = run.seed_trial, run.seed
     else:

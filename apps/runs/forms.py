@@ -42,14 +42,15 @@ def query_text(value) -> str:
     return str(value or "").replace("\x00", "").strip()[:255]
 
 
-def run_form_initial(params) -> dict:
+def run_form_initial(params, *, user=None) -> dict:
     """The run form's initial values (the race form's too): what a link preselects
-    (:data:`PREFILLS`, :data:`ARG_PREFILLS`) over the server's domain and customer."""
+    (:data:`PREFILLS`, :data:`ARG_PREFILLS`) over the server's domain and the customer
+    ``user`` can run (``defaults.customer_model``)."""
     given = {field: query_text(params.get(name)) for name, field in PREFILLS.items()}
     given.update({name: str(params.get(name) or "")[:4096] for name in _ARGPREFILLS})
     return {
         "domain": settings.TAU2_DOMAIN,
-        "user_model": defaults.customer_model(),
+        "user_model": defaults.customer_model(user=user),
         **{field: value for field, value in given.items() if value},
     }
 

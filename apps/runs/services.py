@@ -9,6 +9,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.utils import timezone
 
+from apps.accounts.vault import SignInRequired, hf_token_for
 from apps.connections.llm_routes import connection_value, prices_of, route_resolve, side_provenance
 from apps.inference.selectors import resolve_agent_model
 from apps.runs import endings, queue
@@ -90,6 +91,48 @@ def user_provider(customer: Side) -> str:
     """Where the customer runs, as ``Run.user_provider`` says it: its connection's kind,
     or ``hf`` (the router)."""
     return customer.connection.kind if customer.connection is not None else "hf"
+
+
+# The code of the ValidationError :func:`spec_sign_in_check` raises: the forms' pages show
+# the two ways to fix it (sign in with Hugging Face, or pick a connection's model) by it.
+SIGN_IN = "sign_in"
+
+
+def sign_in_message(*, role: str, model: str, why: str) -> str:
+    """What a person is told when ``model`` (the ``role``'s, on Hugging Face's router)
+    cannot run for them, ``why`` being the vault's reason: what to fix, in words."""
+    return (
+        f"The {role} model {model} runs on Hugging Face Inference Providers, on your own "
+        f"Hugging Face sign-in: {why} Or pick a {role} model on a connection."
+    )
+
+
+def spec_sign_in_check(spec: RunSpec, *, user) -> None:
+    """Refuse ``spec`` before anything is stored when a side of it (its agent model, its
+    customer — the server's one when none was picked —, its NL judge) runs on Hugging
+    Face's router and ``user`` has no usable Hugging Face token (a developer sign-in, a
+    revoked or expired one): raises ``ValidationError`` (code :data:`SIGN_IN`) on each
+    such side's form field, saying what to fix. A side on a connection needs no sign-in;
+    a side no model plays (a person, an outside agent) none either."""
+    sides = (
+        ("agent_model", "agent", spec.agent if spec.agent.llm else None),
+        ("user_model", "customer", spec.customer),
+        ("judge_model", "NL judge", spec.judge),
+    )
+    routed = [(f, r, s) for f, r, s in sides if s is not None and s.connection is None]
+    if not routed:
+        return
+    try:
+        hf_token_for(user=user)  # the token itself: refreshed now if it must be
+    except SignInRequired as exc:
+        raise ValidationError(
+            {
+                field: ValidationError(
+                    sign_in_message(role=role, model=side.model, why=str(exc)), code=SIGN_IN
+                )
+                for field, role, side in routed
+            }
+        ) from exc
 
 
 def model_run_validate(*, agent_model: str, max_steps: int) -> str:
@@ -214,6 +257,7 @@ def run_create(
     derive for that trial.
     """
     spec = spec_validate(spec)
+    spec_sign_in_check(spec, user=user)
     run = model_run_build(
         user=user,
         task=task,

@@ -35,11 +35,11 @@ def _get_evaluation_for_user(request, pk: int) -> Evaluation:
     return selectors.evaluation_get(pk=pk)
 
 
-def _initial(params) -> dict[str, str]:
+def _initial(params, *, user) -> dict[str, str]:
     """The form's starting values: the explorer's domain, split, search and kind (as
     its links carry them), task ids (``task_ids``), then the defaults."""
     filters = TaskFilters.from_params(params)
-    form = EvaluationForm()
+    form = EvaluationForm(user=user)
     initial = {name: field.initial for name, field in form.fields.items()}
     initial.update({name: params[name] for name in _ARG_PREFILLS if params.get(name)})
     splits = [s["name"] for s in form.split_options() if s["domain"] == filters.domain]
@@ -91,7 +91,7 @@ def evaluation_new(request):
         preview = preview_for(EvaluationForm(request.GET, user=request.user))
         return render(request, "includes/evaluation_preview.html", {"preview": preview})
     if request.method != "POST":
-        initial = _initial(request.GET)
+        initial = _initial(request.GET, user=request.user)
         form = EvaluationForm(initial=initial, user=request.user)
         return _page(request, form, preview_for(EvaluationForm(initial, user=request.user)))
     form = EvaluationForm(request.POST, user=request.user)

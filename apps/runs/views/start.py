@@ -12,6 +12,7 @@ from django.utils.http import urlencode
 from django.views.decorators.http import require_POST
 
 from apps.accounts.access import can_start, signin_required_to_start
+from apps.connections.llm_routes import router_refusal
 from apps.connections.picker import llm_args_initial
 from apps.runs import selectors, services
 from apps.runs.forms import (
@@ -29,7 +30,11 @@ from apps.runs.models import Run
 def run_new(request):
     """``GET``: the form, preselected by ``?domain=&split=&task=&model=&user_model=&max_steps=
     &seed=&trial=``; ``POST``: start the run."""
-    form = RunForm(request.POST or None, initial=run_form_initial(request.GET), user=request.user)
+    form = RunForm(
+        request.POST or None,
+        initial=run_form_initial(request.GET, user=request.user),
+        user=request.user,
+    )
     if request.method == "POST" and form.is_valid():
         data = form.cleaned_data
         model = data["agent_model"]  # a ResolvedRoute: where it runs, what to charge
@@ -108,11 +113,27 @@ def rerun_query(run: Run, *, same_model: bool = True) -> dict:
 
 def rerun_offer(user, run: Run) -> dict | None:
     """What the run page offers ``user`` to start from ``run``: nothing unless they may
-    start runs and it is a model run; else the prefilled form's URL ("another model")."""
+    start runs and it is a model run; else the prefilled form's URL ("another model")
+    and, when a side of it runs on Hugging Face's router and ``user`` cannot use the
+    router (a developer sign-in), ``sign_in``: what to fix, said instead of a Retry
+    that would fail again (``services.spec_sign_in_check`` would refuse it)."""
     if not can_start(user) or run.kind != Run.Kind.MODEL:
         return None
     query = urlencode(rerun_query(run, same_model=False))
-    return {"form_url": f"{reverse('runs:new')}?{query}"}
+    offer = {"form_url": f"{reverse('runs:new')}?{query}", "sign_in": ""}
+    spec, why = run.spec, router_refusal(user=user)
+    sides = (("model", "agent", spec.agent), ("user_model", "customer", spec.customer))
+    routed = [(param, role, side.model) for param, role, side in sides if side.connection is None]
+    if spec.judge is not None and spec.judge.connection is None:
+        routed.append(("", "NL judge", spec.judge.model))
+    if why and routed:
+        _, role, model = routed[0]
+        offer["sign_in"] = services.sign_in_message(role=role, model=model, why=why)
+        # The form with the same settings, the router's models left to pick again (the
+        # customer starts on a connection's, as for a new run).
+        query = {k: v for k, v in rerun_query(run).items() if k not in {p for p, *_ in routed}}
+        offer["fix_url"] = f"{reverse('runs:new')}?{urlencode(query)}"
+    return offer
 
 
 @require_POST
