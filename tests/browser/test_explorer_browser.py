@@ -3,7 +3,10 @@
 import re
 
 import pytest
+from django.db.models.functions import Length
 from playwright.sync_api import expect
+
+from apps.tasks.models import Task
 
 pytestmark = [pytest.mark.browser, pytest.mark.django_db]
 
@@ -58,3 +61,27 @@ def test_a_shared_explorer_url_opens_with_its_filters(page):
     page.get_by_role("link", name="Next →").click()
     expect(page).to_have_url(re.compile(r"page=2"))
     expect(page.get_by_text(re.compile(r"Page 2 of \d+"))).to_be_visible()
+
+
+# Each name of the task id in the breadcrumb: its text and on how many lines it lies.
+CRUMB_PARTS = """() => [...document.querySelectorAll('.crumbs .id-part')]
+  .map(el => [el.textContent, el.getClientRects().length])"""
+
+
+def test_a_telecom_tasks_breadcrumb_breaks_between_its_names_at_400_px(page):
+    task = (
+        Task.objects.filter(domain_id="telecom", task_id__contains="data_saver_mode_on")
+        .order_by(Length("task_id").desc())
+        .first()
+    )
+    page.set_viewport_size({"width": 400, "height": 900})
+    page.goto(task.get_absolute_url())
+
+    parts = page.evaluate(CRUMB_PARTS)
+    assert "".join(text for text, _ in parts) == task.task_id
+    assert any(text.startswith("data_saver_mode_on") for text, _ in parts)
+    assert [text for text, lines in parts if lines != 1] == []  # no name split
+    crumbs = page.locator(".crumbs").bounding_box()
+    line = page.locator(".crumbs .id-part").first.bounding_box()
+    assert crumbs["height"] > 2 * line["height"]  # it does wrap: between names
+    assert page.evaluate("document.documentElement.scrollWidth") <= 400

@@ -13,7 +13,7 @@ import pytest
 from apps.races.models import Race, RaceLane
 from apps.runs.models import Run
 from apps.runs.selectors import RunFilters, run_list
-from apps.runs.templatetags.wrapping import breakable
+from apps.runs.templatetags.wrapping import breakable, name_parts
 from apps.tasks.models import Task
 from tau2_env.engine import catalog
 from tests.support.evaluations import stored_evaluation
@@ -166,3 +166,14 @@ def test_long_ids_may_wrap_after_their_separators_only():
         str(breakable("<b>x_y</b> & 'q'")) == "&lt;b&gt;x_<wbr>y&lt;/<wbr>b&gt; &amp; &#x27;q&#x27;"
     )
     assert str(breakable("completed")) == "completed" and str(breakable(None)) == ""
+
+
+def test_a_breadcrumbs_id_breaks_between_its_names_only():
+    telecom = "[mms_issue]airplane_mode_on|data_saver_mode_on[PERSONA:Easy]"
+    part = '<span class="id-part">{}</span>'.format
+    assert str(name_parts(telecom)) == "<wbr>".join(
+        part(p)
+        for p in ("[mms_issue]", "airplane_mode_on|", "data_saver_mode_on", "[PERSONA:Easy]")
+    )
+    assert str(name_parts("<b>|x")) == part("&lt;b&gt;|") + "<wbr>" + part("x")
+    assert str(name_parts("27")) == part("27") and str(name_parts(None)) == ""
