@@ -37,6 +37,7 @@ __all__ = [
     "for_user",
     "llm_args_from",
     "llm_args_initial",
+    "picks_a_connection",
     "sides_of",
 ]
 
@@ -172,6 +173,21 @@ def for_user(form: forms.Form, user) -> None:
         elif hasattr(field, "base_field") and isinstance(field.base_field, RouteField):
             field.base_field.user = user
             field.base_field.widget.user = user
+
+
+def picks_a_connection(form: forms.Form) -> bool:
+    """Whether a model field of ``form`` (its submitted value, else its initial one) names
+    a connection's model (``@slug/model``): the form then shows its advice on limits for
+    own and small models (``includes/limits_advice.html``)."""
+    for name in ("agent_model", "user_model", "judge_model"):
+        if name not in form.fields:
+            continue
+        value = form[name].value()  # a race's agent models: a list
+        for one in value if isinstance(value, list | tuple) else [value]:
+            text = one.value if isinstance(one, ResolvedRoute) else str(one or "")
+            if text.strip().startswith("@"):
+                return True
+    return False
 
 
 def sides_of(data: dict, *, with_agent: bool = True) -> dict:

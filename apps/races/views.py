@@ -9,7 +9,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_safe
 
 from apps.accounts.access import can_view_runs, signin_required_to_start, signin_url
-from apps.connections.picker import connection_groups
+from apps.connections.picker import connection_groups, picks_a_connection
 from apps.inference.selectors import model_choices
 from apps.races import selectors, services
 from apps.races.forms import RaceForm
@@ -86,6 +86,7 @@ def race_new(request):
         "races/new.html",
         {
             "form": form,
+            "limits_advice": picks_a_connection(form),
             "picker": picker,
             "lanes": _lane_pickers(picked or []),
             "choices": model_choices(),

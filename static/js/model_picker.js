@@ -24,6 +24,25 @@
     });
   }
 
+  // The advice on limits for a connection's model (includes/limits_advice.html): shown
+  // while a picked model of the form is a connection's ("@slug/model").
+  function adviseLimits(form) {
+    var advice = form ? form.querySelectorAll("[data-limits-advice]") : [];
+    if (!advice.length) return;
+    var picked = form.querySelectorAll(
+      'select[name="agent_model"], select[name="user_model"], select[name="judge_model"]');
+    var onConnection = Array.prototype.some.call(picked, function (select) {
+      return select.value.trim().charAt(0) === "@";
+    });
+    advice.forEach(function (el) { el.hidden = !onConnection; });
+  }
+
+  document.addEventListener("change", function (event) {
+    if (event.target.matches && event.target.matches(".model-picker select")) {
+      adviseLimits(event.target.form);
+    }
+  });
+
   function bind(root) {
     root.querySelectorAll("input.model-search").forEach(function (input) {
       if (input.dataset.bound) return;

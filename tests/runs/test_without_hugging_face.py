@@ -186,3 +186,24 @@ def test_a_run_that_failed_for_the_sign_in_offers_the_fix_not_a_retry(dana, mine
     retried = client.post(f"/runs/{run.pk}/rerun/", follow=True)  # an old page's button
     assert NO_TOKEN in retried.content.decode()
     assert Run.objects.filter(created_by=dana).count() == 1
+
+
+def advice_of(page: str) -> str | None:
+    """The limits advice's opening tag, or None when the page has none."""
+    found = re.search(r'<aside[^>]*data-testid="limits-advice"[^>]*>', page)
+    return found.group(0) if found else None
+
+
+def test_on_a_connection_the_forms_advise_bounds_and_keep_tau2s_defaults(dana, mine):
+    client = signed_in(dana)  # her customer starts on her connection
+    for path in ("/runs/new/", "/races/new/", "/evaluations/new/"):
+        page = client.get(path).content.decode()
+        assert advice_of(page) and " hidden" not in advice_of(page), path
+        assert "step limit of 30–50" in page and "agent max_tokens of 1024–2048" in page
+        assert 'name="max_steps" value="200"' in page, path  # the advice changes nothing
+        assert re.search(r'<input[^>]*name="agent_max_tokens"(?![^>]*value=)[^>]*>', page), path
+
+
+def test_on_the_router_the_advice_waits_hidden_for_a_connection(alice_client):
+    page = alice_client.get("/runs/new/").content.decode()
+    assert " hidden" in advice_of(page)  # the picker's script shows it if one is picked

@@ -11,6 +11,7 @@ from django.views.decorators.http import require_POST
 
 from apps.accounts.access import can_control, can_start, can_view_runs, signin_url
 from apps.accounts.vault import SignInRequired
+from apps.connections.picker import picks_a_connection
 from apps.evaluations import baselines, presenters, regrade, selectors, services
 from apps.evaluations.forms import EvaluationForm, preview_for
 from apps.evaluations.models import Evaluation
@@ -61,6 +62,7 @@ def _page(request, form: EvaluationForm, preview):
         "evaluations/new.html",
         {
             "form": form,
+            "limits_advice": picks_a_connection(form),
             "preview": preview,
             "chosen_domain": chosen.get("domain", ""),
             "chosen_split": chosen.get("split", ""),

@@ -13,7 +13,7 @@ from django.views.decorators.http import require_POST
 
 from apps.accounts.access import can_start, signin_required_to_start
 from apps.connections.llm_routes import router_refusal
-from apps.connections.picker import llm_args_initial
+from apps.connections.picker import llm_args_initial, picks_a_connection
 from apps.runs import selectors, services
 from apps.runs.forms import (
     PREFILLS,
@@ -69,6 +69,7 @@ def run_new(request):
         "runs/new.html",
         {
             "form": form,
+            "limits_advice": picks_a_connection(form),
             "picker": picker,
             "model_fields": model_fields,
             "args_fields": form.llm_args_fields,
