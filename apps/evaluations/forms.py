@@ -247,7 +247,9 @@ class Preview:
     tasks and the trials are known. ``connection``: the one the agent model runs on
     (``None``: Hugging Face's router), so that advice on an unpriced model fits where it
     runs — its prices are entered on the connection (``may_price``: by this person), not
-    chosen among the router's providers.
+    chosen among the router's providers. ``whole_split``: False when the tasks are a
+    subset (not every task of a split), which the team leaderboard does not rank;
+    ``split_size`` the split's task count, when there is one.
     """
 
     plan: Plan | None
@@ -258,6 +260,8 @@ class Preview:
     planner: Planner | None = None
     connection: Connection | None = None
     may_price: bool = False
+    whole_split: bool = True
+    split_size: int | None = None
 
     @property
     def runs(self) -> int | None:
@@ -287,7 +291,18 @@ def preview_for(form: EvaluationForm) -> Preview:
     if plan is not None and trials is not None and plan.count:
         planner = selectors.trials_planner(domain=plan.domain, tasks=plan.count, trials=trials)
     connection = model.connection if model is not None else None
+    size = next(
+        (
+            s["size"]
+            for s in form.split_options()
+            if plan is not None and (s["domain"], s["name"]) == (plan.domain, plan.split)
+        ),
+        None,
+    )
     return Preview(
+        # As evaluation_create sets Evaluation.full_split: every task of the split.
+        whole_split=plan is None or plan.task_ids is None or plan.count == size,
+        split_size=size,
         planner=planner,
         plan=plan,
         trials=trials,

@@ -101,9 +101,10 @@ SIGN_IN = "sign_in"
 def sign_in_message(*, role: str, model: str, why: str) -> str:
     """What a person is told when ``model`` (the ``role``'s, on Hugging Face's router)
     cannot run for them, ``why`` being the vault's reason: what to fix, in words."""
+    article = "an" if role[:1].lower() in "aeiou" or role.startswith("NL") else "a"
     return (
         f"The {role} model {model} runs on Hugging Face Inference Providers, on your own "
-        f"Hugging Face sign-in: {why} Or pick a {role} model on a connection."
+        f"Hugging Face sign-in: {why} Or pick {article} {role} model on a connection."
     )
 
 

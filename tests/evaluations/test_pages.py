@@ -279,6 +279,34 @@ def test_the_page_shows_the_preview_of_what_a_link_asks_for(alice_client):
     assert ">\n27</textarea>" in body
 
 
+def test_the_preview_says_a_subset_is_not_ranked_on_the_team_leaderboard(alice_client):
+    def preview(**data) -> str:
+        return alice_client.get(
+            "/evaluations/new/", {**form(**data), "preview": "1"}, HTTP_HX_REQUEST="true"
+        ).content.decode()
+
+    chosen = preview(task_ids="27 19 3")
+    assert 'data-testid="preview-not-ranked"' in chosen
+    assert "it ranks evaluations of a whole split only, and these are 3 chosen tasks" in chosen
+    assert 'href="/leaderboard/"' in chosen
+    searched = preview(q="flight")  # the explorer's search: part of the split
+    assert "these are 19 of airline/test's 20 tasks" in searched
+    assert 'data-testid="preview-not-ranked"' not in preview(split="test")  # the whole split
+
+
+def test_the_page_of_a_subset_evaluation_says_the_leaderboard_does_not_rank_it(alice_client):
+    subset = start(alice_client, task_ids="27 19 3", num_trials="1")
+    whole = start(alice_client, split="test", num_trials="1")
+
+    page = alice_client.get(f"/evaluations/{subset.pk}/").content.decode()
+    assert 'data-testid="not-ranked"' in page
+    assert "this one ran 3 chosen tasks. Its own numbers stand" in page
+    assert (
+        'data-testid="not-ranked"'
+        not in alice_client.get(f"/evaluations/{whole.pk}/").content.decode()
+    )
+
+
 # --- Starting ----------------------------------------------------------------------------
 
 
@@ -308,10 +336,14 @@ def test_starting_from_an_explorer_query_evaluates_the_tasks_it_matches(alice_cl
     assert not evaluation.full_split
 
 
-def test_starting_without_a_usable_token_sends_alice_to_sign_in(alice, alice_client):
+def test_starting_without_a_usable_token_says_what_to_fix_on_the_form(alice, alice_client):
     alice.hf_credential.delete()
     response = alice_client.post("/evaluations/new/", form())
-    assert response.status_code == 302 and "/accounts/sign-in/" in response["Location"]
+    said = errors(response)  # the form again (400), each router side saying why
+    assert f"The agent model {AGENT_MODEL} runs on Hugging Face Inference Providers" in said
+    assert "This account has no Hugging Face token" in said
+    assert "Or pick an agent model on a connection." in said
+    assert 'href="/accounts/sign-in/"' in response.content.decode()  # the picker's link
     assert not Evaluation.objects.exists()
 
 
