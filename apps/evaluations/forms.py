@@ -19,7 +19,7 @@ from apps.evaluations.external import agent_name_problem
 from apps.evaluations.models import Evaluation
 from apps.evaluations.significance import Planner
 from apps.runs import defaults
-from apps.runs.forms import retrieval_clean, retrieval_field
+from apps.runs.forms import customer_initial, retrieval_clean, retrieval_field
 from apps.runs.models import MAX_TRIALS, Run
 from apps.tasks import selectors as task_selectors
 from apps.tasks.models import Task
@@ -163,7 +163,7 @@ class EvaluationForm(LLMArgsMixin, forms.Form):
         self.fields["max_steps"].validators.append(
             forms.IntegerField(max_value=settings.TAU2_RUN_MAX_STEPS).validators[-1]
         )
-        self.fields["user_model"].initial = defaults.customer_model(user=user)
+        self.fields["user_model"].initial = customer_initial(user=user)
         self.fields["retrieval_config"] = retrieval_field()
 
     def split_options(self) -> list[dict]:

@@ -18,8 +18,8 @@ from apps.accounts.access import signin_required_to_start, signin_url
 from apps.accounts.vault import SignInRequired
 from apps.play import selectors, services
 from apps.play.forms import PlayStartForm, SayForm, ToolForm
-from apps.runs import defaults, presenters
-from apps.runs.forms import query_text
+from apps.runs import presenters
+from apps.runs.forms import customer_initial, query_text
 from apps.runs.models import Run
 from apps.runs.selectors import task_picker
 from apps.runs.spec import Side
@@ -73,7 +73,7 @@ def _start_initial(params, *, user) -> dict:
         "domain": query_text(params.get("domain")) or "airline",
         "task_id": query_text(params.get("task")),
         "split": query_text(params.get("split")) or "base",
-        "user_model": defaults.customer_model(user=user),
+        "user_model": customer_initial(user=user),
     }
 
 

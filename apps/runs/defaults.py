@@ -17,17 +17,14 @@ no flag does:
 
 :func:`max_steps` caps the step limit at the server's ``TAU2_RUN_MAX_STEPS``;
 :func:`customer_model` is the server's customer (``TAU2_USER_MODEL``), which every form's
-customer picker starts on (a fork's starts empty: the run's own customer goes on) — for a
-person who cannot run models on Hugging Face's router (a developer sign-in, a revoked
-sign-in), a model of a connection they may use instead, when there is one: a form starts
-on what its person can run.
+customer picker starts on (a fork's starts empty: the run's own customer goes on) unless
+its person cannot run it (``apps.runs.forms.customer_initial``).
 """
 
 from __future__ import annotations
 
 from django.conf import settings
 
-from apps.connections.llm_routes import first_connection_value, router_refusal
 from tau2_env import config
 from tau2_env.config import DEFAULT_MAX_ERRORS, DEFAULT_MAX_STEPS
 from tau2_env.engine.evaluation import DEFAULT_SEED
@@ -45,12 +42,6 @@ def max_steps() -> int:
     return min(MAX_STEPS, settings.TAU2_RUN_MAX_STEPS)
 
 
-def customer_model(*, user=None) -> str:
-    """The customer's model a form starts with: the server's (``TAU2_USER_MODEL``), on
-    Hugging Face's router; for a ``user`` who cannot use the router, the first model of
-    a connection they may use (the server's when they may use none: the start then says
-    what to fix)."""
-    server = config.provider_settings().model
-    if user is None or router_refusal(user=user) is None:
-        return server
-    return first_connection_value(user) or server
+def customer_model() -> str:
+    """The customer's model a form starts with: the server's (``TAU2_USER_MODEL``)."""
+    return config.provider_settings().model

@@ -10,6 +10,7 @@ from django import forms
 from django.conf import settings
 
 from apps.bounds import integer_field
+from apps.connections.llm_routes import first_connection_value, router_refusal
 from apps.connections.picker import LLMArgsMixin, RouteField, for_user, judge_field
 from apps.runs import defaults
 from apps.runs.models import MAX_TRIALS, ReviewLabel, Run, RunEvent
@@ -42,6 +43,18 @@ def query_text(value) -> str:
     return str(value or "").replace("\x00", "").strip()[:255]
 
 
+def customer_initial(*, user) -> str:
+    """The customer's model a form starts on for ``user``: the server's
+    (``defaults.customer_model``, on Hugging Face's router); for a person who cannot use
+    the router (a developer sign-in, a revoked sign-in), the first model of a connection
+    they may use — what they can run — or the server's when they may use none (a start
+    then says what to fix)."""
+    server = defaults.customer_model()
+    if user is None or router_refusal(user=user) is None:
+        return server
+    return first_connection_value(user) or server
+
+
 def run_form_initial(params, *, user=None) -> dict:
     """The run form's initial values (the race form's too): what a link preselects
     (:data:`PREFILLS`, :data:`ARG_PREFILLS`) over the server's domain and the customer
@@ -50,7 +63,7 @@ def run_form_initial(params, *, user=None) -> dict:
     given.update({name: str(params.get(name) or "")[:4096] for name in _ARGPREFILLS})
     return {
         "domain": settings.TAU2_DOMAIN,
-        "user_model": defaults.customer_model(user=user),
+        "user_model": customer_initial(user=user),
         **{field: value for field, value in given.items() if value},
     }
 
