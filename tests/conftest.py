@@ -23,7 +23,7 @@ from tau2_env.generations import tau2_generation, tau2_version
 from tests.support.connections import connections_cleared, staff, staff_client  # noqa: F401
 from tests.support.fixtures import asgi_server, llm_server, scripted_llm_session  # noqa: F401
 from tests.support.jobs import held_jobs  # noqa: F401
-from tests.support.people import alice, alice_client, bob, bob_client  # noqa: F401
+from tests.support.people import alice, alice_client, bob, bob_client, dana  # noqa: F401
 
 
 class _ChannelLayersPerLoop(MutableMapping):

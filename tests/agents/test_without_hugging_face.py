@@ -16,7 +16,6 @@ import pytest
 from asgiref.sync import sync_to_async
 from websockets.asyncio.client import connect
 
-from apps.accounts.services import dev_user_get_or_create
 from apps.agents.services import api_key_create
 from apps.runs.models import Run
 from tests.support.agents import agent_runs_of
@@ -33,11 +32,6 @@ SERVER_TOKEN = "hf_server_own_token_never_for_dana"
 @pytest.fixture(autouse=True)
 def _cleared(connections_cleared):
     """No connection (nor run on one) left over from another test."""
-
-
-@pytest.fixture
-def dana(committed_db):
-    return dev_user_get_or_create(name="dana")
 
 
 @pytest.fixture

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import pytest
 
-from apps.accounts.services import dev_user_get_or_create
 from apps.runs.models import Run, RunEvent
 from tests.play.conftest import customer_says
 from tests.runs.conftest import wait_for
@@ -26,11 +25,6 @@ OPENING = "Hi, my flight was delayed and I want compensation. I'm ethan_martin_2
 @pytest.fixture(autouse=True)
 def _cleared(connections_cleared):
     """No connection (nor run on one) left over from another test."""
-
-
-@pytest.fixture
-def dana(committed_db):
-    return dev_user_get_or_create(name="dana")
 
 
 @pytest.fixture

@@ -43,11 +43,6 @@ def _cleared(connections_cleared):
 
 
 @pytest.fixture
-def dana(committed_db):
-    return dev_user_get_or_create(name="dana")
-
-
-@pytest.fixture
 def erin(committed_db):
     return dev_user_get_or_create(name="erin")
 

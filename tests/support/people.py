@@ -1,6 +1,7 @@
 """The people of the suite, signed in with a Hugging Face token in the vault.
 
-alice and bob are members of the team; charlie (a bare ``Client()``) is anonymous.
+alice and bob are members of the team; charlie (a bare ``Client()``) is anonymous; dana
+signed in with the developer sign-in, without a Hugging Face token.
 Their rows are committed (``committed_db``), so the live server and the Celery worker
 see them.
 """
@@ -71,3 +72,12 @@ def alice_client(alice) -> Client:
 @pytest.fixture
 def bob_client(bob) -> Client:
     return signed_in(bob)
+
+
+@pytest.fixture
+def dana(committed_db):
+    """dana, signed in with the laptop's developer sign-in (``dev-dana``): no Hugging Face
+    token in the vault; what she runs, she runs on connections."""
+    from apps.accounts.services import dev_user_get_or_create
+
+    return dev_user_get_or_create(name="dana")
