@@ -31,6 +31,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count, Q
 from django.utils import timezone
 
+from apps.accounts.vault import hf_token_for
 from apps.connections.llm_routes import prices_of, side_provenance
 from apps.connections.models import Connection
 from apps.evaluations import events
@@ -49,6 +50,7 @@ from apps.runs.services import (
     run_in_mode,
     run_stop,
     spec_for_domain,
+    spec_router_sides,
     spec_sign_in_check,
     spec_validate,
 )
@@ -562,8 +564,9 @@ def evaluation_pause(*, evaluation: Evaluation) -> Evaluation:
 
 def evaluation_resume(*, evaluation: Evaluation) -> Evaluation:
     """Start handing out runs again (the starter's token must still be usable, when a
-    side runs on Hugging Face's router)."""
-    spec_sign_in_check(evaluation.spec, user=evaluation.created_by)
+    side runs on Hugging Face's router: one on connections only needs none)."""
+    if spec_router_sides(evaluation.spec):
+        hf_token_for(user=evaluation.created_by)
     Evaluation.objects.filter(pk=evaluation.pk, status=Evaluation.Status.PAUSED).update(
         status=Evaluation.Status.RUNNING
     )
@@ -593,7 +596,8 @@ def evaluation_retry_failed(*, evaluation: Evaluation) -> int:
     any."""
     if evaluation.status == Evaluation.Status.IMPORTED:
         raise ValidationError("An imported evaluation has nothing to run again.")
-    spec_sign_in_check(evaluation.spec, user=evaluation.created_by)
+    if spec_router_sides(evaluation.spec):  # on connections only, no Hugging Face token
+        hf_token_for(user=evaluation.created_by)
     with transaction.atomic():
         retried = Run.objects.filter(
             evaluation=evaluation, status=Run.Status.FAILED, failure__in=Run.RETRYABLE

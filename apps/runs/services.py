@@ -108,6 +108,19 @@ def sign_in_message(*, role: str, model: str, why: str) -> str:
     )
 
 
+def spec_router_sides(spec: RunSpec) -> list[tuple[str, str, Side]]:
+    """The sides of ``spec`` a model plays on Hugging Face's router, on its starter's own
+    token: ``(form field, role, side)`` for the agent, the customer (the server's one
+    when none was picked) and the NL judge; a side on a connection, or that no model
+    plays (a person, an outside agent), is not one."""
+    sides = (
+        ("agent_model", "agent", spec.agent if spec.agent.llm else None),
+        ("user_model", "customer", spec.customer),
+        ("judge_model", "NL judge", spec.judge),
+    )
+    return [(f, r, s) for f, r, s in sides if s is not None and s.connection is None]
+
+
 def spec_sign_in_check(spec: RunSpec, *, user) -> None:
     """Refuse ``spec`` before anything is stored when a side of it (its agent model, its
     customer — the server's one when none was picked —, its NL judge) runs on Hugging
@@ -115,12 +128,7 @@ def spec_sign_in_check(spec: RunSpec, *, user) -> None:
     revoked or expired one): raises ``ValidationError`` (code :data:`SIGN_IN`) on each
     such side's form field, saying what to fix. A side on a connection needs no sign-in;
     a side no model plays (a person, an outside agent) none either."""
-    sides = (
-        ("agent_model", "agent", spec.agent if spec.agent.llm else None),
-        ("user_model", "customer", spec.customer),
-        ("judge_model", "NL judge", spec.judge),
-    )
-    routed = [(f, r, s) for f, r, s in sides if s is not None and s.connection is None]
+    routed = spec_router_sides(spec)
     if not routed:
         return
     try:

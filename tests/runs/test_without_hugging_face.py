@@ -202,3 +202,23 @@ def test_on_a_connection_the_forms_advise_bounds_and_keep_tau2s_defaults(dana, m
 def test_on_the_router_the_advice_waits_hidden_for_a_connection(alice_client):
     page = alice_client.get("/runs/new/").content.decode()
     assert " hidden" in advice_of(page)  # the picker's script shows it if one is picked
+
+
+def test_danas_evaluation_on_her_connection_starts_pauses_and_resumes(dana, mine, settings):
+    settings.TAU2_EVAL_MAX_IN_FLIGHT = 0  # its runs are created and stay queued
+    client = signed_in(dana)
+    form = {"domain": "airline", "split": "test", "task_ids": "27", "agent_model": mine}
+    form.update(user_model=mine, num_trials=1, max_steps=200, max_errors=10, concurrency=1)
+
+    started = client.post("/evaluations/new/", {**form, "seed": 300})
+    assert started.status_code == 302, started.content.decode()[:2000]
+    evaluation = Evaluation.objects.get(created_by=dana)
+    client.post(f"/evaluations/{evaluation.pk}/pause/")
+    evaluation.refresh_from_db()
+    assert evaluation.status == Evaluation.Status.PAUSED
+
+    resumed = client.post(f"/evaluations/{evaluation.pk}/resume/")  # no token asked for
+
+    assert resumed["Location"] == evaluation.get_absolute_url()
+    evaluation.refresh_from_db()
+    assert evaluation.status == Evaluation.Status.RUNNING

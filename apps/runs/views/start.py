@@ -122,17 +122,15 @@ def rerun_offer(user, run: Run) -> dict | None:
         return None
     query = urlencode(rerun_query(run, same_model=False))
     offer = {"form_url": f"{reverse('runs:new')}?{query}", "sign_in": ""}
-    spec, why = run.spec, router_refusal(user=user)
-    sides = (("model", "agent", spec.agent), ("user_model", "customer", spec.customer))
-    routed = [(param, role, side.model) for param, role, side in sides if side.connection is None]
-    if spec.judge is not None and spec.judge.connection is None:
-        routed.append(("", "NL judge", spec.judge.model))
+    routed, why = services.spec_router_sides(run.spec), router_refusal(user=user)
     if why and routed:
-        _, role, model = routed[0]
-        offer["sign_in"] = services.sign_in_message(role=role, model=model, why=why)
+        _, role, side = routed[0]
+        offer["sign_in"] = services.sign_in_message(role=role, model=side.model, why=why)
         # The form with the same settings, the router's models left to pick again (the
         # customer starts on a connection's, as for a new run).
-        query = {k: v for k, v in rerun_query(run).items() if k not in {p for p, *_ in routed}}
+        params = {"agent_model": "model", "user_model": "user_model"}
+        dropped = {params.get(field) for field, *_ in routed}
+        query = {k: v for k, v in rerun_query(run).items() if k not in dropped}
         offer["fix_url"] = f"{reverse('runs:new')}?{urlencode(query)}"
     return offer
 
