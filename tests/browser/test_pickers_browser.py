@@ -13,6 +13,7 @@ from playwright.sync_api import expect
 from apps.runs.models import Run
 from apps.tasks.models import Task
 from tests.support.browser import page_signed_in_as
+from tests.support.connections import CONNECTION_MODEL, openai_compatible_connection
 from tests.support.llm_server import text
 from tests.support.scripts import AGENT_MODEL, is_agent_request, refresh_agent_models
 
@@ -138,3 +139,23 @@ def test_the_task_pickers_titles_start_at_the_left_and_stay_readable(alices_page
         shown = title.inner_text()
         assert len(shown) > 20 and not shown.startswith("You"), shown
         assert title.evaluate("t => t.scrollWidth <= t.clientWidth + 1")  # nothing cut sideways
+
+
+def test_picking_a_connections_model_shows_the_advice_on_limits_live(
+    alices_page, alice, llm_server, connections_cleared
+):
+    connection = openai_compatible_connection(llm_server, by=alice, owner=alice)
+    page = alices_page
+    errors = console_errors(page)
+    page.goto("/runs/new/")
+    advice = page.get_by_test_id("limits-advice")
+    expect(advice).to_be_hidden()  # the router's models: τ²'s defaults, no advice
+
+    page.get_by_test_id("model-picker").select_option(f"@{connection.slug}/{CONNECTION_MODEL}")
+    expect(advice).to_be_visible()
+    expect(advice).to_contain_text("step limit of 30–50")
+    expect(page.locator('input[name="max_steps"]')).to_have_value("200")  # advice only
+
+    page.get_by_test_id("model-picker").select_option(AGENT_MODEL)
+    expect(advice).to_be_hidden()
+    assert errors == []
