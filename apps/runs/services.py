@@ -93,8 +93,8 @@ def user_provider(customer: Side) -> str:
     return customer.connection.kind if customer.connection is not None else "hf"
 
 
-# The code of the ValidationError :func:`spec_sign_in_check` raises: the forms' pages show
-# the two ways to fix it (sign in with Hugging Face, or pick a connection's model) by it.
+# The code of the ValidationErrors :func:`spec_sign_in_check` raises, which tell this
+# refusal from a model that cannot run at all (the pickers' ``invalid_model``).
 SIGN_IN = "sign_in"
 
 

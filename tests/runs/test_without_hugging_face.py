@@ -19,14 +19,16 @@ import json
 import re
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.test import Client
 
 from apps.accounts.services import dev_user_get_or_create
 from apps.agents.services import api_key_create
 from apps.evaluations.models import Evaluation
 from apps.races.models import Race
-from apps.runs import defaults
+from apps.runs import defaults, services
 from apps.runs.models import Run
+from apps.runs.spec import RunSpec, Side
 from tests.runs.test_pickers import FORMS, select_of, selected
 from tests.support.connections import CONNECTION_MODEL
 from tests.support.connections import openai_compatible_connection as connection_of
@@ -222,3 +224,17 @@ def test_danas_evaluation_on_her_connection_starts_pauses_and_resumes(dana, mine
     assert resumed["Location"] == evaluation.get_absolute_url()
     evaluation.refresh_from_db()
     assert evaluation.status == Evaluation.Status.RUNNING
+
+
+def test_the_refusal_names_each_router_side_with_its_own_code(dana, endpoint):
+    routed = RunSpec(agent=Side(AGENT_MODEL), customer=Side("org/customer"))
+    with pytest.raises(ValidationError) as refused:
+        services.spec_sign_in_check(routed, user=dana)
+    assert set(refused.value.error_dict) == {"agent_model", "user_model"}
+    codes = {e.code for errors in refused.value.error_dict.values() for e in errors}
+    assert codes == {services.SIGN_IN}
+
+    hers = Side(CONNECTION_MODEL, endpoint)
+    assert services.spec_sign_in_check(RunSpec(agent=hers, customer=hers), user=dana) is None
+    played = RunSpec(agent=Side("human", llm=False), customer=hers)  # a person plays
+    assert services.spec_router_sides(played) == []
