@@ -236,17 +236,24 @@ class LLMArgsMixin:
 _ARG_FIELDS = ("temperature", "top_p", "max_tokens", "reasoning_effort", "extras")
 
 
-def judge_field() -> RouteField:
+_JUDGE_HELP = (
+    "τ²'s natural-language judge, for tasks whose reward needs it; τ²'s own default is gpt-4o-mini."
+)
+
+
+def judge_field(
+    *, empty_label: str = "The customer's model", help_text: str = _JUDGE_HELP
+) -> RouteField:
     """The NL judge's picker: empty, the customer's model judges (the judge runs only for
-    tasks whose reward needs it, or with ``TAU2_NL_JUDGE=always``)."""
+    tasks whose reward needs it, or with ``TAU2_NL_JUDGE=always``) — or, where there is
+    no customer (a re-grade), what ``empty_label`` says."""
     return RouteField(
         role="judge",
         label="NL judge model",
         required=False,
         optional=True,
-        empty_label="The customer's model",
-        help_text="τ²'s natural-language judge, for tasks whose reward needs it; τ²'s own "
-        "default is gpt-4o-mini.",
+        empty_label=empty_label,
+        help_text=help_text,
     )
 
 

@@ -238,6 +238,22 @@ class EvaluationForm(LLMArgsMixin, forms.Form):
         return data
 
 
+class RegradeForm(forms.Form):
+    """A re-grade's choice: τ²'s NL-assertion judge for the tasks whose reward needs it,
+    picked as a run's judge is (a model the person may use); empty, those are not
+    re-scored."""
+
+    judge_model = judge_field(
+        empty_label="No judge: those tasks are not re-scored",
+        help_text="τ²'s natural-language judge, on your Hugging Face token or a connection "
+        "you may use; its calls count against that connection's budget.",
+    )
+
+    def __init__(self, *args, user=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        for_user(self, user)
+
+
 @dataclass(frozen=True)
 class Preview:
     """What starting would do: the tasks, the runs (tasks × k) and a cost estimate.

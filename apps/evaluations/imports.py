@@ -12,6 +12,13 @@ Each simulation's content hash (:func:`simulation_hash`) is kept on its run
 (``provenance["simulations_hash"]``): the same simulations imported again are stored
 (a person may want them), named as repeats of the evaluations that already hold them
 (``provenance["import"]["repeats"]``), and never pooled as new trials by the leaderboard.
+
+A conversation whose task's reward needs τ²'s NL-assertion judge is re-scored only when
+the import names a judge (:class:`ImportJudge`: a re-grade's, picked by the person as a
+run's judge is): τ²'s own evaluator judges it along that route, and the judge's tokens
+and cost are kept on its run (``judge_*``, ``judged_at``) where the budgets count them.
+Without a judge, or once the judge's budget is reached or its provider refuses it, the
+conversation is not re-scored and its run says why, in words.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -29,10 +37,12 @@ from django.db import transaction
 from django.utils import timezone
 
 from apps.bounds import column_range
+from apps.connections.models import Connection
 from apps.evaluations import selectors
 from apps.evaluations.exports import scrub
 from apps.evaluations.models import Evaluation
-from apps.runs import endings
+from apps.inference.pricing import PricePair, cost_usd
+from apps.runs import budgets, endings
 from apps.runs.events import event_kind
 from apps.runs.models import MAX_TRIALS, Run, RunEvent
 from apps.tasks.models import Domain, Task
@@ -43,12 +53,15 @@ from tau2_env.engine.evaluation import DEFAULT_SEED, trial_seeds
 from tau2_env.engine.results import (
     MAX_DEPTH,
     MAX_INT_DIGITS,
+    NO_JUDGE,
     Rescore,
     ResultsFileError,
+    needs_judge,
     read_results,
     rescore,
     same_task,
 )
+from tau2_env.llm import gateway
 from tau2_env.llm.gateway import ROUTE_KEYS
 
 _CENT = Decimal("0.000001")
@@ -61,6 +74,68 @@ _LATEST = datetime.max.replace(tzinfo=UTC) - timedelta(days=1)
 _SPLIT_PREFERENCE = ("test", "base", "train")
 
 
+@dataclass(frozen=True)
+class ImportJudge:
+    """τ²'s NL-assertion judge an import calls: ``model`` on ``connection`` (``None``:
+    Hugging Face's router), ``value`` as the picker names it, the ``route`` to it (on the
+    importer's credentials), and its ``prices`` (``None``: unpriced)."""
+
+    model: str
+    connection: Connection | None
+    value: str
+    route: gateway.Route
+    prices: PricePair | None
+
+
+def _judged_rescores(*, user, results, domain: str, judge: ImportJudge | None, progress):
+    """Each simulation's :class:`Rescore`, in the file's order: with ``judge`` for tasks
+    that need it, until its budget is reached or its provider refuses it for good (then
+    the rest are not judged, their note saying why)."""
+    info = results.info
+    scores: list[Rescore] = []
+    stopped = ""  # why the judge is asked no more
+    spent = Decimal(0)  # this import's judge spend so far (not stored yet: budgets cannot see it)
+    for sim in results.simulations:
+        task = catalog.get_tau2_task(domain, sim.task_id)
+        route = None
+        if judge is not None and not stopped and needs_judge(task):
+            stopped = (
+                budgets.judge_refusal(
+                    connection=judge.connection,
+                    model=judge.model,
+                    prices=judge.prices,
+                    user=user,
+                    pending=spent,
+                )
+                or ""
+            )
+            route = None if stopped else judge.route
+        score = rescore(
+            domain=domain,
+            task=task,
+            simulation=sim,
+            max_steps=info.max_steps,
+            max_errors=info.max_errors,
+            judge_llm=route,
+        )
+        if stopped and score.note == NO_JUDGE:
+            score = replace(score, note=f"not judged: {stopped}")
+        if score.judge_stop:
+            stopped = f"the judge failed on an earlier conversation ({score.judge_stop})"
+        if judge is not None and score.judge_usage.calls:
+            usage = score.judge_usage
+            cost = cost_usd(
+                prompt_tokens=usage.prompt_tokens,
+                completion_tokens=usage.completion_tokens,
+                prices=judge.prices,
+            )
+            spent += cost or Decimal(0)
+        scores.append(score)
+        if progress is not None:
+            progress(len(scores), len(results.simulations))
+    return scores
+
+
 def evaluation_import(
     *,
     user,
@@ -69,6 +144,7 @@ def evaluation_import(
     filename: str = "",
     progress: Callable[[int, int], None] | None = None,
     on_stored: Callable[[Evaluation], None] | None = None,
+    judge: ImportJudge | None = None,
 ) -> Evaluation:
     """Store the ``tau2 run`` results file ``data`` as an imported evaluation of ``user``.
 
@@ -78,7 +154,8 @@ def evaluation_import(
     ``progress(done, total)`` is called as the simulations are re-scored (before anything
     is written); ``on_stored(evaluation)`` inside the transaction that stores it, once
     everything is written: whatever it raises undoes the import (a worker's job that is
-    no longer its own stores nothing).
+    no longer its own stores nothing). ``judge``: τ²'s NL-assertion judge for the tasks
+    whose reward needs it (none: those are not re-scored).
 
     Returns the evaluation (status ``IMPORTED``) with one completed run per simulation:
     its messages as events and τ²'s re-scored reward. Raises ``ValidationError`` with a
@@ -113,20 +190,11 @@ def evaluation_import(
         raise ValidationError(f"No task {shown} in {domain} on this server.")
     trials = _trials(results)
 
-    # Re-score before anything is written: CPU only, no LLM, no database.
-    scores = []
-    for sim in results.simulations:
-        scores.append(
-            rescore(
-                domain=domain,
-                task=catalog.get_tau2_task(domain, sim.task_id),
-                simulation=sim,
-                max_steps=info.max_steps,
-                max_errors=info.max_errors,
-            )
-        )
-        if progress is not None:
-            progress(len(scores), len(results.simulations))
+    # Re-score before anything is written: CPU only, and the judge's calls if one is named.
+    scores = _judged_rescores(
+        user=user, results=results, domain=domain, judge=judge, progress=progress
+    )
+    judged_at = timezone.now()
     differing_tasks = sorted(
         {t.id for t in results.tasks if t.id in tasks and not same_task(domain, t)}
     )
@@ -186,6 +254,9 @@ def evaluation_import(
                     ),
                     "simulations": len(results.simulations),
                     "rescored": sum(s.reward_info is not None for s in scores),
+                    # τ²'s NL judge the importer named, and how many it judged.
+                    "judge": judge.value if judge is not None else "",
+                    "judged": sum(bool(s.judge_usage.calls) for s in scores),
                     "differs": [],
                     "not_rescored": [],
                     "tasks_differ": differing_tasks,
@@ -193,7 +264,7 @@ def evaluation_import(
             },
         )
         runs = Run.objects.bulk_create(
-            _run(evaluation, tasks[sim.task_id], sim, trial, score, info, digest)
+            _run(evaluation, tasks[sim.task_id], sim, trial, score, info, digest, judge, judged_at)
             for sim, trial, score, digest in zip(
                 results.simulations, trials, scores, digests, strict=True
             )
@@ -456,8 +527,38 @@ def _side_usage(sim, kind: str) -> tuple[int, int]:
     return sum(p for p, _ in usages), sum(c for _, c in usages)
 
 
+def _judge_columns(score: Rescore, judge: ImportJudge | None, judged_at) -> dict[str, Any]:
+    """A run's judge columns when ``judge`` judged its conversation (else none)."""
+    usage = score.judge_usage
+    if judge is None or not usage.calls:
+        return {}
+    return {
+        "judge_model": judge.model,
+        "judge_connection": judge.connection,
+        "judge_prompt_tokens": usage.prompt_tokens,
+        "judge_completion_tokens": usage.completion_tokens,
+        "judge_cost_usd": _money(
+            cost_usd(
+                prompt_tokens=usage.prompt_tokens,
+                completion_tokens=usage.completion_tokens,
+                prices=judge.prices,
+            ),
+            "judge cost",
+        ),
+        "judged_at": judged_at,
+    }
+
+
 def _run(
-    evaluation: Evaluation, task: Task, sim, trial: int, score: Rescore, info, digest: str
+    evaluation: Evaluation,
+    task: Task,
+    sim,
+    trial: int,
+    score: Rescore,
+    info,
+    digest: str,
+    judge: ImportJudge | None = None,
+    judged_at=None,
 ) -> Run:
     started, finished = _times(sim, "")
     agent_prompt, agent_completion = _side_usage(sim, RunEvent.Kind.AGENT)
@@ -509,6 +610,7 @@ def _run(
         user_prompt_tokens=user_prompt,
         user_completion_tokens=user_completion,
         user_cost_usd=_money(sim.user_cost, "user_cost"),
+        **_judge_columns(score, judge, judged_at),
         provenance={
             "tau2_version": evaluation.provenance["tau2_version"],
             "task_set_hash": evaluation.provenance["task_set_hash"],

@@ -32,9 +32,16 @@ from django.db import DatabaseError, close_old_connections, transaction
 from django.db.models import F
 from django.utils import timezone
 
+from apps.accounts.vault import SignInRequired
+from apps.connections.llm_routes import (
+    ConnectionUnavailable,
+    ResolvedRoute,
+    route_for,
+    route_resolve,
+)
 from apps.evaluations import exports, imports, regrade, submission
 from apps.evaluations.models import Evaluation, EvaluationJob
-from apps.runs import queue
+from apps.runs import budgets, queue
 from tau2_env.engine.submission import CHECK_TIMEOUT_SECONDS, SubmissionInvalid
 
 logger = logging.getLogger(__name__)
@@ -97,17 +104,28 @@ def evaluation_job_check(
     )
 
 
-def evaluation_job_regrade(*, user, evaluation: Evaluation) -> EvaluationJob:
+def evaluation_job_regrade(
+    *, user, evaluation: Evaluation, judge: ResolvedRoute | None = None
+) -> EvaluationJob:
     """Queue the re-grade of ``evaluation`` on this server's task set for ``user`` (see
-    :mod:`apps.evaluations.regrade`). Raises ``ValidationError`` when it cannot be
-    re-graded (the reason in words) and :class:`JobRefused` at the limit."""
+    :mod:`apps.evaluations.regrade`), with τ²'s NL-assertion ``judge`` (a model ``user``
+    may use, as the run form's judge picker cleans it) for the tasks whose reward needs
+    it, or none (those are not re-scored). Raises ``ValidationError`` when it cannot be
+    re-graded (the reason in words, a judge refused by its budget too) and
+    :class:`JobRefused` at the limit."""
     refusal = regrade.regrade_refusal(evaluation)
     if refusal:
         raise ValidationError(refusal)
+    if judge is not None:
+        refused = budgets.judge_refusal(
+            connection=judge.connection, model=judge.model, prices=judge.prices, user=user
+        )
+        if refused:
+            raise ValidationError(f"{refused}.")
     return _create(
         user=user,
         kind=EvaluationJob.Kind.REGRADE,
-        params={"evaluation": evaluation.pk},
+        params={"evaluation": evaluation.pk, "judge": judge.value if judge is not None else ""},
         name=f"{evaluation}"[:170] + " (re-graded)",
     )
 
@@ -273,6 +291,7 @@ def _regrade(job: EvaluationJob, claim: _Claim) -> None:
     if refusal:
         raise ValidationError(refusal)
     version, task_set = regrade.task_set_of(old)
+    judge = _judge(job)
     data = json.dumps(exports.evaluation_export_tau2(old)).encode()
 
     def stored(evaluation: Evaluation) -> None:
@@ -294,6 +313,27 @@ def _regrade(job: EvaluationJob, claim: _Claim) -> None:
         filename=f"evaluation-{old.pk}.json",
         progress=claim.progress,
         on_stored=stored,
+        judge=judge,
+    )
+
+
+def _judge(job: EvaluationJob) -> imports.ImportJudge | None:
+    """The re-grade's judge, checked again for its asker now (access, sign-in, the
+    connection's key); ``ValidationError`` in words when it can no longer be used."""
+    value = (job.params or {}).get("judge") or ""
+    if not value:
+        return None
+    try:
+        picked = route_resolve(value, user=job.created_by, role="judge")
+        route = route_for(connection=picked.connection, model=picked.model, user=job.created_by)
+    except (ValueError, SignInRequired, ConnectionUnavailable) as exc:
+        raise ValidationError(f"The NL judge {value} cannot be used: {exc}") from None
+    return imports.ImportJudge(
+        model=picked.model,
+        connection=picked.connection,
+        value=picked.value,
+        route=route,
+        prices=picked.prices,
     )
 
 

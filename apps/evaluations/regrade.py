@@ -11,6 +11,12 @@ scores ``tau2 run`` files — the evaluation's own τ² results file is what it 
 is a new evaluation, linked to the old one (``provenance["regrade"]``), with the tasks whose
 outcome flipped and why.
 
+A task whose reward needs τ²'s NL-assertion judge (1.0.1's retail, nearly all of it) is
+re-scored only when the person names a judge, as a run's judge is named; τ²'s own
+evaluator asks it (``tau2 evaluate-trajs`` sends the same request), its calls kept on the
+new runs and counted against the judge connection's budgets. Without one those runs are
+not re-scored, each saying why.
+
 The job runs on a worker (:mod:`apps.evaluations.jobs`, kind ``REGRADE``): a large
 evaluation re-scores for minutes.
 """
@@ -25,7 +31,13 @@ from apps.runs.models import Run
 from apps.tasks.selectors import task_set_installed as current_task_set
 from tau2_env.engine.evaluation import is_successful
 
-__all__ = ["current_task_set", "regrade_flips", "regrade_refusal", "task_set_of"]
+__all__ = [
+    "current_task_set",
+    "regrade_flips",
+    "regrade_refusal",
+    "runs_needing_judge",
+    "task_set_of",
+]
 
 
 def task_set_of(evaluation: Evaluation) -> tuple[str, str]:
@@ -50,6 +62,17 @@ def regrade_refusal(evaluation: Evaluation) -> str | None:
     if not Run.objects.filter(evaluation=evaluation, status=Run.Status.COMPLETED).exists():
         return "It has no completed runs to score again."
     return None
+
+
+def runs_needing_judge(evaluation: Evaluation) -> int:
+    """How many of ``evaluation``'s completed runs are of a task whose reward, on this
+    server's task set, needs τ²'s NL-assertion judge: what a re-grade re-scores only with
+    a judge (τ² 1.0.1's retail: 112 of its 114 tasks)."""
+    return Run.objects.filter(
+        evaluation=evaluation,
+        status=Run.Status.COMPLETED,
+        task__reward_basis__contains=["NL_ASSERTION"],
+    ).count()
 
 
 def _breakdown(reward_info: dict | None) -> dict[str, float]:

@@ -13,6 +13,8 @@ it (its own ``judge_model`` on ``judge_connection``, else the customer's route);
 person, the same over the runs they started. A run is charged to
 the month it **started** in (``started_at``): a run queued but never started cost nothing,
 and one that started on the 31st and ends on the 1st stays in the month it started in.
+A judge that judged a stored conversation later (a re-grade, ``Run.judged_at``) is
+charged to the month it judged in.
 Unpriced calls cost nothing known: they are counted apart ("unpriced"), never as $0, and
 a budgeted connection refuses a model it has no price for.
 
@@ -86,6 +88,7 @@ __all__ = [
     "connection_spend_view",
     "episode_admit",
     "episode_turn_refusal",
+    "judge_refusal",
     "month_window",
     "play_turn_refusal",
     "rooms",
@@ -129,12 +132,13 @@ def _on(column: str, connection: Connection) -> Q:
 
 
 def _spending():
-    """(where the side runs, its aggregates) for the agent, the customer and the judge."""
+    """(where the side runs, its aggregates, whether the month is the judge's) for the
+    agent, the customer and the judge."""
     for side, (column, *_) in _SIDES.items():
-        yield column, _side_aggregates(side)
+        yield column, _side_aggregates(side), False
     cost, _ = _JUDGE
     spent = Coalesce(Sum(Coalesce(F(cost), _ZERO)), _ZERO)
-    yield "judge", {"spent": spent, "committed": spent}
+    yield "judge", {"spent": spent, "committed": spent}, True
 
 
 # The sides a run plays on a connection, as ``Spend.unpriced_sides`` names them.
@@ -218,8 +222,17 @@ class Spend:
 NOTHING = Spend(spent=Decimal(0), committed=Decimal(0))
 
 
-def _month_runs(*, start: datetime, end: datetime, user=None, exclude_run: int | None = None):
-    runs = Run.objects.filter(started_at__gte=start, started_at__lt=end)
+def _month_runs(
+    *, start: datetime, end: datetime, user=None, exclude_run: int | None = None, judge=False
+):
+    """The runs charged to ``[start, end)``; ``judge``: as the judge's calls are charged
+    (in the month they were made: ``judged_at``, else the run's start)."""
+    started = Q(started_at__gte=start, started_at__lt=end)
+    if judge:
+        judged = Q(judged_at__gte=start, judged_at__lt=end)
+        runs = Run.objects.filter(judged | (Q(judged_at__isnull=True) & started))
+    else:
+        runs = Run.objects.filter(started)
     if user is not None:
         runs = runs.filter(created_by=user)
     if exclude_run is not None:
@@ -247,23 +260,33 @@ def connection_spend(
     start, end = month_window(now)
     runs = _month_runs(start=start, end=end, user=user, exclude_run=exclude_run)
     total = _unpriced_spend(runs.aggregate(**_unpriced_counts(connection)))
-    for column, aggregates in _spending():
-        found = runs.filter(_on(column, connection)).aggregate(**aggregates)
+    for column, aggregates, judge in _spending():
+        side_runs = (
+            _month_runs(start=start, end=end, user=user, exclude_run=exclude_run, judge=True)
+            if judge
+            else runs
+        )
+        found = side_runs.filter(_on(column, connection)).aggregate(**aggregates)
         total += Spend(spent=found["spent"], committed=found["committed"])
     return total
 
 
 def _spend_by_person(*, connection: Connection, now: datetime | None = None) -> dict[int, Spend]:
     start, end = month_window(now)
-    runs = _month_runs(start=start, end=end)
     out: dict[int, Spend] = defaultdict(lambda: NOTHING)
-    unpriced = runs.values("created_by").annotate(**_unpriced_counts(connection)).order_by()
+    unpriced = (
+        _month_runs(start=start, end=end)
+        .values("created_by")
+        .annotate(**_unpriced_counts(connection))
+        .order_by()
+    )
     for row in unpriced:
         if row["unpriced"]:
             out[row["created_by"]] += _unpriced_spend(row)
-    for column, aggregates in _spending():
+    for column, aggregates, judge in _spending():
         rows = (
-            runs.filter(_on(column, connection))
+            _month_runs(start=start, end=end, judge=judge)
+            .filter(_on(column, connection))
             .values("created_by")
             .annotate(**aggregates)
             .order_by()
@@ -632,6 +655,37 @@ def budget_reached(*, run: Run) -> str | None:
                     f"({dollars(room.spend.spent)} spent): {stopped}. Raise the budget or "
                     f"wait for next month; {_then(run)}."
                 )
+    return None
+
+
+def judge_refusal(
+    *,
+    connection: Connection | None,
+    model: str,
+    prices: PricePair | None,
+    user,
+    pending: Decimal = Decimal(0),
+) -> str | None:
+    """Why τ²'s NL judge on ``connection``'s ``model`` may not be asked for ``user``'s next
+    judgement (a re-grade judges one conversation after another, each a call or so, and
+    holds no reservation, as a play session's customer) — no price for it on a budgeted
+    connection, or the connection's (or the person's) budget reached this month — or
+    ``None``: it may. ``pending``: what the judge spent already and is not stored yet (a
+    re-grade stores its runs at the end). The router, on the person's own token, has no
+    budget here."""
+    if connection is None:
+        return None
+    connection = Connection.objects.get(pk=connection.pk)  # its budget as it is now
+    if connection.monthly_budget_usd is None and connection.person_monthly_budget_usd is None:
+        return None
+    if prices is None:
+        return unpriced_refusal(connection=connection, model=model)
+    for room in rooms(connection=connection, user=user):
+        if room.spend.spent + pending >= room.budget:
+            return (
+                f"{room.sentence()}: its budget is reached, so the judge was not asked. Raise "
+                "the budget or wait for next month, then re-grade again"
+            )
     return None
 
 

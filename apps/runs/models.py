@@ -246,6 +246,9 @@ class Run(RunSides):
         blank=True,
         help_text="The NL judge's calls; empty when unpriced or not judged.",
     )
+    # When the judge's calls were made, if not during the run: a re-grade judges stored
+    # conversations long after they started, and a budget charges the month it judged in.
+    judged_at = models.DateTimeField(null=True, blank=True)
     # What admission to a budgeted connection held for each side while the run goes on
     # (apps.runs.budgets: one run's estimated maximum); empty: not admitted to a budget.
     agent_reserved_usd = models.DecimalField(

@@ -2,21 +2,22 @@
 their sides' info with it, score their conversations again with τ²'s evaluator through
 the one driver, and the settings taubench.com's leaderboard runs them with.
 
-Framework-free. Re-scoring never calls an LLM: a task whose reward needs τ²'s
-NL-assertion judge is reported as not re-scored instead.
+Framework-free. Re-scoring calls no LLM unless it is given a judge: a task whose reward
+needs τ²'s NL-assertion judge is then judged by τ²'s own evaluator along that route (as
+``tau2 evaluate-trajs`` judges it), and without one it is reported as not re-scored.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 # isort: off
 from tau2_env.llm._tau2 import registry  # noqa: F401  (τ² through its quiet import, first)
 from pydantic import ValidationError
 from tau2.data_model.simulation import AgentInfo, Results, SimulationRun, UserInfo
-from tau2.data_model.tasks import Task
+from tau2.data_model.tasks import RewardType, Task
 from tau2.evaluator.evaluator import EvaluationType
 
 # isort: on
@@ -32,6 +33,7 @@ __all__ = [
     "ResultsFileError",
     "agent_info",
     "mode_of",
+    "needs_judge",
     "read_results",
     "rescore",
     "same_task",
@@ -152,11 +154,17 @@ class Rescore:
 
     ``reward_info`` is τ²'s ``RewardInfo`` as JSON, or ``None`` when it could not be
     re-scored (``note`` says why). ``stored`` is the reward the file recorded.
+    ``judge_usage``: the tokens of τ²'s NL judge's calls in the re-score (none made: an
+    empty ``Usage``, also for a judge whose call failed, which reported none).
     """
 
     stored: float | None
     reward_info: dict[str, Any] | None
     note: str = ""
+    judge_usage: gateway.Usage = field(default_factory=gateway.Usage)
+    # Why the judge will fail for every conversation alike (refused by its provider: a
+    # bad key, no credit, no such model), when it did here; "" otherwise.
+    judge_stop: str = ""
 
     @property
     def reward(self) -> float | None:
@@ -197,6 +205,7 @@ def rescore(
     max_steps: int,
     max_errors: int,
     mode: str = episodes.DEFAULT,
+    judge_llm: gateway.Route | None = None,
 ) -> Rescore:
     """Score ``simulation``'s conversation again with τ²'s evaluator, as ``tau2 run`` does.
 
@@ -205,6 +214,11 @@ def rescore(
     against the one it gets again) and ended as the file says it ended; a No-User file's in τ²'s
     solo mode, as ``tau2 run`` scored it (``mode``: :func:`mode_of` the file's sides). Never
     raises for a bad conversation: the :class:`Rescore` says it could not be re-scored, and why.
+
+    A task whose reward needs τ²'s NL-assertion judge is judged along ``judge_llm`` (τ²'s
+    prompt and τ²'s judge arguments, the model the route's); without one it is not
+    re-scored. A judge that fails (an error of its provider, a reply τ² cannot read) leaves
+    it not re-scored, the note saying so in words.
     """
     stored = simulation.reward_info.reward if simulation.reward_info is not None else None
     try:
@@ -218,6 +232,7 @@ def rescore(
             max_errors=max_errors,
             seed=simulation.seed,
             nl_judge="basis",
+            judge_llm=judge_llm,
             score_on_end=False,
             mode=mode,
             # A mode's own agent is τ²'s (never asked here: the conversation is over).
@@ -230,17 +245,35 @@ def rescore(
             f"its messages do not replay in τ²'s {domain} environment "
             f"({episodes.failure_reason(exc)})",
         )
-    if episode.evaluation_type() == EvaluationType.ALL_WITH_NL_ASSERTIONS:
+    judged = episode.evaluation_type() == EvaluationType.ALL_WITH_NL_ASSERTIONS
+    if judged and judge_llm is None:
+        return Rescore(stored, None, NO_JUDGE)
+    try:
+        info = episode.evaluate()
+    except gateway.LLMCallError as exc:  # only the judge calls an LLM here
+        reason = episodes.failure_reason(exc, judge_llm)
+        refused = exc.status_code in (401, 402, 403, 404)
         return Rescore(
             stored,
             None,
-            "its task's reward needs τ²'s NL-assertion judge, an LLM, which an import never calls",
+            f"τ²'s NL-assertion judge failed ({reason})",
+            judge_stop=reason if refused else "",
         )
-    try:
-        info = episode.evaluate()
     except Exception as exc:
-        return Rescore(stored, None, f"τ²'s evaluator failed ({episodes.failure_reason(exc)})")
-    return Rescore(stored, info.model_dump(mode="json"))
+        what = "τ²'s NL-assertion judge" if judged else "τ²'s evaluator"
+        return Rescore(stored, None, f"{what} failed ({episodes.failure_reason(exc)})")
+    return Rescore(stored, info.model_dump(mode="json"), judge_usage=episode.judge_usage)
+
+
+# Why a conversation whose task needs the judge is not re-scored without one.
+NO_JUDGE = "its task's reward needs τ²'s NL-assertion judge, an LLM, and no judge was chosen"
+
+
+def needs_judge(task: Task) -> bool:
+    """True when ``task``'s reward needs τ²'s NL-assertion judge (``NL_ASSERTION`` in its
+    reward basis): re-scoring it calls an LLM."""
+    criteria = task.evaluation_criteria
+    return criteria is not None and RewardType.NL_ASSERTION in set(criteria.reward_basis or ())
 
 
 def _without_stamps(value: Any) -> Any:

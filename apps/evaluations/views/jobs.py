@@ -11,6 +11,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from apps.accounts.access import can_start, signin_url
 from apps.evaluations import jobs, selectors, submission
+from apps.evaluations.forms import RegradeForm
 from apps.evaluations.models import Evaluation, EvaluationJob
 
 
@@ -42,13 +43,21 @@ def job_detail(request, pk: int):
 @require_POST
 def evaluation_regrade(request, pk: int):
     """Queue a re-grade of evaluation ``pk`` on this server's task set (a new evaluation
-    of the asker's) and follow it on the job's page; or back to the evaluation saying why
+    of the asker's), with the NL judge the form names (none: the tasks that need one are
+    not re-scored), and follow it on the job's page; or back to the evaluation saying why
     not."""
     evaluation = selectors.evaluation_get(pk=pk)
     if not can_start(request.user):
         return redirect(signin_url(next_url=evaluation.get_absolute_url(), reason="start"))
+    form = RegradeForm(request.POST, user=request.user)
+    if not form.is_valid():
+        for errors in form.errors.values():
+            messages.error(request, " ".join(errors))
+        return redirect(evaluation)
     try:
-        job = jobs.evaluation_job_regrade(user=request.user, evaluation=evaluation)
+        job = jobs.evaluation_job_regrade(
+            user=request.user, evaluation=evaluation, judge=form.cleaned_data["judge_model"]
+        )
     except ValidationError as exc:
         messages.error(request, " ".join(exc.messages))
     except jobs.JobRefused as exc:

@@ -3,6 +3,8 @@ state for the page script, and pause / resume / stop / retry the failed runs."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied, ValidationError
 from django.http import JsonResponse
@@ -13,7 +15,7 @@ from apps.accounts.access import can_control, can_start, can_view_runs, signin_u
 from apps.accounts.vault import SignInRequired
 from apps.connections.picker import picks_a_connection
 from apps.evaluations import baselines, presenters, regrade, selectors, services
-from apps.evaluations.forms import EvaluationForm, preview_for
+from apps.evaluations.forms import EvaluationForm, RegradeForm, preview_for
 from apps.evaluations.models import Evaluation
 from apps.runs.forms import has_retrieval
 from apps.tasks.selectors import TaskFilters
@@ -131,11 +133,25 @@ def evaluation_detail(request, pk: int):
     )
 
 
-def _regrade_offer(user, evaluation) -> str:
-    """The task set a re-grade would score on, when ``user`` may ask for one ("")."""
+@dataclass(frozen=True)
+class RegradeOffer:
+    """What the evaluation page offers: a re-grade on ``task_set``, its judge picker, and
+    how many of the runs only a judge can re-score (``needs_judge``)."""
+
+    task_set: str
+    needs_judge: int
+    form: RegradeForm
+
+
+def _regrade_offer(user, evaluation) -> RegradeOffer | None:
+    """The re-grade ``user`` may ask for on this evaluation, or ``None``."""
     if not can_start(user) or regrade.regrade_refusal(evaluation):
-        return ""
-    return task_set_label(regrade.current_task_set()[0])
+        return None
+    return RegradeOffer(
+        task_set=task_set_label(regrade.current_task_set()[0]),
+        needs_judge=regrade.runs_needing_judge(evaluation),
+        form=RegradeForm(user=user),
+    )
 
 
 def evaluation_state(request, pk: int):
