@@ -15,6 +15,7 @@ request is compared with what ``tau2 evaluate-trajs --fresh-tasks`` sends.
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from decimal import Decimal
 
@@ -320,3 +321,64 @@ def test_a_judge_taken_away_before_the_worker_starts_fails_the_job_in_words(
     assert job.status == EvaluationJob.Status.FAILED
     assert job.error.startswith("The NL judge @soon-gone/judge-7b cannot be used:")
     assert judge_requests(llm_server) == []
+
+
+@pytest.mark.upstream
+def test_the_judge_asks_what_tau2_evaluate_trajs_fresh_tasks_asks(
+    alice, alice_client, llm_server, staff, held_jobs, tmp_path
+):
+    """τ² 1.0.1's retail, scored on DB and NL_ASSERTION: the re-grade's judge requests are
+    the bodies ``tau2 evaluate-trajs --fresh-tasks`` sends for the same conversations (its
+    judge is τ²'s fixed model; here the connection offers that very model), and the
+    verdicts are its verdicts."""
+    from tau2.config import DEFAULT_LLM_NL_ASSERTIONS  # τ²'s own judge model (1.0.1: gpt-4.1)
+
+    from apps.evaluations import exports
+    from tau2_env.engine.results import needs_judge
+    from tests.support.tau2_cli import tau2_cli_evaluate_trajs
+
+    task_id = next(
+        t
+        for t in catalog.get_domain("retail").splits["base"]
+        if needs_judge(task := catalog.get_tau2_task("retail", t))
+        and task.evaluation_criteria.nl_assertions  # one the judge is asked about
+    )
+    solved = conversation(llm_server, domain="retail", task_id=task_id, solve=True)
+    idle = conversation(llm_server, domain="retail", task_id=task_id, solve=False)
+    older = stored_evaluation(
+        alice,
+        outcomes={task_id: [solved, idle]},
+        domain="retail",
+        split="",
+        task_set_hash="tau2-0.2-retail",
+    )
+    older.provenance["tau2_version"] = "0.2.1.dev0"
+    older.save(update_fields=["provenance"])
+    openai_compatible_connection(
+        llm_server, by=staff, name="Judge", slug="judge", models=[DEFAULT_LLM_NL_ASSERTIONS]
+    )
+    verdicts = iter([True, False, True, False])  # each side's two judgements alike
+    llm_server.responder = lambda request: judge_reply(request, met=next(verdicts))
+    before = len(llm_server.chat_requests())
+
+    job, _ = _regrade(
+        alice_client, older, held_jobs, judge_model=f"@judge/{DEFAULT_LLM_NL_ASSERTIONS}"
+    )
+    ours = [r.body for r in llm_server.chat_requests()[before:]]
+    results = tmp_path / "older.json"
+    results.write_text(json.dumps(exports.evaluation_export_tau2(older)))
+    theirs_file = tau2_cli_evaluate_trajs(results, api_base=llm_server.base_url)
+    theirs = [r.body for r in llm_server.chat_requests()[before + len(ours) :]]
+
+    assert job.status == EvaluationJob.Status.DONE, job.error
+    assert len(ours) == 2
+    assert ours == theirs
+    runs = _new_runs(job)
+    for sim in theirs_file["simulations"]:
+        run = runs[sim["trial"]]
+        mine, tau2s = run.reward_info, sim["reward_info"]
+        assert mine["reward"] == tau2s["reward"]
+        assert mine["reward_breakdown"] == tau2s["reward_breakdown"]
+        assert mine["nl_assertions"] == tau2s["nl_assertions"]
+    assert runs[0].reward_info["reward_breakdown"]["NL_ASSERTION"] == 1.0
+    assert runs[1].reward_info["reward_breakdown"]["NL_ASSERTION"] == 0.0

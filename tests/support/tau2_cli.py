@@ -151,3 +151,30 @@ def tau2_cli_review(
     )
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     return json.loads(output.read_text())
+
+
+def tau2_cli_evaluate_trajs(
+    results: Path, *, api_base: str, key: str = "sk-scripted-not-a-key"
+) -> dict[str, Any]:
+    """Run τ² 1.x's ``tau2 evaluate-trajs <results> --fresh-tasks -o <dir>`` (a re-grade
+    against the installed task set) with its NL-assertion judge — τ²'s fixed model, no
+    flag chooses it: litellm reads the OpenAI base URL and key from the environment — at
+    ``api_base``, and return the re-scored results."""
+    env = {name: value for name, value in os.environ.items() if name not in _DROPPED}
+    env.update(
+        {"OPENAI_API_KEY": key, "OPENAI_API_BASE": api_base, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    )
+    output = results.parent / "evaluated"
+    command = [
+        str(Path(sys.executable).with_name("tau2")),
+        "evaluate-trajs",
+        str(results),
+        "--fresh-tasks",
+        "--output-dir",
+        str(output),
+    ]
+    done = subprocess.run(
+        command, env=env, cwd=results.parent, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    return json.loads((output / f"updated_{results.name}").read_text())
