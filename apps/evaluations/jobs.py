@@ -69,13 +69,20 @@ class JobRefused(Exception):
 
 
 def evaluation_job_import(
-    *, user, data: bytes, name: str = "", filename: str = ""
+    *,
+    user,
+    data: bytes,
+    name: str = "",
+    filename: str = "",
+    judge: ResolvedRoute | None = None,
 ) -> EvaluationJob:
     """Queue the import of the ``tau2 run`` results file ``data`` for ``user`` (see
-    :func:`apps.evaluations.imports.evaluation_import`; nothing of it is read here).
+    :func:`apps.evaluations.imports.evaluation_import`; nothing of it is read here), with
+    τ²'s NL-assertion ``judge`` for the tasks whose reward needs it (as a re-grade's).
 
-    Raises ``ValidationError`` for a file above ``TAU2_EVAL_MAX_UPLOAD_BYTES`` and
-    :class:`JobRefused` at the per-person limit; nothing is stored then."""
+    Raises ``ValidationError`` for a file above ``TAU2_EVAL_MAX_UPLOAD_BYTES`` or a judge
+    its budget refuses, and :class:`JobRefused` at the per-person limit; nothing is stored
+    then."""
     if len(data) > imports.max_upload_bytes():
         raise ValidationError(imports.too_large(len(data)))
     return _create(
@@ -85,6 +92,7 @@ def evaluation_job_import(
         size=len(data),
         name=(name or "").strip()[:200],
         filename=(filename or "")[:255],
+        params={"judge": _judge_value(user=user, judge=judge)},
     )
 
 
@@ -116,18 +124,25 @@ def evaluation_job_regrade(
     refusal = regrade.regrade_refusal(evaluation)
     if refusal:
         raise ValidationError(refusal)
-    if judge is not None:
-        refused = budgets.judge_refusal(
-            connection=judge.connection, model=judge.model, prices=judge.prices, user=user
-        )
-        if refused:
-            raise ValidationError(f"{refused}.")
     return _create(
         user=user,
         kind=EvaluationJob.Kind.REGRADE,
-        params={"evaluation": evaluation.pk, "judge": judge.value if judge is not None else ""},
+        params={"evaluation": evaluation.pk, "judge": _judge_value(user=user, judge=judge)},
         name=f"{evaluation}"[:170] + " (re-graded)",
     )
+
+
+def _judge_value(*, user, judge: ResolvedRoute | None) -> str:
+    """What a job keeps of its ``judge`` (the picker's value, "" for none: it is resolved
+    again on the worker); ``ValidationError`` when its budget refuses it already."""
+    if judge is None:
+        return ""
+    refused = budgets.judge_refusal(
+        connection=judge.connection, model=judge.model, prices=judge.prices, user=user
+    )
+    if refused:
+        raise ValidationError(f"{refused}.")
+    return judge.value
 
 
 def jobs_limit_message(*, in_flight: int, limit: int) -> str:
@@ -280,6 +295,7 @@ def _import(job: EvaluationJob, claim: _Claim) -> None:
         filename=job.filename,
         progress=claim.progress,
         on_stored=stored,
+        judge=_judge(job),
     )
 
 

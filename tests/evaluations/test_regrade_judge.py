@@ -323,6 +323,34 @@ def test_a_judge_taken_away_before_the_worker_starts_fails_the_job_in_words(
     assert judge_requests(llm_server) == []
 
 
+def test_an_import_of_a_tau2_results_file_can_name_the_judge_too(
+    alice_client, older, judged_task, judge_meets, held_jobs, llm_server
+):
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from apps.evaluations import exports
+
+    data = json.dumps(exports.evaluation_export_tau2(older)).encode()
+    page = alice_client.get("/evaluations/import/").content.decode()
+    assert 'data-testid="judge-picker"' in page
+
+    response = alice_client.post(
+        "/evaluations/import/",
+        {
+            "file": SimpleUploadedFile("older.json", data, content_type="application/json"),
+            "judge_model": JUDGE,
+        },
+    )
+    job, _ = followed(alice_client, response, held_jobs)
+
+    assert job.kind == EvaluationJob.Kind.IMPORT and job.status == EvaluationJob.Status.DONE
+    runs = _new_runs(job)
+    assert {t: r.reward for t, r in runs.items()} == {0: 1.0, 1: 0.0, 2: 1.0}
+    assert all(r.judge_model == JUDGE and r.judge_prompt_tokens for r in runs.values())
+    assert len(judge_requests(llm_server)) == 3
+    assert job.evaluation.provenance["import"]["judged"] == 3
+
+
 @pytest.mark.upstream
 def test_the_judge_asks_what_tau2_evaluate_trajs_fresh_tasks_asks(
     alice, alice_client, llm_server, staff, held_jobs, tmp_path

@@ -10,6 +10,7 @@ from django.shortcuts import redirect, render
 from django.utils.http import urlencode
 
 from apps.accounts.access import can_start, can_view_runs, signin_required_to_start, signin_url
+from apps.connections.picker import for_user, judge_field
 from apps.evaluations import exports, imports, jobs, selectors
 from apps.evaluations import leaderboard as board
 from apps.evaluations.models import Evaluation
@@ -78,13 +79,23 @@ class ImportForm(forms.Form):
     # An empty file reaches the service, which says what is wrong with it like any other.
     file = forms.FileField(label="Results file (JSON written by tau2 run)", allow_empty_file=True)
     name = forms.CharField(max_length=200, required=False, label="Name (optional)")
+    judge_model = judge_field(
+        empty_label="No judge: those conversations keep the file's reward",
+        help_text="τ²'s natural-language judge for the tasks whose reward needs it, on your "
+        "Hugging Face token or a connection you may use; its calls count against that "
+        "connection's budget.",
+    )
+
+    def __init__(self, *args, user=None, **kwargs):
+        super().__init__(*args, **kwargs)
+        for_user(self, user)
 
 
 @signin_required_to_start
 def evaluation_import(request):
     """Take the file and queue its import as a job (re-scoring it is the worker's work):
     the person follows the job's page."""
-    form = ImportForm(request.POST or None, request.FILES or None)
+    form = ImportForm(request.POST or None, request.FILES or None, user=request.user)
     status = 200
     if request.method == "POST" and form.is_valid():
         upload = form.cleaned_data["file"]
@@ -97,6 +108,7 @@ def evaluation_import(request):
                 data=upload.read(),
                 name=form.cleaned_data["name"],
                 filename=upload.name,
+                judge=form.cleaned_data["judge_model"],
             )
         except ValidationError as exc:
             form.add_error("file", exc.messages)
