@@ -17,37 +17,21 @@ from django.test import Client
 from apps.evaluations import jobs, regrade
 from apps.evaluations.models import Evaluation, EvaluationJob
 from apps.runs.models import Run
-from tests.support.evaluations import Conversation, conversation, stored_evaluation
+from tests.support.evaluations import (
+    Conversation,
+    conversation,
+    older_task_set_evaluation,
+    stored_evaluation,
+)
 from tests.support.jobs import followed
 from tests.support.llm_server import text
 
 TASK = "19"  # cancel_reservation: a write, expected alike by τ² 0.2 and 1.0.1
 
 
-def _as_scored_elsewhere(talk: Conversation, *, reward: float, db: float) -> Conversation:
-    info = dict(talk.reward_info)
-    info.update(reward=reward, reward_breakdown={"DB": db, "COMMUNICATE": 1.0})
-    return Conversation(talk.messages, info)
-
-
 @pytest.fixture
 def older(alice, llm_server) -> Evaluation:
-    solved = conversation(llm_server, domain="airline", task_id=TASK, solve=True)
-    idle = conversation(llm_server, domain="airline", task_id=TASK, solve=False)
-    assert (solved.reward, idle.reward) == (1.0, 0.0)
-    return stored_evaluation(
-        alice,
-        outcomes={
-            TASK: [
-                _as_scored_elsewhere(solved, reward=0.0, db=0.0),
-                _as_scored_elsewhere(idle, reward=1.0, db=1.0),
-                solved,
-            ]
-        },
-        split="",
-        task_set_hash="an-older-task-set",
-        name="older",
-    )
+    return older_task_set_evaluation(alice, llm_server, task_id=TASK)
 
 
 def test_an_evaluation_on_this_task_set_is_not_offered_a_regrade(alice, alice_client, llm_server):

@@ -29,7 +29,11 @@ from apps.tasks.models import Task
 from tau2_env.engine import catalog
 from tau2_env.engine.results import NO_JUDGE
 from tests.support.connections import openai_compatible_connection
-from tests.support.evaluations import Conversation, conversation, stored_evaluation
+from tests.support.evaluations import (
+    conversation,
+    older_task_set_evaluation,
+    stored_evaluation,
+)
 from tests.support.jobs import followed, job_of
 from tests.support.llm_server import error, text
 from tests.support.nl_judge import is_judge_request, judge_reply, judge_requests
@@ -40,29 +44,9 @@ JUDGE = "scripted/judge"
 JUDGE_USAGE = (1_000, 100)
 
 
-def _as_scored_elsewhere(talk: Conversation, *, reward: float, db: float) -> Conversation:
-    info = dict(talk.reward_info)
-    info.update(reward=reward, reward_breakdown={"DB": db, "COMMUNICATE": 1.0})
-    return Conversation(talk.messages, info)
-
-
 @pytest.fixture
 def older(alice, llm_server) -> Evaluation:
-    solved = conversation(llm_server, domain="airline", task_id=TASK, solve=True)
-    idle = conversation(llm_server, domain="airline", task_id=TASK, solve=False)
-    return stored_evaluation(
-        alice,
-        outcomes={
-            TASK: [
-                _as_scored_elsewhere(solved, reward=0.0, db=0.0),
-                _as_scored_elsewhere(idle, reward=1.0, db=1.0),
-                solved,
-            ]
-        },
-        split="",
-        task_set_hash="an-older-task-set",
-        name="older",
-    )
+    return older_task_set_evaluation(alice, llm_server, task_id=TASK)
 
 
 @pytest.fixture

@@ -255,3 +255,31 @@ def wait_for_evaluation(evaluation, predicate, *, timeout: float = 120.0):
             runs = list(evaluation.runs.values_list("status", "error"))
             pytest.fail(f"evaluation {evaluation.status}: {runs}")
         time.sleep(0.2)
+
+
+def older_task_set_evaluation(user, llm: ScriptedLLM, *, task_id: str = "19"):
+    """An evaluation of airline ``task_id`` scored on another task set (its provenance
+    names one): a conversation that solved it stored as failed on its DB check, one that
+    did nothing stored as a pass, and one solved, stored as τ² scores it here."""
+    solved = conversation(llm, domain="airline", task_id=task_id, solve=True)
+    idle = conversation(llm, domain="airline", task_id=task_id, solve=False)
+    assert (solved.reward, idle.reward) == (1.0, 0.0)
+    return stored_evaluation(
+        user,
+        outcomes={
+            task_id: [
+                _as_scored_elsewhere(solved, reward=0.0, db=0.0),
+                _as_scored_elsewhere(idle, reward=1.0, db=1.0),
+                solved,
+            ]
+        },
+        split="",
+        task_set_hash="an-older-task-set",
+        name="older",
+    )
+
+
+def _as_scored_elsewhere(talk: Conversation, *, reward: float, db: float) -> Conversation:
+    info = dict(talk.reward_info)
+    info.update(reward=reward, reward_breakdown={"DB": db, "COMMUNICATE": 1.0})
+    return Conversation(talk.messages, info)

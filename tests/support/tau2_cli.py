@@ -128,10 +128,7 @@ def tau2_cli_review(
     """Run τ² 1.x's ``tau2 review <results> --mode <mode>`` with its reviewer on
     ``review_model`` at ``api_base`` (``tau2 review`` takes no LLM arguments: litellm reads
     the OpenAI base URL and key from the environment) and return the reviewed results."""
-    env = {name: value for name, value in os.environ.items() if name not in _DROPPED}
-    env.update(
-        {"OPENAI_API_KEY": key, "OPENAI_API_BASE": api_base, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    )
+    env = _openai_env(api_base=api_base, key=key)
     output = results.with_name(f"reviewed-{mode}.json")
     command = [
         str(Path(sys.executable).with_name("tau2")),
@@ -146,10 +143,7 @@ def tau2_cli_review(
         "--output",
         str(output),
     ]
-    done = subprocess.run(
-        command, env=env, cwd=results.parent, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    _run_cli(command, env=env, cwd=results.parent)
     return json.loads(output.read_text())
 
 
@@ -160,10 +154,7 @@ def tau2_cli_evaluate_trajs(
     against the installed task set) with its NL-assertion judge — τ²'s fixed model, no
     flag chooses it: litellm reads the OpenAI base URL and key from the environment — at
     ``api_base``, and return the re-scored results."""
-    env = {name: value for name, value in os.environ.items() if name not in _DROPPED}
-    env.update(
-        {"OPENAI_API_KEY": key, "OPENAI_API_BASE": api_base, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    )
+    env = _openai_env(api_base=api_base, key=key)
     output = results.parent / "evaluated"
     command = [
         str(Path(sys.executable).with_name("tau2")),
@@ -173,8 +164,21 @@ def tau2_cli_evaluate_trajs(
         "--output-dir",
         str(output),
     ]
-    done = subprocess.run(
-        command, env=env, cwd=results.parent, capture_output=True, text=True, timeout=300
-    )
-    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    _run_cli(command, env=env, cwd=results.parent)
     return json.loads((output / f"updated_{results.name}").read_text())
+
+
+def _openai_env(*, api_base: str, key: str) -> dict[str, str]:
+    """The CLI's environment when its LLM (one τ² names itself, no flag giving its
+    endpoint) is OpenAI's at ``api_base`` with ``key``: litellm reads both from it."""
+    env = {name: value for name, value in os.environ.items() if name not in _DROPPED}
+    env.update(
+        {"OPENAI_API_KEY": key, "OPENAI_API_BASE": api_base, "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+    )
+    return env
+
+
+def _run_cli(command: list[str], *, env: dict[str, str], cwd: Path) -> None:
+    """Run τ²'s CLI ``command``; it must succeed (its output's tail says why not)."""
+    done = subprocess.run(command, env=env, cwd=cwd, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
