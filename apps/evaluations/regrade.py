@@ -23,11 +23,13 @@ evaluation re-scores for minutes.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from apps.evaluations.models import Evaluation
 from apps.evaluations.significance import task_order
 from apps.runs.models import Run
+from apps.tasks.models import Task
 from apps.tasks.selectors import task_set_installed as current_task_set
 from tau2_env.engine.evaluation import is_successful
 
@@ -68,11 +70,14 @@ def runs_needing_judge(evaluation: Evaluation) -> int:
     """How many of ``evaluation``'s completed runs are of a task whose reward, on this
     server's task set, needs τ²'s NL-assertion judge: what a re-grade re-scores only with
     a judge (τ² 1.0.1's retail: 112 of its 114 tasks)."""
-    return Run.objects.filter(
-        evaluation=evaluation,
-        status=Run.Status.COMPLETED,
-        task__reward_basis__contains=["NL_ASSERTION"],
-    ).count()
+    # Read in Python: a JSON list's "contains" is PostgreSQL's, and a laptop runs SQLite.
+    counts = Counter(
+        Run.objects.filter(evaluation=evaluation, status=Run.Status.COMPLETED).values_list(
+            "task_id", flat=True
+        )
+    )
+    bases = Task.objects.filter(pk__in=counts).values_list("pk", "reward_basis")
+    return sum(counts[pk] for pk, basis in bases if "NL_ASSERTION" in (basis or []))
 
 
 def _breakdown(reward_info: dict | None) -> dict[str, float]:
