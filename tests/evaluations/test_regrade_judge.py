@@ -123,9 +123,10 @@ def test_without_a_judge_the_page_says_one_would_score_them_and_each_is_refused_
 def test_a_judge_on_alices_own_token_scores_them_and_its_tokens_are_kept(
     alice_client, older, judged_task, judge_meets, held_jobs, llm_server
 ):
-    job, _ = _regrade(alice_client, older, held_jobs, judge_model=JUDGE)
+    job, job_page = _regrade(alice_client, older, held_jobs, judge_model=JUDGE)
 
     assert job.status == EvaluationJob.Status.DONE, job.error
+    assert f'<code data-testid="job-judge">{JUDGE}</code>' in job_page
     runs = _new_runs(job)
     # DB and the judge's verdict: the solved conversations pass, the idle one fails on DB.
     assert {t: r.reward for t, r in runs.items()} == {0: 1.0, 1: 0.0, 2: 1.0}
