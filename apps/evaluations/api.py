@@ -155,6 +155,7 @@ class EvaluationDetailSerializer(EvaluationSerializer):
             "trial_seeds",
             "max_steps",
             "max_errors",
+            "timeout",
             "concurrency",
             "provenance",
             "metrics",
@@ -276,6 +277,11 @@ class EvaluationStartSerializer(serializers.Serializer):
     seed = serializers.IntegerField(required=False)
     max_steps = serializers.IntegerField(required=False)
     max_errors = serializers.IntegerField(required=False)
+    timeout = serializers.FloatField(
+        required=False,
+        help_text="Seconds of wall clock per conversation, as tau2 run --timeout (τ² 1.x; "
+        "refused in words on τ² 0.2, which has none). Empty: none.",
+    )
     concurrency = serializers.IntegerField(required=False)
     name = serializers.CharField(required=False)
 

@@ -115,6 +115,7 @@ def evaluation_export(evaluation: Evaluation, *, url: Callable[[str], str] = str
         "trial_seeds": evaluation.trial_seeds,
         "max_steps": evaluation.max_steps,
         "max_errors": evaluation.max_errors,
+        "timeout": evaluation.timeout,
         "concurrency": evaluation.concurrency,
         "provenance": scrub(evaluation.provenance),
         "metrics": selectors.evaluation_metrics(evaluation, runs),

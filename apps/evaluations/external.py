@@ -200,6 +200,7 @@ def episode_claim(
         max_steps=run.max_steps,
         max_errors=run.max_errors,
         retrieval_config=run.retrieval_config,
+        timeout=run.timeout,
         labels={
             "evaluation": locked.pk,
             "trial": run.trial,

@@ -19,7 +19,13 @@ from apps.evaluations.external import agent_name_problem
 from apps.evaluations.models import Evaluation
 from apps.evaluations.significance import Planner
 from apps.runs import defaults
-from apps.runs.forms import customer_initial, retrieval_clean, retrieval_field
+from apps.runs.forms import (
+    customer_initial,
+    retrieval_clean,
+    retrieval_field,
+    timeout_clean,
+    timeout_field,
+)
 from apps.runs.models import MAX_TRIALS, Run
 from apps.tasks import selectors as task_selectors
 from apps.tasks.models import Task
@@ -138,6 +144,7 @@ class EvaluationForm(LLMArgsMixin, forms.Form):
         max_value=1000,
         initial=defaults.MAX_ERRORS,
     )
+    timeout = timeout_field()
     concurrency = integer_field(
         Evaluation,
         "concurrency",
@@ -195,6 +202,7 @@ class EvaluationForm(LLMArgsMixin, forms.Form):
         self._clean_agent(data)
         domain, split = data.get("domain"), data.get("split")
         retrieval_clean(self, data, domain)
+        timeout_clean(self, data)
         if not domain or not split:
             return data
         splits = next((d.splits.all() for d in self.domains if d.name == domain), [])

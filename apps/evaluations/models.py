@@ -73,6 +73,9 @@ class Evaluation(RunSides):
     trial_seeds = models.JSONField(default=list, help_text="Each trial's seed, as τ² derives.")
     max_steps = models.PositiveIntegerField(default=DEFAULT_MAX_STEPS)
     max_errors = models.PositiveIntegerField(default=10)
+    # τ²'s wall-clock limit of each conversation in seconds (``tau2 run --timeout``; τ²
+    # 1.x only), None as τ²'s default: no timeout.
+    timeout = models.FloatField(null=True, blank=True)
     concurrency = models.PositiveSmallIntegerField(default=8)
     # Its agent is the team's own program, named by ``agent_model`` (e.g.
     # ``support-bot@2026-12-03``), which pulls its episodes over OpenEnv or MCP

@@ -75,17 +75,25 @@ class Identity:
     custom_agent: bool = False
     # A knowledge domain's retrieval configuration ("" for a domain without one).
     retrieval_config: str = ""
+    # τ²'s wall-clock timeout in seconds (tau2 run --timeout; None: none, τ²'s default):
+    # a conversation it ends scores 0, so it changes the numbers.
+    timeout: float | None = None
 
     @property
     def key(self) -> tuple:
-        # A custom agent and the retrieval configuration only when there is one, so the keys
-        # of every other evaluation (and the baselines stored under their hashes) stay as
-        # they were.
+        # A custom agent, the retrieval configuration and the timeout only when there is
+        # one, so the keys of every other evaluation (and the baselines stored under their
+        # hashes) stay as they were.
         return (
             self._key
             + (("custom agent",) if self.custom_agent else ())
             + ((self.retrieval_config,) if self.retrieval_config else ())
+            + ((("timeout", self.timeout),) if self.timeout is not None else ())
         )
+
+    @property
+    def timeout_label(self) -> str:
+        return "no timeout" if self.timeout is None else f"a {self.timeout:g} s timeout"
 
     @property
     def _key(self) -> tuple:
@@ -140,6 +148,7 @@ def identity_of(evaluation: Evaluation) -> Identity:
         ),
         custom_agent=bool(getattr(evaluation, "external_agent", False)),
         retrieval_config=evaluation.retrieval_config,
+        timeout=evaluation.timeout,
     )
 
 
@@ -184,4 +193,6 @@ def differences(this: Identity, other: Identity) -> list[str]:
             f"other limits ({this.max_steps} steps and {this.max_errors} tool errors, not "
             f"{other.max_steps} and {other.max_errors})"
         )
+    if this.timeout != other.timeout:
+        out.append(f"another timeout ({this.timeout_label}, not {other.timeout_label})")
     return out

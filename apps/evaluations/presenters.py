@@ -438,6 +438,10 @@ def comparability(
             f"error limit {evaluation.max_errors}, the leaderboard uses τ²'s "
             f"{LEADERBOARD.max_errors}"
         )
+    if evaluation.timeout is not None:
+        reasons.append(
+            f"timeout {evaluation.timeout:g} s, the leaderboard runs tau2 run without one"
+        )
     if evaluation.num_trials < LEADERBOARD.trials:
         trials = evaluation.num_trials
         reasons.append(

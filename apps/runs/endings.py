@@ -21,6 +21,7 @@ from apps.runs.models import Run, RunEvent
 _LIMITS = {
     "max_steps": "τ²'s step limit ({n} steps)",
     "too_many_errors": "τ²'s error limit ({n} tool errors)",
+    "timeout": "τ²'s timeout ({n} seconds of wall clock, tau2 run --timeout)",
 }
 
 # τ²'s TerminationReason values in words, both generations' (1.x added ``timeout``,
@@ -59,12 +60,20 @@ LOOP_TAIL = 40
 
 def limit_ending(run: Run) -> str:
     """``"Ended by τ²'s step limit (200 steps): τ² scores a conversation it ended so 0"``
-    for a run τ² ended at a limit; ``""`` for any other run."""
+    for a run τ² ended at a limit (its step or error limit, its timeout); ``""`` for any
+    other run."""
     template = _LIMITS.get(run.termination_reason)
     if template is None:
         return ""
-    n = run.max_steps if run.termination_reason == "max_steps" else run.max_errors
+    n = {"max_steps": run.max_steps, "timeout": _seconds(run.timeout)}.get(
+        run.termination_reason, run.max_errors
+    )
     return f"Ended by {template.format(n=n)}: τ² scores a conversation it ended so 0"
+
+
+def _seconds(timeout: float | None) -> str:
+    """A timeout in seconds as a person reads it: ``30``, ``2.5`` (``?`` if unrecorded)."""
+    return "?" if timeout is None else f"{timeout:g}"
 
 
 _SPACE = re.compile(r"\s+")

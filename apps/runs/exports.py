@@ -186,7 +186,12 @@ def tau2_info(
         "seed": spec.seed,
         # As `tau2 run --retrieval-config` records it (τ² 1.x, knowledge domains only).
         **({"retrieval_config": spec.retrieval_config} if spec.retrieval_config else {}),
-        "tau2_studio": studio or {},
+        # τ² 1.x's `tau2 run --timeout` is in its RunConfig only: its Info (what a results
+        # file keeps) has no field for it, so it goes beside the studio's own, never as τ²'s.
+        "tau2_studio": {
+            **(studio or {}),
+            **({"timeout": spec.timeout} if spec.timeout is not None else {}),
+        },
     }
 
 

@@ -101,11 +101,12 @@ def run_fork(
         raise ValidationError("Taking a fork over as play is not available on this server.")
     with transaction.atomic():
         if takeover is not None:
-            # The person plays the parent's trial (its orchestrator's seed) unless told.
+            # The person plays the parent's trial (its orchestrator's seed) unless told, at
+            # their own pace: a play session has no wall-clock timeout.
             fork = takeover(
                 run=run,
                 by=by,
-                spec=replace(spec, seed=run.seed if seed is None else seed),
+                spec=replace(spec, seed=run.seed if seed is None else seed, timeout=None),
                 next_=point,
             )
         else:

@@ -83,7 +83,7 @@ def spec_from(data: Mapping[str, Any], *, lanes: bool = False) -> RunSpec:
     their LLM arguments)."""
     given = {
         name: data[name]
-        for name in ("max_steps", "max_errors", "seed", "mode", "retrieval_config")
+        for name in ("max_steps", "max_errors", "seed", "mode", "retrieval_config", "timeout")
         if data.get(name) not in (None, "")
     }
     judge = data.get("judge_model")
@@ -146,6 +146,33 @@ def retrieval_clean(form: forms.Form, data: dict[str, Any], domain: str | None) 
             form.add_error("retrieval_config", why)
 
 
+def timeout_field() -> forms.FloatField:
+    """τ²'s wall-clock limit of each conversation in seconds (``tau2 run --timeout``),
+    empty as τ²'s default: none. Where the installed τ² has no --timeout (0.2) the field
+    says so and is disabled; a value sent anyway is refused by :func:`timeout_clean`."""
+    why = catalog.timeout_refusal(1.0)
+    field = forms.FloatField(
+        label="Timeout (seconds)",
+        required=False,
+        min_value=0.001,
+        max_value=catalog.MAX_TIMEOUT,
+        help_text=why
+        or "Empty: none. As tau2 run --timeout: τ² ends a conversation still going after "
+        "this many seconds (ended by timeout, scored 0).",
+        widget=forms.NumberInput(attrs={"data-testid": "timeout", "step": "any"}),
+    )
+    if why:
+        field.widget.attrs.update(disabled=True, title=why)
+    return field
+
+
+def timeout_clean(form: forms.Form, data: dict[str, Any]) -> None:
+    """Refuses a timeout on the form's ``timeout`` field, saying why, where τ² has none."""
+    why = catalog.timeout_refusal(data.get("timeout"))
+    if why:
+        form.add_error("timeout", why)
+
+
 def has_retrieval() -> bool:
     """Whether any domain the catalogue knows has retrieval configurations."""
     return any(catalog.retrieval_configs(d) for d in catalog.domain_names())
@@ -181,6 +208,7 @@ class RunForm(LLMArgsMixin, forms.Form):
         Run, "max_steps", label="Step limit", min_value=1, initial=defaults.MAX_STEPS
     )
     retrieval_config = forms.CharField(required=False)  # retrieval_field(), set per form
+    timeout = timeout_field()
     seed = integer_field(Run, "given_seed", label="Seed", required=False)
     # Set only when the form repeats an evaluation's trial ("run with another model"), so
     # the new run gets that trial's seed; a run started from scratch is trial 0.
@@ -227,6 +255,7 @@ class RunForm(LLMArgsMixin, forms.Form):
                 )
             data["task"] = task
         retrieval_clean(self, data, domain)
+        timeout_clean(self, data)
         self.clean_llm_args(data)
         return data
 

@@ -145,6 +145,9 @@ class Run(RunSides):
     max_steps = models.PositiveIntegerField(default=DEFAULT_MAX_STEPS)
     # τ²'s own limit of tool errors (``tau2 run --max-errors``), its default τ²'s.
     max_errors = models.PositiveIntegerField(default=DEFAULT_MAX_ERRORS)
+    # τ²'s wall-clock limit of one conversation in seconds (``tau2 run --timeout``; τ² 1.x
+    # only), None as τ²'s default: no timeout.
+    timeout = models.FloatField(null=True, blank=True)
     seed = models.BigIntegerField(
         null=True, blank=True, help_text="The seed the orchestrator got (the trial's)."
     )

@@ -172,6 +172,10 @@ def _drive(
         seed=run.seed,
         mode=run.mode,  # τ²'s agent (and customer) of the run's ablation, if any
         retrieval_config=run.retrieval_config or None,
+        # `tau2 run --timeout`: the clock of a conversation resumed (another worker, a
+        # retry) runs from when the run first started, not from this worker's pick-up.
+        timeout=run.timeout,
+        elapsed=(run.elapsed_seconds or 0.0) if stored else 0.0,
     )
     prices = run.agent_prices
     # The greeting of a new conversation (a No-User one has none: its agent speaks first,

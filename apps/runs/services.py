@@ -52,6 +52,8 @@ def run_provenance(
         args["temperature"] = agent_args["temperature"]
     if trial is not None:
         args.update(trial=trial, trial_seed=trial_seed, max_errors=spec.max_errors)
+    if spec.timeout is not None:  # `tau2 run --timeout`, seconds of wall clock
+        args["timeout"] = spec.timeout
     customer = spec.customer
     return {
         "tau2_version": catalog.tau2_version(),
@@ -166,7 +168,11 @@ def spec_validate(spec: RunSpec) -> RunSpec:
 def spec_for_domain(spec: RunSpec, domain: str) -> RunSpec:
     """``spec`` for a conversation on ``domain`` (:meth:`RunSpec.for_domain`: a knowledge
     domain's retrieval configuration filled in); raises ``ValidationError`` saying why
-    ``domain`` cannot run with the one chosen."""
+    ``domain`` cannot run with the one chosen, or why its timeout cannot be given here
+    (τ² 0.2 has no ``tau2 run --timeout``)."""
+    refusal = catalog.timeout_refusal(spec.timeout)
+    if refusal is not None:
+        raise ValidationError({"timeout": refusal})
     try:
         return spec.for_domain(domain)
     except ValueError as exc:

@@ -2,12 +2,13 @@
 
 Who plays each side of the conversation (the agent, the simulated customer, τ²'s NL
 judge: each a model on its route — Hugging Face's router, or a connection — with τ²'s
-``llm_args``), the step and error limits, the seed given (as to ``tau2 run --seed``)
-and the paper's ablation (``mode``). Each form, API and face builds one, once; every
-default is filled in when it is built (:meth:`RunSpec.__post_init__`), nowhere else. A
-model run, an evaluation (for all its runs), a race's lanes, a fork, a play session and
-an outside agent's episode each carry one; ``run.spec`` / ``evaluation.spec`` read it
-back (:func:`spec_read`) from the columns :func:`spec_columns` writes.
+``llm_args``), the step and error limits, the wall-clock timeout (``tau2 run
+--timeout``), the seed given (as to ``tau2 run --seed``) and the paper's ablation
+(``mode``). Each form, API and face builds one, once; every default is filled in when
+it is built (:meth:`RunSpec.__post_init__`), nowhere else. A model run, an evaluation
+(for all its runs), a race's lanes, a fork, a play session and an outside agent's
+episode each carry one; ``run.spec`` / ``evaluation.spec`` read it back
+(:func:`spec_read`) from the columns :func:`spec_columns` writes.
 
 Nothing of a run's life is here (no task, no prices, no trial): only what a
 conversation is played with. A connection is held as the row it is, never its key.
@@ -74,7 +75,9 @@ class RunSpec:
     outside agent's episode). ``mode``: the paper's ablation (``Run.Mode``).
     ``retrieval_config``: a knowledge domain's retrieval configuration, as ``tau2 run
     --retrieval-config`` (banking_knowledge; "" for a domain without one — see
-    :meth:`for_domain`, which fills in the domain's default).
+    :meth:`for_domain`, which fills in the domain's default). ``timeout``: τ²'s
+    wall-clock limit of one conversation in seconds, as ``tau2 run --timeout`` (None,
+    τ²'s default: none; τ² 1.x only — the engine refuses one on 0.2).
     """
 
     agent: Side
@@ -85,6 +88,7 @@ class RunSpec:
     seed: int | None = defaults.SEED
     mode: str = DEFAULT_MODE
     retrieval_config: str = ""
+    timeout: float | None = None
 
     def __post_init__(self) -> None:
         # The one place the sides' defaults are filled in: the server's customer, and
@@ -151,6 +155,7 @@ def spec_columns(spec: RunSpec, *, seed_field: str) -> dict[str, Any]:
         "max_errors": spec.max_errors,
         "mode": spec.mode,
         "retrieval_config": spec.retrieval_config,
+        "timeout": spec.timeout,
         seed_field: spec.seed,
     }
 
@@ -170,4 +175,5 @@ def spec_read(row, *, seed_field: str) -> RunSpec:
         seed=getattr(row, seed_field),
         mode=row.mode,
         retrieval_config=row.retrieval_config,
+        timeout=row.timeout,
     )

@@ -40,7 +40,7 @@ def start_request_of(evaluation: Evaluation) -> dict[str, str]:
     """The evaluation form's fields (the start request the API takes) that start another
     evaluation with ``evaluation``'s settings: its domain, split and tasks (the explorer
     search it came from, if any), both sides and the judge on their routes with τ²'s LLM
-    arguments, the mode, trials, seed, limits and concurrency."""
+    arguments, the mode, trials, seed, limits (the timeout too) and concurrency."""
     spec = evaluation.spec
     data: dict[str, object] = {
         "domain": evaluation.domain,
@@ -54,6 +54,7 @@ def start_request_of(evaluation: Evaluation) -> dict[str, str]:
         "seed": spec.seed,
         "max_steps": spec.max_steps,
         "max_errors": spec.max_errors,
+        **({"timeout": spec.timeout} if spec.timeout is not None else {}),
         "concurrency": evaluation.concurrency,
         **llm_args_initial(spec.agent.llm_args, side="agent"),
         **llm_args_initial(spec.customer.llm_args, side="user"),

@@ -179,6 +179,26 @@ def retrieval_refusal(*, domain: str, retrieval_config: str | None) -> str | Non
     return known[retrieval_config]
 
 
+# The longest wall-clock timeout a run may be given (a week), in seconds.
+MAX_TIMEOUT = 7 * 24 * 3600
+
+
+def timeout_refusal(timeout: float | None) -> str | None:
+    """Why a conversation cannot be given ``timeout`` seconds of wall clock here, as
+    ``tau2 run --timeout`` gives each simulation (``None``: it can; no timeout always
+    can). Refused in words: on τ² 0.2, which has no --timeout; a timeout that is not a
+    number of seconds above 0 and at most :data:`MAX_TIMEOUT`."""
+    if timeout is None:
+        return None
+    if tau2_gen.TIMEOUT_REFUSAL is not None:
+        return f"No timeout here: {tau2_gen.TIMEOUT_REFUSAL}."
+    if isinstance(timeout, bool) or not isinstance(timeout, int | float):
+        return f"The timeout must be a number of seconds, not {timeout!r}."
+    if not 0 < timeout <= MAX_TIMEOUT:  # NaN fails this too
+        return f"The timeout must be more than 0 and at most {MAX_TIMEOUT} seconds."
+    return None
+
+
 @dataclass(frozen=True)
 class Document:
     """One document of a domain's knowledge base (banking_knowledge's policies and

@@ -335,6 +335,8 @@ class Episode:
         score_on_end: bool = True,
         mode: str = DEFAULT,
         retrieval_config: str | None = None,
+        timeout: float | None = None,
+        elapsed: float = 0.0,
     ) -> None:
         compat.install()  # idempotent: τ²'s LLM calls go along this episode's routes
         if task is None:
@@ -377,6 +379,14 @@ class Episode:
         self.env_kwargs = tau2_gen.environment_kwargs(
             domain=domain, task=task, retrieval_config=self.retrieval_config
         )
+        # `tau2 run --timeout`: τ²'s orchestrator ends the conversation once its clock
+        # has run this long (None: never); the clock starts now, as run() starts it
+        # before initialize(), or ``elapsed`` seconds ago for a conversation resumed.
+        refusal = catalog.timeout_refusal(timeout)
+        if refusal is not None:
+            raise ValueError(refusal)
+        self.timeout = timeout
+        self._clock_started = time.perf_counter() - max(elapsed, 0.0)
         self._limits = (max_steps, max_errors)
         self._llm_args = (agent_llm_args, user_llm_args)
 
@@ -464,7 +474,9 @@ class Episode:
             max_errors=max_errors,
             seed=self.seed,
             solo_mode=self.solo,
+            timeout=self.timeout,
         )
+        tau2_gen.start_clock(self._orchestrator, elapsed=time.perf_counter() - self._clock_started)
 
     def _open(self) -> None:
         """Open a new solo conversation: τ²'s ``initialize()``, in which the agent makes
@@ -859,6 +871,8 @@ class Episode:
             self._check_limits()
 
     def _check_limits(self) -> None:
+        """τ²'s ``_check_termination``: the step limit, the error limit, then its own
+        wall-clock timeout check (``tau2 run --timeout``)."""
         orchestrator = self._orchestrator
         if orchestrator.step_count >= orchestrator.max_steps:
             orchestrator.done = True
@@ -866,6 +880,7 @@ class Episode:
         if orchestrator.num_errors >= orchestrator.max_errors:
             orchestrator.done = True
             orchestrator.termination_reason = TerminationReason.TOO_MANY_ERRORS
+        tau2_gen.check_timeout(orchestrator)
 
     def _score_if_due(self) -> None:
         if self.score_on_end and self.done and self.error is None and self.reward_info is None:

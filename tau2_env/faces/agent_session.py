@@ -315,6 +315,7 @@ class AgentSession:
                 max_steps=plan.max_steps or episodes.DEFAULT_MAX_STEPS,
                 max_errors=plan.max_errors or episodes.DEFAULT_MAX_ERRORS,
                 retrieval_config=plan.retrieval_config or None,
+                timeout=plan.timeout,
             )
         except KeyError as exc:  # the catalogue changed under the evaluation
             raise BadRequest(exc.args[0] if exc.args else str(exc), status=409) from None
@@ -350,8 +351,8 @@ class AgentSession:
         """Whether :meth:`act` of ``name`` neither waits nor blocks, so an event loop may
         run it itself instead of handing it to a thread: a domain tool (τ²'s in-memory
         database; no LLM) of an open episode nobody records (no hook does I/O) that this
-        call cannot end (two hops and one error from τ²'s step and error limits: an end
-        is scored, which takes seconds)."""
+        call cannot end (two hops and one error from τ²'s step and error limits, and no
+        wall-clock timeout: an end is scored, which takes seconds)."""
         episode = self.episode
         return (
             episode is not None
@@ -360,6 +361,7 @@ class AgentSession:
             and not episode.done
             and episode.step_count + 2 < episode.max_steps
             and episode.num_errors + 1 < episode.max_errors
+            and episode.timeout is None  # τ²'s wall clock may end it at any hop
         )
 
     def act(self, name: str, arguments: Any) -> Outcome:

@@ -199,8 +199,8 @@ class EpisodePlan:
     """One episode an evaluation handed to a client (:attr:`Credentials.claim`): the
     task and τ²'s trial seed, the customer's route and ``llm_args``, the NL judge's
     route (``None``: the customer's), τ²'s limits, ``labels`` the client is told in
-    the opening (the evaluation, the trial, the run), and a knowledge domain's retrieval
-    configuration."""
+    the opening (the evaluation, the trial, the run), a knowledge domain's retrieval
+    configuration, and τ²'s wall-clock timeout (None: none)."""
 
     domain: str
     task_id: str
@@ -212,6 +212,7 @@ class EpisodePlan:
     max_errors: int | None = None
     labels: Mapping[str, Any] = field(default_factory=dict)
     retrieval_config: str = ""  # a knowledge domain's ("": its default)
+    timeout: float | None = None  # τ²'s wall-clock limit in seconds (tau2 run --timeout)
 
 
 class EpisodeBudget(Protocol):

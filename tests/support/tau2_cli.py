@@ -50,6 +50,7 @@ def tau2_cli_run(
     agent: str | None = None,
     user: str | None = None,
     retrieval_config: str | None = None,
+    timeout: float | None = None,
 ) -> Path:
     """Run ``tau2 run`` in ``directory`` and return the results file it wrote.
 
@@ -60,7 +61,8 @@ def tau2_cli_run(
     ``"api_key": "dummy_key"``, the customer's litellm reads from the environment).
     ``agent``/``user`` pick τ²'s agent and user implementations (``--agent
     llm_agent_solo --user dummy_user`` for the ablations). ``retrieval_config`` is
-    passed as ``--retrieval-config`` (banking_knowledge, τ² 1.x).
+    passed as ``--retrieval-config`` (banking_knowledge, τ² 1.x), ``timeout`` as
+    ``--timeout`` (τ² 1.x).
     """
     env = {name: value for name, value in os.environ.items() if name not in _DROPPED}
     env.update({key_variable: key, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
@@ -71,6 +73,8 @@ def tau2_cli_run(
         command += ["--user", user]
     if retrieval_config:
         command += ["--retrieval-config", retrieval_config]
+    if timeout is not None:
+        command += ["--timeout", str(timeout)]
     command += [
         "--task-ids",
         *task_ids,

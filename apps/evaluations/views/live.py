@@ -22,7 +22,15 @@ from apps.tasks.selectors import TaskFilters
 from apps.tasks.task_sets import task_set_label
 
 # Settings a link may prefill (the explorer's query, a task page's ids) besides the tasks.
-_PREFILLED = ("agent_model", "num_trials", "seed", "max_steps", "max_errors", "concurrency")
+_PREFILLED = (
+    "agent_model",
+    "num_trials",
+    "seed",
+    "max_steps",
+    "max_errors",
+    "timeout",
+    "concurrency",
+)
 # The customer and τ²'s LLM arguments of both sides may be preselected by a link too.
 _ARG_PREFILLS = ("user_model",) + tuple(
     f"{side}_{name}"

@@ -60,7 +60,8 @@ def run_new(request):
         form_url=reverse("runs:new"),
     )
     model_fields = [
-        form[name] for name in ("agent_model", "user_model", "judge_model", "max_steps", "seed")
+        form[name]
+        for name in ("agent_model", "user_model", "judge_model", "max_steps", "timeout", "seed")
     ]
     if has_retrieval():  # a knowledge domain (banking_knowledge on τ² 1.x)
         model_fields.append(form["retrieval_config"])

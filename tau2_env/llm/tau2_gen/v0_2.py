@@ -39,6 +39,7 @@ __all__ = [
     "build_orchestrator",
     "build_solo_environment",
     "build_user",
+    "check_timeout",
     "environment_kwargs",
     "evaluate",
     "knowledge_documents",
@@ -48,7 +49,9 @@ __all__ = [
     "termination_reason",
     "user_tools",
     "VALIDATE_WARNINGS",
+    "TIMEOUT_REFUSAL",
     "review",
+    "start_clock",
 ]
 
 GENERATION = "0.2"
@@ -66,6 +69,13 @@ CATALOGUE_SKIPS: dict[str, str] = {}
 # Retrieval configurations by domain: none (0.2 has no knowledge domain).
 RETRIEVAL_CONFIGS: dict[str, dict[str, str | None]] = {}
 DEFAULT_RETRIEVAL_CONFIGS: dict[str, str] = {}
+
+# Why a wall-clock timeout cannot be given here (None where τ² has `tau2 run --timeout`):
+# 0.2's Orchestrator takes no timeout and its `tau2 run` has no --timeout.
+TIMEOUT_REFUSAL: str | None = (
+    "the installed τ² (0.2) has no tau2 run --timeout: its orchestrator never ends a "
+    "conversation by wall-clock time (τ² 1.x added it)"
+)
 
 
 def environment_kwargs(
@@ -192,8 +202,12 @@ def build_orchestrator(
     max_errors: int,
     seed: int | None,
     solo_mode: bool,
+    timeout: float | None = None,
 ) -> Orchestrator:
-    """τ²'s half-duplex orchestrator over the parts (not initialised yet)."""
+    """τ²'s half-duplex orchestrator over the parts (not initialised yet). Raises
+    ``ValueError`` for a ``timeout`` (:data:`TIMEOUT_REFUSAL`)."""
+    if timeout is not None:
+        raise ValueError(f"No timeout here: {TIMEOUT_REFUSAL}")
     return Orchestrator(
         domain=domain,
         agent=agent,
@@ -205,6 +219,14 @@ def build_orchestrator(
         seed=seed,
         solo_mode=solo_mode,
     )
+
+
+def start_clock(orchestrator: Orchestrator, *, elapsed: float = 0.0) -> None:
+    """Nothing: 0.2's orchestrator keeps no wall clock (see :data:`TIMEOUT_REFUSAL`)."""
+
+
+def check_timeout(orchestrator: Orchestrator) -> None:
+    """Nothing: 0.2's orchestrator has no timeout (see :data:`TIMEOUT_REFUSAL`)."""
 
 
 def evaluate(

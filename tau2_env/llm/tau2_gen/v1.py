@@ -5,13 +5,15 @@ Each builder does for its part what 1.x's ``tau2.runner.build`` does for a text 
 (``build_text_orchestrator`` with ``TextRunConfig``'s defaults): the customer's tools
 filtered by the task's ``user_tools``, no persona beyond the task's, ``DummyUser()``
 without arguments in solo mode, agents by their registry factories' arguments, the
-orchestrator with its own ``simulation_id`` and no wall-clock ``timeout`` (the engine
-drives hops itself; a timeout is the next step), the evaluator in half-duplex mode with
+orchestrator with its own ``simulation_id`` and the run's wall-clock ``timeout`` (``tau2
+run --timeout``; the engine drives hops itself, so it starts the orchestrator's clock and
+asks its ``_check_timeout`` where ``run()`` would), the evaluator in half-duplex mode with
 strict replay, as a live ``tau2 run`` scores.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 # isort: off
@@ -53,11 +55,14 @@ __all__ = [
     "build_orchestrator",
     "build_solo_environment",
     "build_user",
+    "check_timeout",
     "environment_kwargs",
     "evaluate",
     "knowledge_documents",
     "results_policy",
     "review",
+    "start_clock",
+    "TIMEOUT_REFUSAL",
     "is_valid_agent_history_message",
     "run_config_default",
     "termination_reason",
@@ -126,6 +131,9 @@ RETRIEVAL_CONFIGS: dict[str, dict[str, str | None]] = _retrieval_configs()
 # docs use (AGENTS.md: "For offline-only, use e.g. bm25"; getting-started.md). τ²'s default,
 # alltools (the leaderboard guide's), needs OpenAI embeddings and a shell sandbox.
 DEFAULT_RETRIEVAL_CONFIGS: dict[str, str] = {_KNOWLEDGE: "bm25"} if RETRIEVAL_CONFIGS else {}
+
+# Why a wall-clock timeout cannot be given here: None, τ² 1.x has `tau2 run --timeout`.
+TIMEOUT_REFUSAL: str | None = None
 
 
 def environment_kwargs(
@@ -262,8 +270,11 @@ def build_orchestrator(
     max_errors: int,
     seed: int | None,
     solo_mode: bool,
+    timeout: float | None = None,
 ) -> Orchestrator:
-    """τ²'s half-duplex orchestrator over the parts (not initialised yet)."""
+    """τ²'s half-duplex orchestrator over the parts (not initialised yet), ending the
+    conversation after ``timeout`` seconds of wall clock (``tau2 run --timeout``; None:
+    never) once :func:`start_clock` has started its clock."""
     return Orchestrator(
         domain=domain,
         agent=agent,
@@ -275,8 +286,21 @@ def build_orchestrator(
         seed=seed,
         solo_mode=solo_mode,
         validate_communication=run_config_default("enforce_communication_protocol"),
-        timeout=None,
+        timeout=timeout,
     )
+
+
+def start_clock(orchestrator: Orchestrator, *, elapsed: float = 0.0) -> None:
+    """Start ``orchestrator``'s wall clock as its ``run()`` does before ``initialize()``,
+    ``elapsed`` seconds ago (a conversation resumed after that long)."""
+    orchestrator._run_start_time = get_now()
+    orchestrator._run_start_perf = time.perf_counter() - elapsed
+
+
+def check_timeout(orchestrator: Orchestrator) -> None:
+    """τ²'s own timeout check (``Orchestrator._check_timeout``): once its clock has run
+    ``timeout`` seconds, the orchestrator is done, ended by ``TIMEOUT``."""
+    orchestrator._check_timeout()
 
 
 def evaluate(
