@@ -18,7 +18,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.core.exceptions import PermissionDenied, ValidationError
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -124,21 +124,29 @@ def autoreviews_request(
     runs = Run.objects.filter(evaluation_id=evaluation_id, status__in=Run.FINAL, n_messages__gt=0)
     if which == WHICH_FAILURES:
         runs = runs.filter(Q(status=Run.Status.FAILED) | Q(reward__lt=SOLVED))
-    with transaction.atomic():
-        if which == WHICH_EACH:
+    standing = which == WHICH_EACH
+    if standing:
+        # Committed before the sweep: a run that ends from now on sees it (the settled
+        # hook queues its review); one that ended before is final to the sweep below.
+        # No run ending meanwhile falls between the two.
+        with transaction.atomic():
             StandingReview.objects.update_or_create(
                 evaluation_id=evaluation_id,
                 defaults={**_asked(by=by, reviewer=reviewer), "mode": mode},
             )
-            # Runs that end from now on are the settled hook's; lock out a run ending
-            # meanwhile being reviewed twice by reviewing, here, only those not reviewed
-            # under this standing review yet.
-            runs = runs.exclude(
-                auto_reviews__requested_by=by, auto_reviews__reviewer_model=reviewer.model
-            )
-        return [
-            _request(run=run, by=by, reviewer=reviewer, mode=mode) for run in runs.order_by("pk")
+        # Not those reviewed by this reviewer for ``by`` already. A run that ends while
+        # the sweep runs may be queued by both: the constraint on standing reviews keeps
+        # one, whichever commits first (:func:`_queued`).
+        runs = runs.exclude(
+            auto_reviews__requested_by=by, auto_reviews__reviewer_model=reviewer.model
+        )
+    asked = _asked(by=by, reviewer=reviewer)
+    with transaction.atomic():
+        queued = [
+            _queued(run=run, mode=mode, asked=asked, standing=standing)
+            for run in runs.order_by("pk")
         ]
+    return [review for review in queued if review is not None]
 
 
 def _asked(*, by, reviewer: ResolvedRoute) -> dict:
@@ -153,14 +161,28 @@ def _asked(*, by, reviewer: ResolvedRoute) -> dict:
     }
 
 
-def _queued(*, run: Run, mode: str, asked: dict) -> AutoReview:
-    review = AutoReview.objects.create(run=run, mode=mode, **asked)
+def _queued(*, run: Run, mode: str, asked: dict, standing: bool = False) -> AutoReview | None:
+    """Queue ``run``'s review (a worker gets it once this commits). ``standing``: a
+    standing review's, of which a run has one per reviewer and requester
+    (``autoreview_one_standing_per_run``): ``None`` when its sweep and the run's end both
+    queued it and the other's row was there first (committed, or committing: the
+    database waits for it)."""
+    try:
+        with transaction.atomic():  # a savepoint: a refused row leaves the sweep going
+            review = AutoReview.objects.create(run=run, mode=mode, standing=standing, **asked)
+    except IntegrityError:
+        if not standing:
+            raise
+        return None
     queue.autoreview_enqueue(review.pk)
     return review
 
 
 def _request(*, run: Run, by, reviewer: ResolvedRoute, mode: str) -> AutoReview:
-    return _queued(run=run, mode=mode, asked=_asked(by=by, reviewer=reviewer))
+    """Queue one review ``by`` asked for (never refused: a run may be reviewed again)."""
+    review = AutoReview.objects.create(run=run, mode=mode, **_asked(by=by, reviewer=reviewer))
+    queue.autoreview_enqueue(review.pk)
+    return review
 
 
 def standing_review_stop(*, evaluation_id: int, by) -> bool:
@@ -186,7 +208,7 @@ def run_settled_review(run: Run) -> None:
         return
     asked = {field: getattr(standing, field) for field in ASKED_FIELDS}
     with transaction.atomic():
-        _queued(run=run, mode=standing.mode, asked=asked)
+        _queued(run=run, mode=standing.mode, asked=asked, standing=True)
 
 
 def autoreview_execute(*, review_id: int) -> str:

@@ -604,6 +604,9 @@ class AutoReview(ReviewerAsked):
     mode = models.CharField(max_length=4, choices=Mode.choices, default=Mode.FULL)
     # Whose reviewer: τ² 1.x's own (``tau2 review``), or the studio's (τ² 0.2 has none).
     reviewer = models.CharField(max_length=8, choices=Reviewer.choices, blank=True)
+    # Queued by a standing review (its sweep, or as the run ended): one per run, reviewer
+    # model and requester, however the two race.
+    standing = models.BooleanField(default=False)
     # τ² 1.x's full review classifies the customer's authentication too: ``status``
     # (succeeded, failed, not_needed) and ``reasoning``.
     authentication = models.JSONField(null=True, blank=True)
@@ -626,6 +629,12 @@ class AutoReview(ReviewerAsked):
             models.CheckConstraint(
                 condition=~Q(status="failed") | ~Q(error=""),
                 name="autoreview_failure_has_a_reason",
+            ),
+            models.UniqueConstraint(
+                fields=["run", "requested_by", "reviewer_model"],
+                condition=Q(standing=True),
+                name="autoreview_one_standing_per_run",
+                violation_error_message="This standing review has queued this run already.",
             ),
         ]
 
