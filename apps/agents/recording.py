@@ -105,6 +105,8 @@ class Opening:
     messages: list[dict[str, Any]]
     training: TrainingEpisode | None = None
     run: Run | None = None  # admitted to a budget: its run, already stored
+    # A knowledge domain's retrieval configuration the episode plays ("": none).
+    retrieval_config: str = ""
 
 
 def _opening(
@@ -121,6 +123,7 @@ def _opening(
         face=face,
         messages=episode.messages_json() if messages is None else messages,
         training=training,
+        retrieval_config=episode.retrieval_config or "",
     )
 
 
@@ -190,7 +193,8 @@ def agent_run_build(*, user_id: int, key_id: str, agent: str, opening: Opening) 
         customer=Side(opening.user_model, _connection_of(opening.user_origin)),
         max_steps=DEFAULT_MAX_STEPS,
         seed=opening.seed,
-    ).for_domain(opening.domain)  # the engine's episode: the domain's default retrieval
+        retrieval_config=opening.retrieval_config,  # the episode's (reset's, or the default)
+    ).for_domain(opening.domain)
     return Run(
         **spec_columns(spec, seed_field="given_seed"),
         **customer_prices(spec.customer),

@@ -18,6 +18,12 @@ as JSON or ``name(arg=…)``, anything else said to the customer (``respond_to_u
     result = await env.step("Could you give me your user id?")
     result = await env.step("get_user_details(user_id='noah_muller_9847')")
 
+banking_knowledge's retrieval configuration (``tau2 run --retrieval-config``) is chosen on
+reset; ``list_tools`` then lists that configuration's tools (bm25's ``KB_search`` by
+default, ``grep_only``'s ``grep``, …)::
+
+    result = await env.reset(domain="banking_knowledge", retrieval_config="grep_only")
+
 An evaluation of your own agent, pulled episode by episode until none is left::
 
     while (result := await env.next_episode(evaluation=42)) is not None:
@@ -49,6 +55,12 @@ class Tau2Env(MCPToolClient):
         self, *args: Any, message_timeout_s: float = DEFAULT_MESSAGE_TIMEOUT_S, **kwargs: Any
     ) -> None:
         super().__init__(*args, message_timeout_s=message_timeout_s, **kwargs)
+
+    async def _reset_async(self, **kwargs: Any) -> Any:
+        """openenv's reset, forgetting the tools ``list_tools`` cached: they are the new
+        episode's (its domain's; a knowledge domain's retrieval configuration's)."""
+        self._tools_cache = None
+        return await super()._reset_async(**kwargs)
 
     async def next_episode(self, evaluation: int | str, *, poll_s: float = 5.0) -> Any | None:
         """Start the next episode of ``evaluation`` (an evaluation of your own agent, on

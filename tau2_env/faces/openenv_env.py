@@ -109,8 +109,8 @@ async def _run(func: Callable[..., _T], /, *args: Any, **kwargs: Any) -> _T:
 
 
 @functools.cache
-def _tools_for(domain: str) -> tuple[Tool, ...]:
-    return tuple(Tool(**spec) for spec in agent_session.tool_specs(domain))
+def _tools_for(domain: str, retrieval_config: str = "") -> tuple[Tool, ...]:
+    return tuple(Tool(**spec) for spec in agent_session.tool_specs(domain, retrieval_config))
 
 
 class Tau2State(State):
@@ -223,6 +223,7 @@ class Tau2Environment(MCPEnvironment):
         user_model: str | None = None,
         training_session: str | None = None,
         evaluation: str | int | None = None,
+        retrieval_config: str | None = None,
         **kwargs: Any,
     ) -> Observation:
         """Blocking reset (in-process use); the servers call :meth:`reset_async`."""
@@ -235,6 +236,7 @@ class Tau2Environment(MCPEnvironment):
             split=split,
             user_model=user_model,
             evaluation=evaluation if evaluation is not None else request.evaluation,
+            retrieval_config=retrieval_config,
         )
 
     async def reset_async(
@@ -248,6 +250,7 @@ class Tau2Environment(MCPEnvironment):
         user_model: str | None = None,
         training_session: str | None = None,
         evaluation: str | int | None = None,
+        retrieval_config: str | None = None,
         **kwargs: Any,
     ) -> Observation:
         """End any open conversation and start one on a task; returns the customer's opening.
@@ -262,6 +265,11 @@ class Tau2Environment(MCPEnvironment):
         its task, seed and customer are the evaluation's; ``metadata`` adds
         ``evaluation``, ``trial`` and ``run_id``. With nothing left to play it raises
         ``BadRequest`` with status 410 (429 with ``retry_after``: ask again later).
+        ``retrieval_config`` picks a knowledge domain's retrieval configuration (``tau2
+        run --retrieval-config``; banking_knowledge, τ² 1.x; None: the domain's default,
+        bm25): the episode's agent tools (``list_tools``) are that configuration's, and
+        ``metadata`` says it. Refused in words for a domain without retrieval, an unknown
+        configuration or one this server cannot run.
         ``observation.metadata``: ``user_message``, ``policy``, ``task_id``, ``domain``,
         ``split``, ``episode_id``, ``user_model``, and ``training_warning`` (one line)
         when the training session's split guard warns. Raises
@@ -283,6 +291,7 @@ class Tau2Environment(MCPEnvironment):
             split=split,
             user_model=user_model,
             evaluation=evaluation,
+            retrieval_config=retrieval_config,
         )
 
     def step(self, action: Any, timeout_s: float | None = None, **kwargs: Any) -> Observation:
@@ -331,6 +340,7 @@ class Tau2Environment(MCPEnvironment):
         split: Any,
         user_model: Any = None,
         evaluation: Any = None,
+        retrieval_config: Any = None,
     ) -> Observation:
         metadata = self._session.start(
             credentials=credentials,
@@ -340,14 +350,21 @@ class Tau2Environment(MCPEnvironment):
             seed=seed,
             user_model=user_model,
             evaluation=evaluation,
+            retrieval_config=retrieval_config,
         )
         if self._session.episode is not None and self._session.episode.done:
             return self._final(Observation, metadata=metadata)
         return Observation(done=False, reward=None, metadata=metadata)
 
     def _list_tools(self) -> ListToolsObservation:
-        domain = self._episode.domain if self._episode is not None else config.default_domain()
-        return ListToolsObservation(tools=list(_tools_for(domain)))
+        """The open episode's agent tools (its retrieval configuration's, in a knowledge
+        domain), else the default domain's."""
+        episode = self._episode
+        if episode is None:
+            return ListToolsObservation(tools=list(_tools_for(config.default_domain())))
+        return ListToolsObservation(
+            tools=list(_tools_for(episode.domain, episode.retrieval_config or ""))
+        )
 
     def _call_tool(self, name: str, arguments: Any) -> Tau2ToolObservation:
         if self._episode is None:

@@ -16,7 +16,12 @@ agent's tools as this server's OpenEnv API serves them
 such tool, and a rollout ends when the model answers without a tool call;
 :meth:`Tau2Environment.get_reward` then ends the conversation (``done``) and returns
 τ²'s reward. :func:`tau2_environments` maps several domains to their classes, for TRL's
-multi-environment mode (the dataset's ``environment`` column).
+multi-environment mode (the dataset's ``environment`` column). A knowledge domain's
+retrieval configuration (``tau2 run --retrieval-config``; banking_knowledge on τ² 1.x)
+changes the agent's tools, so it has a class of its own too:
+``tau2_environment(domain="banking_knowledge", retrieval_config="grep_only")``, whose
+episodes the server plays with that configuration (the default class: the domain's
+default, bm25).
 
 The schemas the methods give through ``get_json_schema`` are τ²'s ``openai_schema``
 except for what ``get_json_schema`` cannot express: ``title`` keys, ``default`` values,
@@ -94,6 +99,9 @@ class Tau2Environment:
     """
 
     domain: ClassVar[str] = ""
+    # A knowledge domain's retrieval configuration the episodes are played with ("": the
+    # domain has none).
+    retrieval_config: ClassVar[str] = ""
 
     def __init__(
         self,
@@ -137,6 +145,7 @@ class Tau2Environment:
         split: str | None = None,
         seed: int | None = None,
         prompt: Any = None,
+        retrieval_config: str | None = None,
         **columns: Any,
     ) -> str:
         """Start a conversation on the row's task (``task_id``; else one of ``split``
@@ -148,15 +157,29 @@ class Tau2Environment:
         sees the conversation τ²'s agent sees; otherwise τ²'s system prompt (its
         instructions and the domain's policy), a blank line and the customer's first
         message. Other columns are ignored. Raises ``ValueError`` for a row of another
-        domain, ``RuntimeError`` with the server's words when it refuses the reset.
+        domain or retrieval configuration (its tools are another's), ``RuntimeError``
+        with the server's words when it refuses the reset.
         """
         if domain is not None and domain != self.domain:
             raise ValueError(
                 f"A {domain!r} row reached the {self.domain!r} environment: its tools are "
                 f"{self.domain}'s. Use tau2_environments() and the dataset's environment column."
             )
+        if retrieval_config and retrieval_config != self.retrieval_config:
+            raise ValueError(
+                f"A row of retrieval configuration {retrieval_config!r} reached the "
+                f"{self.retrieval_config or 'no-retrieval'} environment of {self.domain}: its "
+                f"tools are another's. Use tau2_environment(domain={self.domain!r}, "
+                f"retrieval_config={retrieval_config!r})."
+            )
         self._started, self._done, self._reward, self._verdict = False, False, None, {}
-        arguments = {"domain": self.domain, "task_id": task_id, "split": split, "seed": seed}
+        arguments = {
+            "domain": self.domain,
+            "task_id": task_id,
+            "split": split,
+            "seed": seed,
+            "retrieval_config": self.retrieval_config or None,
+        }
         arguments = {k: v for k, v in arguments.items() if v is not None}
         result = self._reset_once_more_on_a_lost_connection(arguments)
         metadata = result.observation.metadata or {}
@@ -370,23 +393,43 @@ def _tool_method(spec: Mapping[str, Any]) -> Any:
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
-def _class_name(domain: str) -> str:
-    return "Tau2" + "".join(p.capitalize() for p in re.split(r"[^0-9A-Za-z]+", domain)) + "Env"
+def _camel(text: str) -> str:
+    return "".join(p.capitalize() for p in re.split(r"[^0-9A-Za-z]+", text))
 
 
-def tau2_environment(*, domain: str) -> type[Tau2Environment]:
+def _class_name(domain: str, retrieval_config: str = "") -> str:
+    """``Tau2AirlineEnv``; a retrieval configuration other than the domain's default
+    named too: ``Tau2BankingKnowledgeGrepOnlyEnv``."""
+    other = retrieval_config and retrieval_config != catalog.default_retrieval_config(domain)
+    return "Tau2" + _camel(domain) + (_camel(retrieval_config) if other else "") + "Env"
+
+
+def tau2_environment(*, domain: str, retrieval_config: str | None = None) -> type[Tau2Environment]:
     """The environment class of ``domain`` for ``GRPOTrainer(environment_factory=...)``:
     a :class:`Tau2Environment` with one method per agent tool of the domain (τ²'s and
-    ``respond_to_user``). The same class each time; it pickles by name (TRL's
-    asynchronous trainer sends its factory to a child process). Raises ``KeyError`` for
-    an unknown domain."""
-    return _environment_class(domain)
+    ``respond_to_user``), played with ``retrieval_config`` (a knowledge domain's, as
+    ``tau2 run --retrieval-config``; None: the domain's default) and its tools. The
+    same class each time; it pickles by name (TRL's asynchronous trainer sends its
+    factory to a child process). Raises ``KeyError`` for an unknown domain,
+    ``ValueError`` saying why for a retrieval configuration the domain has not or this
+    server cannot run."""
+    if domain not in catalog.domain_names():
+        raise KeyError(f"Unknown domain {domain!r}; known: {', '.join(catalog.domain_names())}")
+    refusal = catalog.retrieval_refusal(domain=domain, retrieval_config=retrieval_config)
+    if refusal is not None:
+        raise ValueError(refusal)
+    config = retrieval_config or catalog.default_retrieval_config(domain) or ""
+    return _environment_class(domain, config)
 
 
 @functools.cache
-def _environment_class(domain: str) -> type[Tau2Environment]:
-    specs = agent_session.tool_specs(domain)
-    namespace: dict[str, Any] = {"domain": domain, "__module__": __name__}
+def _environment_class(domain: str, retrieval_config: str) -> type[Tau2Environment]:
+    specs = agent_session.tool_specs(domain, retrieval_config)
+    namespace: dict[str, Any] = {
+        "domain": domain,
+        "retrieval_config": retrieval_config,
+        "__module__": __name__,
+    }
     for spec in specs:
         name = spec["name"]
         if name in _NOT_OFFERED:
@@ -394,10 +437,11 @@ def _environment_class(domain: str) -> type[Tau2Environment]:
         if not _IDENTIFIER.match(name) or name.startswith("_") or hasattr(Tau2Environment, name):
             raise ValueError(f"τ² tool {name!r} of {domain!r} cannot be a method")
         namespace[name] = _tool_method(spec)
-    name = _class_name(domain)
+    name = _class_name(domain, retrieval_config)
     namespace["__qualname__"] = name
+    played = f" with retrieval configuration {retrieval_config}" if retrieval_config else ""
     namespace["__doc__"] = (
-        f"τ²-bench's {domain} domain for TRL: one method per agent tool "
+        f"τ²-bench's {domain} domain{played} for TRL: one method per agent tool "
         f"(see tau2_env.faces.trl_environment)."
     )
     for function in namespace.values():
@@ -417,8 +461,12 @@ def tau2_environments(domains: Iterable[str] | None = None) -> dict[str, type[Ta
 
 
 def __getattr__(name: str) -> Any:
-    """A domain's class by its name (``Tau2AirlineEnv``), so that pickle finds it."""
+    """A domain's class by its name (``Tau2AirlineEnv``, ``Tau2BankingKnowledgeGrepOnlyEnv``),
+    so that pickle finds it."""
     for domain in catalog.domain_names():
         if _class_name(domain) == name:
             return tau2_environment(domain=domain)
+        for config in catalog.retrieval_configs(domain):
+            if config.refusal is None and _class_name(domain, config.name) == name:
+                return tau2_environment(domain=domain, retrieval_config=config.name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
