@@ -13,10 +13,12 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from apps.evaluations import services as evaluation_services
-from apps.evaluations.exports import evaluation_export
+from apps.evaluations.exports import evaluation_export, evaluation_export_tau2
 from apps.evaluations.models import Evaluation
 from apps.evaluations.pooling import differences, identity_of
 from apps.evaluations.presenters import comparability
+from apps.races.models import Race
+from apps.races.selectors import race_runs
 from apps.runs import endings
 from apps.runs.forks import run_fork
 from apps.runs.models import Run
@@ -26,6 +28,7 @@ from apps.tasks.models import Task
 from tests.evaluations.test_api_start import key_of, post
 from tests.evaluations.test_comparability import evaluation as leaderboard_evaluation
 from tests.support.llm_server import delayed, text, tool_call
+from tests.support.races import EXTRA, FAST
 from tests.support.review import stored_run
 from tests.support.scripts import AGENT_MODEL, GOLD_TASK, finished, is_agent_request, wait_for
 
@@ -188,8 +191,17 @@ def test_the_run_form_and_the_api_take_a_timeout_into_the_run_and_the_evaluation
     assert evaluation_export(evaluation)["timeout"] == 45.0
     page = alice_client.get(f"/evaluations/{evaluation.pk}/").content.decode()
     assert re.findall(r'data-testid="evaluation-timeout"[^>]*>([^<]+)<', page) == ["timeout 45 s"]
+    # τ²'s results file: its Info has no timeout field; the studio's block keeps it.
+    info = evaluation_export_tau2(evaluation)["info"]
+    assert "timeout" not in info and info["tau2_studio"]["timeout"] == 45.0
     refused = post("/api/evaluations/", key=key_of(alice), body={**body, "timeout": 0})
     assert refused.status_code == 400 and "timeout" in refused.json()
+
+    # A race: every lane runs with the race's timeout.
+    raced = alice_client.post("/races/new/", {**_form(timeout="20"), "agent_model": [FAST, EXTRA]})
+    assert raced.status_code == 302, raced.content.decode()[:2000]
+    race = Race.objects.get(pk=int(raced["Location"].rstrip("/").split("/")[-1]))
+    assert [(r.agent_model, r.timeout) for r in race_runs(race)] == [(FAST, 20.0), (EXTRA, 20.0)]
 
 
 @pytest.mark.upstream
