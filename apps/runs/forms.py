@@ -27,6 +27,7 @@ PREFILLS = {
     "model": "agent_model",
     "user_model": "user_model",
     "max_steps": "max_steps",
+    "timeout": "timeout",
     "seed": "seed",
     "trial": "trial",
 }

@@ -24,6 +24,7 @@ from apps.runs.forks import run_fork
 from apps.runs.models import Run
 from apps.runs.services import run_create
 from apps.runs.spec import RunSpec, Side, spec_columns, spec_read
+from apps.runs.views.start import rerun_query
 from apps.tasks.models import Task
 from tests.evaluations.test_api_start import key_of, post
 from tests.evaluations.test_comparability import evaluation as leaderboard_evaluation
@@ -180,6 +181,9 @@ def test_the_run_form_and_the_api_take_a_timeout_into_the_run_and_the_evaluation
     assert response.status_code == 302, response.content.decode()[:2000]
     run = Run.objects.get()
     assert run.timeout == 90.0 and run.provenance["args"]["timeout"] == 90.0
+    # "Run it with another model" opens the form with the same timeout.
+    again = alice_client.get("/runs/new/", rerun_query(run, same_model=False)).content.decode()
+    assert re.search(r'<input[^>]*name="timeout"[^>]*value="90(\.0)?"', again)
 
     body = {"domain": DOMAIN, "split": "test", "task_ids": [TASK], "agent_model": AGENT_MODEL}
     started = post("/api/evaluations/", key=key_of(alice), body={**body, "timeout": 45})

@@ -105,6 +105,7 @@ def rerun_query(run: Run, *, same_model: bool = True) -> dict:
         **model,
         "user_model": spec.customer.value,
         "max_steps": spec.max_steps,
+        "timeout": spec.timeout,
         "seed": spec.seed,
         "trial": run.seed_trial or None,
         **llm_args_initial(run.agent_llm_args, side="agent"),
