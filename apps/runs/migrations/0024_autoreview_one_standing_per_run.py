@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
     dependencies = [
         ("connections", "0002_connectiontestpress"),
-        ("runs", "0022_run_timeout"),
+        ("runs", "0023_run_timeout"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
