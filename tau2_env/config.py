@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 
 __all__ = [
     "DEFAULT_AGENT_API_MAX_BODY_BYTES",
@@ -26,6 +27,7 @@ __all__ = [
     "allowed_hosts",
     "default_domain",
     "default_split",
+    "embeddings_cache_dir",
     "env_value",
     "hf_router_url",
     "llm_max_reply_bytes",
@@ -208,6 +210,18 @@ def llm_max_reply_bytes() -> int:
     """The largest answer a model endpoint may send, decompressed, in bytes
     (``TAU2_LLM_MAX_REPLY_BYTES``, default 8 MiB: a chat completion is a few KiB)."""
     return _env_int("TAU2_LLM_MAX_REPLY_BYTES", DEFAULT_LLM_MAX_REPLY_BYTES, minimum=1024)
+
+
+def embeddings_cache_dir() -> Path:
+    """Where a knowledge domain's embeddings of its documents are kept, one folder per
+    connection model (``TAU2_EMBEDDINGS_CACHE_DIR``, default ``<TAU2_VAR_DIR>/embeddings``,
+    ``./var/embeddings``): computed once per connection model, then read by every run."""
+    given = _env("TAU2_EMBEDDINGS_CACHE_DIR")
+    if given:
+        return Path(given)
+    var = _env("TAU2_VAR_DIR")
+    root = Path(var) if var else Path(__file__).resolve().parent.parent / "var"
+    return root / "embeddings"
 
 
 def outbound_allow() -> str:

@@ -86,6 +86,7 @@ HOOKS: dict[str, tuple[str, ...]] = {
         "Tool.openai_schema",
         "Tool.parse_data",
         "Registry._domains",
+        "EMBEDDER_REGISTRY and the embeddings caches of tau2.knowledge",
     ),
     "litellm": (
         "litellm.cache",

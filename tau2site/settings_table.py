@@ -312,6 +312,15 @@ SECTIONS: tuple[Section, ...] = (
                 "the largest answer (decompressed) a model endpoint may send",
             ),
             S(
+                "TAU2_EMBEDDINGS_CACHE_DIR",
+                "`<TAU2_VAR_DIR>/embeddings`",
+                "Where banking_knowledge's embeddings of its documents are kept, one folder "
+                "per connection model: computed by the first run on it, read by the later "
+                "ones.",
+                "",
+                "default <TAU2_VAR_DIR>/embeddings",
+            ),
+            S(
                 "TAU2_OUTBOUND_ALLOW",
                 "(none)",
                 "Networks and host names connections may reach besides public addresses "

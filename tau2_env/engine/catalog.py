@@ -41,6 +41,7 @@ __all__ = [
     "load_domain_tasks",
     "results_policy",
     "retrieval_configs",
+    "retrieval_embedder",
     "retrieval_refusal",
     "skipped_domains",
     "task_documents",
@@ -138,23 +139,45 @@ def skipped_domains() -> dict[str, str]:
 class RetrievalConfig:
     """One way a knowledge domain's agent reaches its documents (``tau2 run
     --retrieval-config``), and why this server cannot run it (``refusal``; ``None``: it
-    runs here, offline)."""
+    runs here). ``embedder``: the embedding model τ² declares for it (e.g.
+    ``text-embedding-3-large``), ``embedder_type`` its provider (``openai``,
+    ``openrouter``); both "" for one that embeds nothing (it runs offline). One that
+    embeds runs with its embeddings on a connection model a run names."""
 
     name: str
     refusal: str | None
+    embedder: str = ""
+    embedder_type: str = ""
 
     @property
     def available(self) -> bool:
         return self.refusal is None
 
+    @property
+    def embeds(self) -> bool:
+        return bool(self.embedder)
+
 
 def retrieval_configs(domain: str) -> tuple[RetrievalConfig, ...]:
     """The retrieval configurations of ``domain`` in τ²'s order (none for a domain
     without a knowledge base, and on τ² 0.2)."""
+    embedders = tau2_gen.RETRIEVAL_EMBEDDERS.get(domain, {})
     return tuple(
-        RetrievalConfig(name=name, refusal=why)
+        RetrievalConfig(
+            name=name,
+            refusal=why,
+            embedder=embedders.get(name, ("", ""))[1],
+            embedder_type=embedders.get(name, ("", ""))[0],
+        )
         for name, why in tau2_gen.RETRIEVAL_CONFIGS.get(domain, {}).items()
     )
+
+
+def retrieval_embedder(*, domain: str, retrieval_config: str | None) -> str | None:
+    """The embedding model τ² declares for ``domain``'s ``retrieval_config`` (``None``:
+    it embeds nothing, or is unknown)."""
+    found = tau2_gen.RETRIEVAL_EMBEDDERS.get(domain, {}).get(retrieval_config or "")
+    return found[1] if found else None
 
 
 def default_retrieval_config(domain: str) -> str | None:
@@ -163,11 +186,20 @@ def default_retrieval_config(domain: str) -> str | None:
     return tau2_gen.DEFAULT_RETRIEVAL_CONFIGS.get(domain)
 
 
-def retrieval_refusal(*, domain: str, retrieval_config: str | None) -> str | None:
+def retrieval_refusal(
+    *, domain: str, retrieval_config: str | None, embeddings: bool | None = None
+) -> str | None:
     """Why ``domain`` cannot run with ``retrieval_config`` here (``None``: it can; for a
-    knowledge domain, ``None`` means its default)."""
+    knowledge domain, ``None`` means its default). ``embeddings``: whether the run names
+    a connection model for its embeddings — one that embeds needs one, one that does not
+    takes none; ``None``: not asked (what the configuration itself allows)."""
     known = tau2_gen.RETRIEVAL_CONFIGS.get(domain, {})
     if retrieval_config is None:
+        if embeddings:
+            return (
+                f"{domain}'s default retrieval configuration embeds nothing: it takes no "
+                "embeddings model"
+            )
         return None
     if not known:
         return f"{domain} has no retrieval configurations (asked for {retrieval_config!r})"
@@ -176,7 +208,22 @@ def retrieval_refusal(*, domain: str, retrieval_config: str | None) -> str | Non
             f"Unknown retrieval configuration {retrieval_config!r} for {domain}; "
             f"known: {', '.join(known)}"
         )
-    return known[retrieval_config]
+    if known[retrieval_config] is not None or embeddings is None:
+        return known[retrieval_config]
+    embedder = retrieval_embedder(domain=domain, retrieval_config=retrieval_config)
+    if embedder and not embeddings:
+        provider = tau2_gen.RETRIEVAL_EMBEDDERS[domain][retrieval_config][0]
+        return (
+            f"{retrieval_config} embeds its documents and the agent's searches with "
+            f"{provider} embeddings ({embedder}): choose an embeddings model on one of your "
+            "connections for it"
+        )
+    if embeddings and not embedder:
+        return (
+            f"{retrieval_config} embeds nothing: an embeddings model is only for the "
+            "configurations that embed"
+        )
+    return None
 
 
 # The longest wall-clock timeout a run may be given (a week), in seconds.

@@ -62,7 +62,7 @@ from tau2.utils.utils import get_now
 # isort: on
 from tau2_env import config
 from tau2_env.engine import catalog, environments, scoring
-from tau2_env.llm import compat, gateway, tau2_gen
+from tau2_env.llm import compat, embeddings, gateway, tau2_gen
 from tau2_env.llm.llm_args import DEFAULT_AGENT_ARGS, DEFAULT_USER_ARGS
 from tau2_env.llm.tau2_gen import TerminationReason
 
@@ -337,6 +337,7 @@ class Episode:
         retrieval_config: str | None = None,
         timeout: float | None = None,
         elapsed: float = 0.0,
+        embedding_llm: gateway.Route | None = None,
     ) -> None:
         compat.install()  # idempotent: τ²'s LLM calls go along this episode's routes
         if task is None:
@@ -352,6 +353,11 @@ class Episode:
         self._user_llm = user_llm
         self._agent_llm = agent_llm
         self._judge_llm = judge_llm  # None: the customer's route judges
+        # Where a knowledge domain's embeddings go (an embedding retrieval configuration),
+        # and what they used over the episode's life (building its environments, the
+        # agent's searches, scoring): tau2_env.llm.embeddings counts them as "embedder".
+        self._embedding_llm = embedding_llm
+        self._embedding_meter = gateway.UsageMeter()
         self.reward_info: RewardInfo | None = None
         self.evaluation_seconds: float | None = None
         # The NL judge's tokens in the last scoring (llm.metered, role judge).
@@ -371,7 +377,9 @@ class Episode:
         self.mode = mode
         self.solo = mode == NO_USER  # τ²'s solo mode: no customer, the agent works alone
         # A knowledge domain's retrieval configuration (None: the domain has none).
-        refusal = catalog.retrieval_refusal(domain=domain, retrieval_config=retrieval_config)
+        refusal = catalog.retrieval_refusal(
+            domain=domain, retrieval_config=retrieval_config, embeddings=embedding_llm is not None
+        )
         if refusal is not None:
             raise ValueError(refusal)
         self.retrieval_config = retrieval_config or catalog.default_retrieval_config(domain)
@@ -391,7 +399,10 @@ class Episode:
         self._llm_args = (agent_llm_args, user_llm_args)
 
         history = messages_from_json(messages or ())
-        self._build(history)
+        # An embedding configuration embeds the knowledge base here (once per connection
+        # model: later builds read it from the cache), on the episode's embedder route.
+        with self.llm_context():
+            self._build(history)
         # τ²'s solo agent speaks first, inside the orchestrator's initialize(): a new
         # solo conversation is opened by run(), where that LLM call is a hop like any.
         self._opening = self.solo and not history
@@ -568,12 +579,24 @@ class Episode:
             f"user={self._user_llm.describe()}>"
         )
 
+    @property
+    def embedding_usage(self) -> gateway.Usage:
+        """The tokens of this episode's embeddings so far (none without an embedder)."""
+        return self._embedding_meter.of(gateway.ROLE_EMBEDDER)
+
     @contextmanager
     def llm_context(self) -> Iterator[None]:
-        """Run τ²'s LLM calls of this thread on this episode's routes, their
-        ``Retry-After`` waits taken from this episode's budget (``waits``)."""
+        """Run τ²'s LLM calls of this thread on this episode's routes (and its
+        embeddings on its embedder route, counted on its meter), their ``Retry-After``
+        waits taken from this episode's budget (``waits``)."""
         with (
-            gateway.conversation(user=self._user_llm, agent=self._agent_llm, judge=self._judge_llm),
+            gateway.conversation(
+                user=self._user_llm,
+                agent=self._agent_llm,
+                judge=self._judge_llm,
+                embedder=self._embedding_llm,
+            ),
+            gateway.metered(self._embedding_meter),
             gateway.waits_bounded(self.waits),
         ):
             yield
@@ -652,7 +675,11 @@ class Episode:
                         continue
                     self.failure = exc
                     self._report(on_hop, written, speaker, started, tries)
-                    self.error = f"The {speaker}'s model call failed: {exc}"
+                    self.error = (
+                        f"The knowledge base's embeddings failed: {exc}"
+                        if isinstance(exc, embeddings.EmbeddingsError)
+                        else f"The {speaker}'s model call failed: {exc}"
+                    )
                     self._ended = (
                         TerminationReason.AGENT_ERROR
                         if speaker == "agent"
@@ -864,9 +891,14 @@ class Episode:
         checks them (never while a tool call waits for its results)."""
         orchestrator = self._orchestrator
         before = len(orchestrator.trajectory)
-        orchestrator.step()
+        with embeddings.failures() as failed:
+            orchestrator.step()
         for index in range(before, len(orchestrator.trajectory)):
             orchestrator.trajectory[index].turn_idx = index  # as get_trajectory() numbers
+        if failed:
+            # τ² answered the agent's search with a tool error; the run ends here instead,
+            # saying why (the endpoint went away or refused), as a failed model call does.
+            raise failed[0]
         if orchestrator.to_role != Role.ENV:
             self._check_limits()
 

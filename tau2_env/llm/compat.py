@@ -12,6 +12,11 @@ Episode, the OpenEnv and MCP faces, and by the web project at start-up):
   through) becomes :func:`tau2_env.llm.gateway.routed_completion`: every LLM call τ² makes —
   the customer, τ²'s agent, the NL judge — goes along the current conversation's route,
   and one made outside a conversation fails instead of using the server's keys.
+* τ² 1.x's embedders (``EMBEDDER_REGISTRY`` of its knowledge indexer and query encoder)
+  and their caches (``get_embeddings_cache``, ``get_cached_query_embedding``,
+  ``cache_query_embedding`` as those modules hold them) become
+  :mod:`tau2_env.llm.embeddings`'s: banking_knowledge's embeddings go along the
+  conversation's embedder route, cached per connection model.
 * τ² ``Tool.openai_schema`` is built once per tool content, each caller getting a copy of
   exactly what τ² built (it rebuilt the pydantic JSON schema at every LLM call), and τ²
   ``Tool.parse_data`` once per function signature and docstring, so the tools of the next
@@ -91,7 +96,8 @@ except ImportError:
 
 # isort: on
 from tau2_env import config, versions
-from tau2_env.llm import gateway, outbound, wire
+from tau2_env.generations import tau2_generation
+from tau2_env.llm import embeddings, gateway, outbound, wire
 from tau2_env.versions import TESTED, UntestedVersion, installed_version, require
 
 if TYPE_CHECKING:
@@ -134,6 +140,7 @@ def install() -> None:
             return
         versions.require_all()
         _route_tau2_llm_calls()
+        _route_tau2_embeddings()
         _cache_tool_schemas()
         _share_tool_models()
         _dispatch_tau2_environments()
@@ -153,6 +160,15 @@ def _route_tau2_llm_calls() -> None:
     # τ² 26.3's generate() calls ``completion(...)``, imported into its module from
     # litellm: replacing that global routes every τ² call and nothing else.
     tau2_llm_utils.completion = gateway.routed_completion
+
+
+def _route_tau2_embeddings() -> None:
+    # τ² 1.x's knowledge pipeline builds its embedders from the public
+    # ``EMBEDDER_REGISTRY`` of its indexer and its query encoder, and reads its caches
+    # through module-level names there: tau2_env.llm.embeddings says what it puts there.
+    # τ² 0.2 has no knowledge domain.
+    if tau2_generation() != "0.2":
+        embeddings.install()
 
 
 # ------------------------------------------------------- τ²: tool schemas

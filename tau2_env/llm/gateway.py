@@ -78,6 +78,8 @@ __all__ = [
     "Usage",
     "UsageMeter",
     "conversation",
+    "count_usage",
+    "current_route",
     "explain_error",
     "hf_route",
     "litellm_kwargs",
@@ -85,6 +87,7 @@ __all__ = [
     "observe_calls",
     "provider_words",
     "redact",
+    "redact_in_logs",
     "resolve_route",
     "retry_after",
     "routed_completion",
@@ -97,6 +100,9 @@ __all__ = [
 ROLE_USER = "user"
 ROLE_AGENT = "agent"
 ROLE_JUDGE = "judge"
+# A knowledge domain's embeddings (banking_knowledge's embedding retrieval configurations):
+# called by tau2_env.llm.embeddings, not by litellm, on the conversation's embedder route.
+ROLE_EMBEDDER = "embedder"
 
 # Retries for transient failures only. 401 (AuthenticationError) and 402
 # (PaymentRequiredError, a BadRequestError) are never retried: a retry cannot fix them
@@ -350,6 +356,12 @@ for _name in _LogRedactor.LOGGERS:
     logging.getLogger(_name).addFilter(_log_redactor)
 
 
+def redact_in_logs(route: Route) -> None:
+    """Keep ``route``'s key and header values out of the HTTP clients' log records (a
+    call made on it elsewhere than :func:`routed_completion`: the embeddings')."""
+    _log_redactor.remember(route)
+
+
 _routes: contextvars.ContextVar[Mapping[str, Route] | None] = contextvars.ContextVar(
     "tau2_llm_routes", default=None
 )
@@ -357,16 +369,23 @@ _routes: contextvars.ContextVar[Mapping[str, Route] | None] = contextvars.Contex
 
 @contextmanager
 def conversation(
-    *, user: Route, judge: Route | None = None, agent: Route | None = None
+    *,
+    user: Route,
+    judge: Route | None = None,
+    agent: Route | None = None,
+    embedder: Route | None = None,
 ) -> Iterator[None]:
     """Within the block, τ²'s LLM calls of this thread/task use these routes.
 
     The judge defaults to the customer's route (the issue's rule: same provider, model
-    and credentials as the conversation's user).
+    and credentials as the conversation's user). ``embedder``: where a knowledge
+    domain's embeddings go (``tau2_env.llm.embeddings``); none, and they are refused.
     """
     routes: dict[str, Route] = {ROLE_USER: user, ROLE_JUDGE: judge or user}
     if agent is not None:
         routes[ROLE_AGENT] = agent
+    if embedder is not None:
+        routes[ROLE_EMBEDDER] = embedder
     token = _routes.set(routes)
     try:
         yield
@@ -409,6 +428,13 @@ def waits_bounded(budget: WaitBudget) -> Iterator[WaitBudget]:
         yield budget
     finally:
         _wait_budget.reset(token)
+
+
+def current_route(role: str) -> Route | None:
+    """The route ``role``'s calls take in this thread/task (:func:`conversation`), or
+    ``None`` outside one (or when it gives that role none)."""
+    routes = _routes.get()
+    return routes.get(role) if routes else None
 
 
 @dataclass(frozen=True)
@@ -457,15 +483,23 @@ _meters: contextvars.ContextVar[tuple[UsageMeter, ...]] = contextvars.ContextVar
 
 
 @contextmanager
-def metered() -> Iterator[UsageMeter]:
+def metered(meter: UsageMeter | None = None) -> Iterator[UsageMeter]:
     """Within the block, this thread's (or task's) calls through :func:`routed_completion`
-    are counted on the meter it yields, per role; the calls themselves are unchanged."""
-    meter = UsageMeter()
+    (and :func:`count_usage`'s) are counted on the meter it yields — ``meter``, to go on
+    counting on one, else a new one — per role; the calls themselves are unchanged."""
+    meter = meter if meter is not None else UsageMeter()
     token = _meters.set((*_meters.get(), meter))
     try:
         yield meter
     finally:
         _meters.reset(token)
+
+
+def count_usage(role: str, response: Any) -> None:
+    """Count ``response``'s ``usage`` as a call of ``role`` on every open meter (a call
+    made elsewhere than :func:`routed_completion`: the embeddings')."""
+    for meter in _meters.get():
+        meter.add(role, response)
 
 
 @dataclass(frozen=True)

@@ -16,6 +16,11 @@ headers are real and only the model is scripted.
   here): a token starting ``hf_`` is a user's (:attr:`ScriptedLLM.hf_accounts` names it,
   else a name derived from it), unless it is in :attr:`ScriptedLLM.unknown_tokens`;
   anything else is 401;
+* ``POST /v1/embeddings`` (and ``/embeddings``): OpenAI's embeddings API, each input's
+  vector :func:`embedding_of` it (the same text, the same vector: a query finds the
+  document that shares its words), ``usage.prompt_tokens`` its words counted, as
+  ``encoding_format`` asks (``float`` or ``base64``); :attr:`ScriptedLLM.embeddings_reply`
+  set to :func:`error` answers that instead.
 * ``GET /v1/models``: :attr:`ScriptedLLM.catalogue`, shaped like the Hugging Face router's;
   set it to :func:`error` to answer an HTTP error, or to a ``str`` to answer that raw body.
 * Every request is recorded (:attr:`ScriptedLLM.requests`) with its ``Authorization``.
@@ -23,8 +28,11 @@ headers are real and only the model is scripted.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
+import re
+import struct
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -38,6 +46,7 @@ __all__ = [
     "Reply",
     "ScriptedLLM",
     "delayed",
+    "embedding_of",
     "error",
     "text",
     "tool_call",
@@ -205,6 +214,7 @@ class ScriptedLLM(ScriptedServer[Reply, RecordedRequest]):
         self.catalogue: dict[str, Any] | Reply | str = json.loads(json.dumps(DEFAULT_CATALOGUE))
         self.hf_accounts: dict[str, str] = {}  # token → the Hub account it belongs to
         self.unknown_tokens: set[str] = set()  # tokens the Hub refuses (made up, revoked)
+        self.embeddings_reply: Reply | None = None  # an error to answer embeddings with
 
     # --------------------------------------------------------------- control
 
@@ -220,6 +230,7 @@ class ScriptedLLM(ScriptedServer[Reply, RecordedRequest]):
             self.catalogue = json.loads(json.dumps(DEFAULT_CATALOGUE))
             self.hf_accounts.clear()
             self.unknown_tokens.clear()
+            self.embeddings_reply = None
 
     @property
     def hub_url(self) -> str:
@@ -233,6 +244,10 @@ class ScriptedLLM(ScriptedServer[Reply, RecordedRequest]):
                 return None
             named = self.hf_accounts.get(token)
         return named or "user-" + hashlib.sha256(token.encode()).hexdigest()[:8]
+
+    def embedding_requests(self) -> list[RecordedRequest]:
+        with self._lock:
+            return [r for r in self.requests if r.path.split("?")[0].endswith("/embeddings")]
 
     def chat_requests(self) -> list[RecordedRequest]:
         with self._lock:
@@ -324,6 +339,39 @@ def _stream_chunks(reply: Reply, model: str) -> list[dict[str, Any]]:
     return chunks
 
 
+EMBEDDING_DIMENSIONS = 64
+_WORDS = re.compile(r"[a-z0-9]+")
+
+
+def embedding_of(text: str) -> list[float]:
+    """The scripted vector of ``text``: its words hashed into
+    :data:`EMBEDDING_DIMENSIONS` buckets, normalised (texts sharing words are close)."""
+    vector = [0.0] * EMBEDDING_DIMENSIONS
+    for word in _WORDS.findall(text.lower()):
+        vector[int(hashlib.sha256(word.encode()).hexdigest(), 16) % EMBEDDING_DIMENSIONS] += 1.0
+    norm = sum(v * v for v in vector) ** 0.5 or 1.0
+    return [v / norm for v in vector]
+
+
+def _embeddings_body(body: dict[str, Any]) -> dict[str, Any]:
+    inputs = body.get("input")
+    texts = [inputs] if isinstance(inputs, str) else list(inputs or [])
+    as_base64 = body.get("encoding_format") == "base64"
+    data = []
+    for index, text in enumerate(texts):
+        vector: Any = embedding_of(str(text))
+        if as_base64:
+            vector = base64.b64encode(struct.pack(f"<{len(vector)}f", *vector)).decode()
+        data.append({"object": "embedding", "index": index, "embedding": vector})
+    tokens = sum(len(str(t).split()) for t in texts)
+    return {
+        "object": "list",
+        "data": data,
+        "model": str(body.get("model") or "scripted"),
+        "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
+    }
+
+
 def _make_handler(llm: ScriptedLLM) -> type[JSONHandler]:
     class Handler(JSONHandler):
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
@@ -352,6 +400,14 @@ def _make_handler(llm: ScriptedLLM) -> type[JSONHandler]:
             body = self._parsed(raw)
             request = RecordedRequest("POST", self.path, dict(self.headers.items()), body, raw=raw)
             llm._record(request)
+            if self.path.split("?")[0].endswith("/embeddings"):
+                failure = llm.embeddings_reply
+                if failure is not None and failure.status != 200:
+                    body_ = {"error": {"message": failure.error_message, "type": "scripted"}}
+                    self._send_json(failure.status, body_, dict(failure.headers))
+                else:
+                    self._send_json(200, _embeddings_body(body))
+                return
             if not self.path.split("?")[0].endswith("/chat/completions"):
                 self._send_json(404, {"error": {"message": f"no route {self.path}"}})
                 return

@@ -31,6 +31,7 @@ __all__ = [
     "REVIEW_MODES",
     "DEFAULT_RETRIEVAL_CONFIGS",
     "RETRIEVAL_CONFIGS",
+    "RETRIEVAL_EMBEDDERS",
     "AgentBase",
     "TerminationReason",
     "build_agent",
@@ -68,6 +69,7 @@ CATALOGUE_SKIPS: dict[str, str] = {}
 
 # Retrieval configurations by domain: none (0.2 has no knowledge domain).
 RETRIEVAL_CONFIGS: dict[str, dict[str, str | None]] = {}
+RETRIEVAL_EMBEDDERS: dict[str, dict[str, tuple[str, str]]] = {}
 DEFAULT_RETRIEVAL_CONFIGS: dict[str, str] = {}
 
 # Why a wall-clock timeout cannot be given here (None where τ² has `tau2 run --timeout`):

@@ -47,6 +47,7 @@ __all__ = [
     "REVIEW_MODES",
     "DEFAULT_RETRIEVAL_CONFIGS",
     "RETRIEVAL_CONFIGS",
+    "RETRIEVAL_EMBEDDERS",
     "AgentBase",
     "TerminationReason",
     "build_agent",
@@ -81,17 +82,31 @@ VALIDATE_WARNINGS = "warning(s) found"
 AgentBase = HalfDuplexAgent
 
 # Domains the catalogue leaves out, and why: none. banking_knowledge is built with one of
-# its offline retrieval configurations (RETRIEVAL_CONFIGS), never with its constructor's
-# default (alltools, which embeds the knowledge base with OpenAI's embeddings).
+# the retrieval configurations this server runs (RETRIEVAL_CONFIGS), never with its
+# constructor's default (alltools, which also needs a shell sandbox).
 CATALOGUE_SKIPS: dict[str, str] = {}
 
 _KNOWLEDGE = "banking_knowledge"
 
 
+_PROVIDERS = {"openai": "OpenAI", "openrouter": "OpenRouter"}
+
+
+def _embedder(name: str) -> tuple[str, str] | None:
+    """(τ²'s embedder type, its model) of retrieval configuration ``name``, or ``None``
+    when it embeds nothing."""
+    variant = resolve_variant(name)
+    for spec in (variant.kb_search, variant.kb_search_bm25, variant.kb_search_dense):
+        if spec is not None and spec.type == "embedding":
+            return spec.embedder_type or "openrouter", spec.embedder_model or ""
+    return None
+
+
 def _retrieval_refusal(name: str) -> str | None:
     """Why this server cannot run banking_knowledge's retrieval configuration ``name``
-    (``None``: it runs offline), read from τ²'s own declaration of the configuration:
-    what it embeds with, whether it reranks with an LLM, whether it needs a shell."""
+    (``None``: it runs — offline, or, one that embeds, with its embeddings on a
+    connection), read from τ²'s own declaration of the configuration: what it embeds
+    with, whether it reranks with an LLM, whether it needs a shell."""
     variant = resolve_variant(name)
     needs, limits = [], []
     specs = [variant.kb_search, variant.kb_search_bm25, variant.kb_search_dense]
@@ -99,18 +114,20 @@ def _retrieval_refusal(name: str) -> str | None:
         if spec is None:
             continue
         if spec.type == "embedding":
-            provider = {"openai": "OpenAI", "openrouter": "OpenRouter"}.get(
+            provider = _PROVIDERS.get(
                 spec.embedder_type or "", spec.embedder_type or "an embeddings provider"
             )
             needs.append(f"{provider} embeddings ({spec.embedder_model})")
         if spec.reranker:
             needs.append("an LLM reranker (OpenAI)")
-    if needs:
-        limits.append("it has no connection for embeddings or reranking yet")
+            limits.append(
+                "its reranker calls OpenAI with the server's own key, and this server "
+                "routes only embeddings through a connection"
+            )
     if variant.shell is not None:
         needs.append("a shell sandbox (sandbox-runtime with bubblewrap)")
         limits.append("it runs no shell sandbox")
-    if not needs:
+    if not limits:
         return None
     needs = list(dict.fromkeys(needs))
     listed = ", ".join(needs[:-1]) + " and " + needs[-1] if len(needs) > 1 else needs[0]
@@ -123,8 +140,21 @@ def _retrieval_configs() -> dict[str, dict[str, str | None]]:
     return {_KNOWLEDGE: {name: _retrieval_refusal(name) for name in get_all_variant_names()}}
 
 
+def _retrieval_embedders() -> dict[str, dict[str, tuple[str, str]]]:
+    if _KNOWLEDGE not in registry.get_domains():
+        return {}
+    found = {name: _embedder(name) for name in get_all_variant_names()}
+    return {_KNOWLEDGE: {name: e for name, e in found.items() if e is not None}}
+
+
+# The retrieval configurations that embed, by domain: (τ²'s embedder type — "openai",
+# "openrouter" — and its model, e.g. text-embedding-3-large). A run on one names a
+# connection model for its embeddings (tau2_env.llm.embeddings sends them there).
+RETRIEVAL_EMBEDDERS: dict[str, dict[str, tuple[str, str]]] = _retrieval_embedders()
+
 # Retrieval configurations by domain (``tau2 run --retrieval-config``), each with why this
-# server cannot run it (``None``: it runs offline here), in τ²'s order.
+# server cannot run it (``None``: it runs here — offline, or with its embeddings on a
+# connection, RETRIEVAL_EMBEDDERS), in τ²'s order.
 RETRIEVAL_CONFIGS: dict[str, dict[str, str | None]] = _retrieval_configs()
 
 # The configuration a domain runs with when none is chosen: bm25, the offline one τ²'s own
