@@ -194,6 +194,10 @@ class RunSides(models.Model):
     different arguments are never ranked together. ``judge_model`` on
     ``judge_connection``: τ²'s natural-language judge (only for tasks whose reward needs
     it, or with ``TAU2_NL_JUDGE=always``); empty, the customer's model judges.
+    ``embedding_model`` on ``embedding_connection``: the embeddings of a knowledge
+    domain's embedding retrieval configuration (banking_knowledge's
+    ``openai_embeddings``…: its documents and the agent's searches); empty for one that
+    embeds nothing.
     """
 
     agent_connection = connection_field()
@@ -202,6 +206,8 @@ class RunSides(models.Model):
     user_llm_args = models.JSONField(null=True, blank=True)
     judge_model = models.CharField(max_length=255, blank=True)
     judge_connection = connection_field()
+    embedding_model = models.CharField(max_length=255, blank=True, default="")
+    embedding_connection = connection_field()
 
     class Meta:
         abstract = True

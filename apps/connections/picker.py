@@ -28,9 +28,11 @@ from apps.connections.llm_routes import (
 from apps.connections.llm_routes import usable_connections as connections_of
 from apps.inference.pricing import price_label
 from apps.inference.selectors import model_choices
+from tau2_env.llm.embeddings import EMBEDDING_PROVIDERS
 from tau2_env.llm.llm_args import REASONING_EFFORTS, LLMArgsError, llm_args_clean
 
 __all__ = [
+    "EmbeddingField",
     "RouteField",
     "add_llm_args_fields",
     "connection_groups",
@@ -197,6 +199,7 @@ def sides_of(data: dict, *, with_agent: bool = True) -> dict:
     agent = data.get("agent_model") if with_agent else None
     customer = data.get("user_model")
     judge = data.get("judge_model")
+    embedder = data.get("embedding_model")
     out = {
         "user_model": customer.model if customer is not None else None,
         "user_connection": customer.connection if customer is not None else None,
@@ -205,6 +208,8 @@ def sides_of(data: dict, *, with_agent: bool = True) -> dict:
     }
     if judge is not None:
         out.update(judge_model=judge.model, judge_connection=judge.connection)
+    if embedder is not None:
+        out.update(embedding_model=embedder.model, embedding_connection=embedder.connection)
     if agent is not None:
         out.update(agent_model=agent.model, agent_connection=agent.connection)
     return out
@@ -255,6 +260,47 @@ def judge_field(
         empty_label=empty_label,
         help_text=help_text,
     )
+
+
+class EmbeddingField(RouteField):
+    """The connection model that embeds for a knowledge domain's embedding retrieval
+    configuration (banking_knowledge's ``openai_embeddings``…): a model of a connection
+    that serves OpenAI's embeddings API (``POST /embeddings``), never the router, which
+    has none. Its name is sent as is: pick the model τ² names for the configuration
+    (text-embedding-3-large, qwen3-embedding-8b) or say so in its name if it is another."""
+
+    def __init__(self, **kw):
+        kw.setdefault("label", "Embeddings model")
+        kw.setdefault(
+            "help_text",
+            "Only for a retrieval configuration that embeds (openai_embeddings, "
+            "qwen_embeddings and their _grep variants): the connection model that embeds "
+            "the bank's documents and the agent's searches, on that connection's key, "
+            "priced and counted against its budget like the other calls. τ² uses "
+            "text-embedding-3-large for the openai_ ones and qwen3-embedding-8b for the "
+            "qwen_ ones; another model gives other search results (the run records which). "
+            "The documents are embedded once per connection model and kept for later runs.",
+        )
+        super().__init__(role="embeddings", required=False, optional=True, empty_label="None", **kw)
+
+    def clean(self, value) -> ResolvedRoute | None:
+        route = super().clean(value)
+        if route is None:
+            return None
+        if route.connection is None:
+            raise forms.ValidationError(
+                "Embeddings run on a connection: Hugging Face's router has no embeddings "
+                "API. Pick a model of an OpenAI, OpenRouter or OpenAI-compatible connection.",
+                code="invalid_model",
+            )
+        if route.connection.kind not in EMBEDDING_PROVIDERS:
+            raise forms.ValidationError(
+                f"{route.connection.name} is a {route.connection.get_kind_display()} "
+                "connection, which has no OpenAI embeddings API: pick a model of an OpenAI, "
+                "OpenRouter or OpenAI-compatible connection.",
+                code="invalid_model",
+            )
+        return route
 
 
 def add_llm_args_fields(form: forms.Form, *, side: str, who: str) -> list[str]:

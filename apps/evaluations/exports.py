@@ -102,6 +102,9 @@ def evaluation_export(evaluation: Evaluation, *, url: Callable[[str], str] = str
         "mode": evaluation.mode,
         # A knowledge domain's retrieval configuration (tau2 run --retrieval-config).
         "retrieval_config": evaluation.retrieval_config or None,
+        # What embedded for it (an embedding configuration's), on which connection.
+        "embedding_model": evaluation.embedding_model or None,
+        "embedding_connection": _connection_name(evaluation.embedding_connection),
         "implementations": dict(
             zip(("agent", "user"), IMPLEMENTATIONS[evaluation.mode], strict=True)
         ),

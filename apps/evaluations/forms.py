@@ -11,7 +11,13 @@ from django.utils.http import urlencode
 
 from apps.bounds import integer_field
 from apps.connections.models import Connection
-from apps.connections.picker import LLMArgsMixin, RouteField, for_user, judge_field
+from apps.connections.picker import (
+    EmbeddingField,
+    LLMArgsMixin,
+    RouteField,
+    for_user,
+    judge_field,
+)
 from apps.connections.selectors import can_manage
 from apps.evaluations import selectors
 from apps.evaluations.estimates import CostEstimate, evaluation_cost_estimate
@@ -116,6 +122,7 @@ class EvaluationForm(LLMArgsMixin, forms.Form):
         "(--agent llm_agent_gt: the agent is given the expected actions).",
     )
     retrieval_config = forms.CharField(required=False)  # retrieval_field(), set per form
+    embedding_model = EmbeddingField()
     num_trials = integer_field(
         Evaluation,
         "num_trials",

@@ -65,6 +65,8 @@ _RUN_COLUMNS = (
     "judge_prompt_tokens",
     "judge_completion_tokens",
     "judge_cost_usd",
+    "embedding_prompt_tokens",
+    "embedding_cost_usd",
     "started_at",
     "finished_at",
     "dispatched_at",
@@ -124,6 +126,7 @@ def _has_calls(run: dict[str, Any]) -> bool:
         or run["user_completion_tokens"]
         or run["judge_prompt_tokens"]
         or run["judge_completion_tokens"]
+        or run.get("embedding_prompt_tokens")
     )
 
 
@@ -135,6 +138,8 @@ def _run_total_cost(run: dict[str, Any]) -> Decimal | None:
         (run["prompt_tokens"] + run["completion_tokens"], run["cost_usd"]),
         (run["user_prompt_tokens"] + run["user_completion_tokens"], run["user_cost_usd"]),
         (run["judge_prompt_tokens"] + run["judge_completion_tokens"], run["judge_cost_usd"]),
+        # A knowledge domain's embeddings (read where the caller asked for them).
+        (run.get("embedding_prompt_tokens") or 0, run.get("embedding_cost_usd")),
     )
     used = [cost for tokens, cost in parts if tokens]
     if not used or any(cost is None for cost in used):
@@ -156,6 +161,8 @@ def evaluation_cost_per_run(evaluation: Evaluation) -> Decimal | None:
         "judge_prompt_tokens",
         "judge_completion_tokens",
         "judge_cost_usd",
+        "embedding_prompt_tokens",
+        "embedding_cost_usd",
     )
     runs = Run.objects.filter(evaluation=evaluation).values(*columns)
     totals = [t for t in map(_run_total_cost, runs) if t is not None]
@@ -316,6 +323,7 @@ def evaluation_summary(
     costs = [r["cost_usd"] for r in runs if r["cost_usd"] is not None]
     user_costs = [r["user_cost_usd"] for r in runs if r["user_cost_usd"] is not None]
     judge_costs = [r["judge_cost_usd"] for r in runs if r["judge_cost_usd"] is not None]
+    embedding_costs = [c for r in runs if (c := r.get("embedding_cost_usd")) is not None]
     totals = [t for t in map(_run_total_cost, runs) if t is not None]
     planned = evaluation.planned_runs or len(runs)
     final = sum(statuses[s] for s in Run.FINAL)
@@ -368,8 +376,8 @@ def evaluation_summary(
         user_cost_usd=sum(user_costs, Decimal(0)) if user_costs else None,
         judge_cost_usd=sum(judge_costs, Decimal(0)) if judge_costs else None,
         total_cost_usd=(
-            sum(costs + user_costs + judge_costs, Decimal(0))
-            if costs or user_costs or judge_costs
+            sum(costs + user_costs + judge_costs + embedding_costs, Decimal(0))
+            if costs or user_costs or judge_costs or embedding_costs
             else None
         ),
         unpriced_runs=sum(1 for r in runs if _has_calls(r)) - len(totals),

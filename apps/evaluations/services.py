@@ -188,6 +188,16 @@ def evaluation_create(
                 **({"mode_left_out": left_out} if left_out else {}),
                 # A knowledge domain's retrieval configuration (`--retrieval-config`).
                 **({"retrieval_config": spec.retrieval_config} if spec.retrieval_config else {}),
+                # Where its embeddings are made (an embedding configuration's), never a key.
+                **(
+                    {
+                        "embedder": side_provenance(
+                            connection=spec.embedder.connection, model=spec.embedder.model
+                        )
+                    }
+                    if spec.embedder is not None
+                    else {}
+                ),
             },
         )
         # Trial-major, as τ² runs them: every task's trial 0, then trial 1, …

@@ -9,8 +9,9 @@ runs and the connections app sits below the runs app (it may not import it).
 calendar month (UTC) a connection spent the agent's cost (``Run.cost_usd``) of the runs
 whose agent is on it, the customer's cost (``Run.user_cost_usd``) of the runs whose
 customer is on it, and τ²'s NL judge's (``Run.judge_cost_usd``) of the runs it judged on
-it (its own ``judge_model`` on ``judge_connection``, else the customer's route); a
-person, the same over the runs they started. A run is charged to
+it (its own ``judge_model`` on ``judge_connection``, else the customer's route), and the
+embeddings' (``Run.embedding_cost_usd``) of the runs that embed on it; a person, the
+same over the runs they started. A run is charged to
 the month it **started** in (``started_at``): a run queued but never started cost nothing,
 and one that started on the 31st and ends on the 1st stays in the month it started in.
 A judge that judged a stored conversation later (a re-grade, ``Run.judged_at``) is
@@ -60,10 +61,12 @@ in a queue) with the numbers.
 
 from __future__ import annotations
 
+import operator
 from collections import defaultdict
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from functools import reduce
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -71,6 +74,7 @@ from django.db.models import Case, Count, DecimalField, F, Q, Sum, Value, When
 from django.db.models.functions import Coalesce, Greatest
 from django.utils import timezone
 
+from apps.connections.llm_routes import prices_of
 from apps.connections.models import Connection
 from apps.inference.pricing import PricePair, cost_usd, dollars
 from apps.runs.models import Run
@@ -86,6 +90,7 @@ __all__ = [
     "budget_reached",
     "connection_spend",
     "connection_spend_view",
+    "embedding_refusal",
     "episode_admit",
     "episode_turn_refusal",
     "judge_refusal",
@@ -118,6 +123,9 @@ _SIDES = {
 }
 # τ²'s NL judge spends too (no reservation: a few calls, after the conversation).
 _JUDGE = ("judge_cost_usd", "judge_prompt_tokens")
+# So do a knowledge domain's embeddings, on ``embedding_connection`` (no reservation:
+# the knowledge base once per connection model, then a few tokens per search).
+_EMBEDDING = ("embedding_connection_id", "embedding_cost_usd", "embedding_prompt_tokens")
 # Runs calling their connections now: handed to the workers (or, an outside agent's
 # episode, opened) and not final.
 IN_FLIGHT = Q(dispatched_at__isnull=False, status__in=(Run.Status.QUEUED, Run.Status.RUNNING))
@@ -133,16 +141,16 @@ def _on(column: str, connection: Connection) -> Q:
 
 def _spending():
     """(where the side runs, its aggregates, whether the month is the judge's) for the
-    agent, the customer and the judge."""
+    agent, the customer, the judge and the embeddings."""
     for side, (column, *_) in _SIDES.items():
         yield column, _side_aggregates(side), False
-    cost, _ = _JUDGE
-    spent = Coalesce(Sum(Coalesce(F(cost), _ZERO)), _ZERO)
-    yield "judge", {"spent": spent, "committed": spent}, True
+    for column, cost, judge in (("judge", _JUDGE[0], True), (_EMBEDDING[0], _EMBEDDING[1], False)):
+        spent = Coalesce(Sum(Coalesce(F(cost), _ZERO)), _ZERO)
+        yield column, {"spent": spent, "committed": spent}, judge
 
 
 # The sides a run plays on a connection, as ``Spend.unpriced_sides`` names them.
-UNPRICED_SIDES = ("agent", "customer", "judge")
+UNPRICED_SIDES = ("agent", "customer", "judge", "embedder")
 
 
 def _unpriced_counts(connection: Connection) -> dict:
@@ -154,9 +162,10 @@ def _unpriced_counts(connection: Connection) -> dict:
         "customer": _on("user_connection_id", connection)
         & _unpriced_side("user_cost_usd", "user_prompt_tokens"),
         "judge": _on("judge", connection) & _unpriced_side(*_JUDGE),
+        "embedder": _on(_EMBEDDING[0], connection) & _unpriced_side(*_EMBEDDING[1:]),
     }
     return {
-        "unpriced": Count("id", filter=sides["agent"] | sides["customer"] | sides["judge"]),
+        "unpriced": Count("id", filter=reduce(operator.or_, sides.values())),
         **{f"unpriced_{side}": Count("id", filter=q) for side, q in sides.items()},
     }
 
@@ -194,7 +203,7 @@ class Spend:
     spent: Decimal
     committed: Decimal
     unpriced_runs: int = 0
-    unpriced_sides: tuple[int, ...] = (0, 0, 0)
+    unpriced_sides: tuple[int, ...] = (0, 0, 0, 0)
 
     @property
     def unpriced_by_side(self) -> list[tuple[str, int]]:
@@ -540,6 +549,9 @@ def run_admit(*, run: Run) -> str | None:
     """
     if run.agent_reserved_usd is not None or run.user_reserved_usd is not None:
         return None  # admitted before it was taken up again: it still holds its room
+    refused = embedding_refusal(run=run)
+    if refused is not None:
+        return refused
     sides = _budgeted_sides(run)
     if not sides:
         return None
@@ -560,6 +572,29 @@ def run_admit(*, run: Run) -> str | None:
             agent_reserved_usd=reserved.get("agent"), user_reserved_usd=reserved.get("user")
         )
     run.agent_reserved_usd, run.user_reserved_usd = reserved.get("agent"), reserved.get("user")
+    return None
+
+
+def embedding_refusal(*, run: Run) -> str | None:
+    """Why ``run``'s embeddings may not be made on their budgeted connection — no price
+    for the embeddings model there (their spend could not be counted), or the
+    connection's (or its person's) budget reached this month — or ``None``. They hold no
+    reservation (as the judge's): the month is checked before the run starts, and
+    between hops by :func:`budget_reached`."""
+    if not run.embedding_model or run.embedding_connection_id is None:
+        return None
+    connection = Connection.objects.get(pk=run.embedding_connection_id)
+    if not connection.budgeted:
+        return None
+    if prices_of(connection=connection, model=run.embedding_model) is None:
+        refusal = unpriced_refusal(connection=connection, model=run.embedding_model)
+        return f"{refusal}; {_then(run)}."
+    for room in rooms(connection=connection, user=run.created_by, exclude_run=run.pk):
+        if room.spend.committed >= room.budget:
+            return (
+                f"{room.sentence()}, and this run's embeddings are made on it. Raise the "
+                f"budget or wait for next month; {_then(run)}."
+            )
     return None
 
 
@@ -635,7 +670,7 @@ def budget_reached(*, run: Run) -> str | None:
     person's) spend this month reached the budget — or ``None``. Reads the connections
     as they are now (a budget raised mid-run lets it go on). No query for a run that
     names no connection."""
-    ids = {run.agent_connection_id, run.user_connection_id} - {None}
+    ids = {run.agent_connection_id, run.user_connection_id, run.embedding_connection_id} - {None}
     if not ids:
         return None
     for connection in Connection.objects.filter(pk__in=ids).order_by("pk"):

@@ -150,6 +150,22 @@ def judge_fields(*, run_id: int, usage: gateway.Usage) -> dict[str, Any]:
     }
 
 
+def embedding_fields(*, run: Run, usage: gateway.Usage) -> dict[str, Any]:
+    """The run's embeddings columns for ``usage`` (its embeddings so far, metered by the
+    episode as role ``embedder``): tokens, and their cost at the input price of
+    ``embedding_model`` on its connection (``None`` when unpriced). Empty when it made no
+    call, so nothing is written."""
+    if not usage.calls:
+        return {}
+    prices = prices_of(connection=run.embedding_connection, model=run.embedding_model)
+    return {
+        "embedding_prompt_tokens": usage.prompt_tokens,
+        "embedding_cost_usd": cost_usd(
+            prompt_tokens=usage.prompt_tokens, completion_tokens=0, prices=prices
+        ),
+    }
+
+
 def _send(payload: dict[str, Any]) -> None:
     try:
         group_send(group_name(payload["run_id"]), payload)

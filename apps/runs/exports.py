@@ -190,9 +190,19 @@ def tau2_info(
         # file keeps) has no field for it, so it goes beside the studio's own, never as τ²'s.
         "tau2_studio": {
             **(studio or {}),
+            **_embedder_info(spec),
             **({"timeout": spec.timeout} if spec.timeout is not None else {}),
         },
     }
+
+
+def _embedder_info(spec: RunSpec) -> dict[str, Any]:
+    """The model a run's embeddings were made with, as τ² names a model (τ²'s results
+    have no place for it: the studio's part of ``info`` keeps it); none without."""
+    if spec.embedder is None:
+        return {}
+    model = tau2_llm(connection=spec.embedder.connection, model=spec.embedder.model)
+    return {"embedding_model": model}
 
 
 def tau2_tasks(domain: str, task_ids: list[str]) -> list[dict[str, Any]]:

@@ -11,7 +11,13 @@ from django.conf import settings
 
 from apps.bounds import integer_field
 from apps.connections.llm_routes import first_connection_value, router_refusal
-from apps.connections.picker import LLMArgsMixin, RouteField, for_user, judge_field
+from apps.connections.picker import (
+    EmbeddingField,
+    LLMArgsMixin,
+    RouteField,
+    for_user,
+    judge_field,
+)
 from apps.runs import defaults
 from apps.runs.models import MAX_TRIALS, ReviewLabel, Run, RunEvent
 from apps.runs.spec import RunSpec, Side
@@ -87,11 +93,12 @@ def spec_from(data: Mapping[str, Any], *, lanes: bool = False) -> RunSpec:
         for name in ("max_steps", "max_errors", "seed", "mode", "retrieval_config", "timeout")
         if data.get(name) not in (None, "")
     }
-    judge = data.get("judge_model")
+    judge, embedder = data.get("judge_model"), data.get("embedding_model")
     return RunSpec(
         agent=_side(None if lanes else data.get("agent_model"), data.get("agent_llm_args")),
         customer=_side(data.get("user_model"), data.get("user_llm_args")),
         judge=_side(judge) if judge is not None else None,
+        embedder=_side(embedder) if embedder is not None else None,
         **given,
     )
 
@@ -133,18 +140,28 @@ def retrieval_field() -> forms.ChoiceField:
         choices=[("", default_label), *options],
         widget=RetrievalSelect(refusals=refusals, attrs={"data-testid": "retrieval-config"}),
         help_text="banking_knowledge only: how the agent reaches the bank's documents, as "
-        "tau2 run --retrieval-config. The offline ones run here.",
+        "tau2 run --retrieval-config. The offline ones run here, and those that embed with "
+        "an embeddings model on one of your connections.",
     )
 
 
 def retrieval_clean(form: forms.Form, data: dict[str, Any], domain: str | None) -> None:
     """Refuses a retrieval configuration ``domain`` has not, or this server cannot run,
-    on the form's ``retrieval_config`` field, saying why."""
+    on the form's ``retrieval_config`` field, saying why; one that embeds without an
+    embeddings model (or an embeddings model for one that does not), on the form's
+    ``embedding_model`` field when it has one."""
     chosen = data.get("retrieval_config") or None
-    if domain and chosen:
-        why = catalog.retrieval_refusal(domain=domain, retrieval_config=chosen)
-        if why:
-            form.add_error("retrieval_config", why)
+    if not domain:
+        return
+    embeds = "embedding_model" in form.fields
+    given = data.get("embedding_model") is not None
+    why = catalog.retrieval_refusal(
+        domain=domain, retrieval_config=chosen, embeddings=given if embeds else None
+    )
+    if why is None:
+        return
+    plain = catalog.retrieval_refusal(domain=domain, retrieval_config=chosen)
+    form.add_error("embedding_model" if embeds and plain is None else "retrieval_config", why)
 
 
 def timeout_field() -> forms.FloatField:
@@ -210,6 +227,7 @@ class RunForm(LLMArgsMixin, forms.Form):
     )
     retrieval_config = forms.CharField(required=False)  # retrieval_field(), set per form
     timeout = timeout_field()
+    embedding_model = EmbeddingField()
     seed = integer_field(Run, "given_seed", label="Seed", required=False)
     # Set only when the form repeats an evaluation's trial ("run with another model"), so
     # the new run gets that trial's seed; a run started from scratch is trial 0.

@@ -77,6 +77,7 @@ _ON_OWN_ENDPOINT = (
     Q(agent_connection__owner__isnull=False)
     | Q(user_connection__owner__isnull=False)
     | Q(judge_connection__owner__isnull=False)
+    | Q(embedding_connection__owner__isnull=False)
 )
 
 

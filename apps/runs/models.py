@@ -135,8 +135,8 @@ class Run(RunSides):
     agent_provider = models.CharField(max_length=64, blank=True)
     user_model = models.CharField(max_length=255)
     user_provider = models.CharField(max_length=32, default="hf")
-    # Where each side runs and τ²'s llm_args of each side, and the NL judge: the
-    # fields of apps.connections.models.RunSides.
+    # Where each side runs and τ²'s llm_args of each side, the NL judge and the
+    # embeddings: the fields of apps.connections.models.RunSides.
     # The ablation the episode runs in (Run.Mode); its evaluation's mode.
     mode = models.CharField(max_length=16, choices=Mode.choices, default=Mode.DEFAULT)
     # A knowledge domain's retrieval configuration (``tau2 run --retrieval-config``; "" for
@@ -252,6 +252,17 @@ class Run(RunSides):
     # When the judge's calls were made, if not during the run: a re-grade judges stored
     # conversations long after they started, and a budget charges the month it judged in.
     judged_at = models.DateTimeField(null=True, blank=True)
+    # A knowledge domain's embeddings (tau2_env.llm.embeddings, role "embedder"): its
+    # documents (once per connection model: later runs read them from the cache) and the
+    # agent's searches, priced at ``embedding_model``'s input price on its connection.
+    embedding_prompt_tokens = models.PositiveBigIntegerField(default=0)
+    embedding_cost_usd = models.DecimalField(
+        max_digits=12,
+        decimal_places=6,
+        null=True,
+        blank=True,
+        help_text="The embeddings' calls; empty when unpriced or none.",
+    )
     # What admission to a budgeted connection held for each side while the run goes on
     # (apps.runs.budgets: one run's estimated maximum); empty: not admitted to a budget.
     agent_reserved_usd = models.DecimalField(

@@ -282,7 +282,8 @@ def cost_view(run: Run) -> dict[str, Any]:
 
     ``roles``: the agent's and the customer's calls (tokens, cost, a label); a person
     playing the agent makes no agent calls; τ²'s NL-assertion judge's (role ``judge``)
-    when it made any. ``judged``: the judge ran but was not metered (runs scored before
+    and a knowledge domain's embeddings (role ``embeddings``) when they made any.
+    ``judged``: the judge ran but was not metered (runs scored before
     it was: τ²'s evaluator does not report its tokens).
     ``total``: the priced roles' sum; ``complete`` is false when a role with calls has no
     price, and ``label`` then says so (``$0.0012 + unpriced``) — never a $0 for unknown.
@@ -301,6 +302,10 @@ def cost_view(run: Run) -> dict[str, Any]:
     )
     if judge["tokens"]:
         roles.append(judge)
+    # A knowledge domain's embeddings (its documents, the agent's searches).
+    embedder = _role_cost("embeddings", run.embedding_prompt_tokens, 0, run.embedding_cost_usd)
+    if embedder["tokens"]:
+        roles.append(embedder)
     used = [r for r in roles if r["tokens"]]
     priced = [r["cost"] for r in used if r["cost"] is not None]
     complete = len(priced) == len(used)

@@ -35,6 +35,7 @@ from apps.runs.events import (
     LostRun,
     UnstorableMessage,
     call_publish,
+    embedding_fields,
     events_publish,
     judge_fields,
 )
@@ -52,7 +53,7 @@ from apps.runs.lifecycle import (
 )
 from apps.runs.models import Run
 from tau2_env.engine import episodes
-from tau2_env.llm import gateway, outbound
+from tau2_env.llm import embeddings, gateway, outbound
 
 logger = logging.getLogger(__name__)
 
@@ -131,52 +132,82 @@ def run_execute(*, run_id: int, worker: str) -> str:
         return Run.Status.FAILED
 
 
-def run_routes(run: Run) -> tuple[gateway.Route, gateway.Route, gateway.Route | None]:
-    """The (agent, customer, judge) routes of a model run, on its starter's credentials:
-    their own Hugging Face token for the router, or the connection a side names; the
-    judge ``None`` when it is the customer's. Raises ``SignInRequired`` or
-    ``ConnectionUnavailable`` with a message for the person."""
+Routes = tuple[gateway.Route, gateway.Route, gateway.Route | None, gateway.Route | None]
+
+
+def run_routes(run: Run) -> Routes:
+    """The (agent, customer, judge, embedder) routes of a model run, on its starter's
+    credentials: their own Hugging Face token for the router, or the connection a side
+    names; the judge ``None`` when it is the customer's, the embedder ``None`` when the
+    run embeds nothing. Raises ``SignInRequired`` or ``ConnectionUnavailable`` with a
+    message for the person."""
     agent = route_for(connection=run.agent_connection, model=run.agent_model, user=run.created_by)
     customer = route_for(connection=run.user_connection, model=run.user_model, user=run.created_by)
-    judge = None
+    judge = embedder = None
     if run.judge_model:
         judge = route_for(
             connection=run.judge_connection, model=run.judge_model, user=run.created_by
         )
-    return agent, customer, judge
+    if run.embedding_model:
+        embedder = route_for(
+            connection=run.embedding_connection, model=run.embedding_model, user=run.created_by
+        )
+    return agent, customer, judge, embedder
 
 
 def _drive(
     *,
     run: Run,
     worker: str,
-    routes: tuple[gateway.Route, gateway.Route, gateway.Route | None],
+    routes: Routes,
     heartbeat: Heartbeat,
 ) -> str:
     """τ²'s ``LLMAgent`` against the customer through the engine's one driver; this side
     only stores and publishes each hop, and honours Stop between hops."""
     stored = list(run.events.order_by("seq").values_list("message", flat=True))
     # Rebuilds a stored conversation (τ²'s orchestrator replays it and works out whose
-    # turn it is) or opens a new one with τ²'s greeting.
-    episode = episodes.Episode(
-        domain=run.domain,
-        task_id=run.task.task_id,
-        user_llm=routes[1],
-        agent_llm=routes[0],
-        judge_llm=routes[2],
-        agent_llm_args=run.agent_llm_args,
-        user_llm_args=run.user_llm_args,
-        messages=stored,
-        max_steps=run.max_steps,
-        max_errors=run.max_errors,
-        seed=run.seed,
-        mode=run.mode,  # τ²'s agent (and customer) of the run's ablation, if any
-        retrieval_config=run.retrieval_config or None,
-        # `tau2 run --timeout`: the clock of a conversation resumed (another worker, a
-        # retry) runs from when the run first started, not from this worker's pick-up.
-        timeout=run.timeout,
-        elapsed=(run.elapsed_seconds or 0.0) if stored else 0.0,
-    )
+    # turn it is) or opens a new one with τ²'s greeting. An embedding configuration
+    # embeds the knowledge base here (the first run on its connection model pays for it).
+    try:
+        episode = episodes.Episode(
+            domain=run.domain,
+            task_id=run.task.task_id,
+            user_llm=routes[1],
+            agent_llm=routes[0],
+            judge_llm=routes[2],
+            embedding_llm=routes[3],
+            agent_llm_args=run.agent_llm_args,
+            user_llm_args=run.user_llm_args,
+            messages=stored,
+            max_steps=run.max_steps,
+            max_errors=run.max_errors,
+            seed=run.seed,
+            mode=run.mode,  # τ²'s agent (and customer) of the run's ablation, if any
+            retrieval_config=run.retrieval_config or None,
+            # `tau2 run --timeout`: the clock of a conversation resumed (another worker, a
+            # retry) runs from when the run first started, not from this worker's pick-up.
+            timeout=run.timeout,
+            elapsed=(run.elapsed_seconds or 0.0) if stored else 0.0,
+        )
+    except embeddings.EmbeddingsError as exc:
+        run_finish(
+            run=run,
+            status=Run.Status.FAILED,
+            worker=worker,
+            error=f"The knowledge base could not be embedded: {exc}",
+            failure=_failure_kind(exc),
+        )
+        return Run.Status.FAILED
+    embedded = [gateway.Usage()]  # the embeddings' tokens last written
+
+    def count_embeddings() -> None:
+        """Write the embeddings' tokens and cost when they grew: spend a budget sees."""
+        if episode.embedding_usage != embedded[0]:
+            embedded[0] = episode.embedding_usage
+            fields = embedding_fields(run=run, usage=embedded[0])
+            Run.objects.filter(pk=run.pk).update(**fields)
+
+    count_embeddings()
     prices = run.agent_prices
     # The greeting of a new conversation (a No-User one has none: its agent speaks first,
     # in the first hop of run()).
@@ -189,6 +220,7 @@ def _drive(
         )
 
     def on_hop(hop: episodes.Hop) -> None:
+        count_embeddings()
         events_publish(
             run=run,
             messages=hop.messages,
@@ -238,6 +270,7 @@ def _drive(
 
     with outbound.interruptible(heartbeat.stopped), gateway.observe_calls(on_call):
         outcome = episode.run(on_hop=on_hop, should_stop=should_stop, backoff=backoff)
+    count_embeddings()  # the searches τ²'s evaluator replayed in scoring, if not cached
     reason = episode.termination_reason.value if episode.termination_reason else ""
     if outcome == "stopped" and over_budget:
         run_finish(

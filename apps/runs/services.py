@@ -72,6 +72,23 @@ def run_provenance(
         "agent_prices": list(agent_prices) if agent_prices else None,
         # A knowledge domain's retrieval configuration (`tau2 run --retrieval-config`).
         **({"retrieval_config": spec.retrieval_config} if spec.retrieval_config else {}),
+        # Its embeddings: the connection model that made them, and τ²'s model for them.
+        **(
+            {"embedder": _embedder(spec, domain=task.domain_id)}
+            if spec.embedder is not None
+            else {}
+        ),
+    }
+
+
+def _embedder(spec: RunSpec, *, domain: str) -> dict:
+    """Where a run's embeddings were made (never a key), and the model τ² names for them."""
+    assert spec.embedder is not None
+    return {
+        **side_provenance(connection=spec.embedder.connection, model=spec.embedder.model),
+        "tau2_model": catalog.retrieval_embedder(
+            domain=domain, retrieval_config=spec.retrieval_config
+        ),
     }
 
 

@@ -77,7 +77,9 @@ class RunSpec:
     --retrieval-config`` (banking_knowledge; "" for a domain without one — see
     :meth:`for_domain`, which fills in the domain's default). ``timeout``: τ²'s
     wall-clock limit of one conversation in seconds, as ``tau2 run --timeout`` (None,
-    τ²'s default: none; τ² 1.x only — the engine refuses one on 0.2).
+    τ²'s default: none; τ² 1.x only — the engine refuses one on 0.2). ``embedder``: the
+    connection model that embeds for an embedding configuration (``openai_embeddings``…),
+    else None.
     """
 
     agent: Side
@@ -89,6 +91,7 @@ class RunSpec:
     mode: str = DEFAULT_MODE
     retrieval_config: str = ""
     timeout: float | None = None
+    embedder: Side | None = None
 
     def __post_init__(self) -> None:
         # The one place the sides' defaults are filled in: the server's customer, and
@@ -107,6 +110,8 @@ class RunSpec:
         object.__setattr__(self, "customer", customer)
         if self.judge is not None and not self.judge.model:
             object.__setattr__(self, "judge", None)
+        if self.embedder is not None and not self.embedder.model:
+            object.__setattr__(self, "embedder", None)
 
     def seeded(self) -> RunSpec:
         """This spec with a seed: τ²'s default when it has none (a model run needs one)."""
@@ -116,13 +121,16 @@ class RunSpec:
         """This spec for a conversation on ``domain``: a knowledge domain's retrieval
         configuration filled in (its default when none is chosen). Raises ``ValueError``
         saying why when ``domain`` cannot run with the one chosen (a configuration this
-        server cannot run, or one given for a domain without retrieval)."""
+        server cannot run, one that embeds without an embeddings model, an embeddings model
+        for one that embeds nothing, or one given for a domain without retrieval)."""
         # On first use: the catalogue imports τ² and litellm (seconds), which the models
         # (and so every manage.py command) must not pay for at start-up.
         from tau2_env.engine import catalog
 
         chosen = self.retrieval_config or None
-        refusal = catalog.retrieval_refusal(domain=domain, retrieval_config=chosen)
+        refusal = catalog.retrieval_refusal(
+            domain=domain, retrieval_config=chosen, embeddings=self.embedder is not None
+        )
         if refusal is not None:
             raise ValueError(refusal)
         config = chosen or catalog.default_retrieval_config(domain) or ""
@@ -140,7 +148,7 @@ def spec_columns(spec: RunSpec, *, seed_field: str) -> dict[str, Any]:
     """The columns that store ``spec`` on a run (``seed_field="given_seed"``: its
     ``seed`` is the trial's) or an evaluation (``"seed"``); :func:`spec_read` reads
     them back."""
-    judge = spec.judge
+    judge, embedder = spec.judge, spec.embedder
     return {
         "agent_model": spec.agent.model,
         "agent_provider": spec.agent.provider,
@@ -156,6 +164,8 @@ def spec_columns(spec: RunSpec, *, seed_field: str) -> dict[str, Any]:
         "mode": spec.mode,
         "retrieval_config": spec.retrieval_config,
         "timeout": spec.timeout,
+        "embedding_model": embedder.model if embedder is not None else "",
+        "embedding_connection": embedder.connection if embedder is not None else None,
         seed_field: spec.seed,
     }
 
@@ -176,4 +186,7 @@ def spec_read(row, *, seed_field: str) -> RunSpec:
         mode=row.mode,
         retrieval_config=row.retrieval_config,
         timeout=row.timeout,
+        embedder=(
+            Side(row.embedding_model, row.embedding_connection) if row.embedding_model else None
+        ),
     )

@@ -87,8 +87,15 @@ def _clear_connections() -> None:
 
     # What names a connection protects it: the rows that name one go first.
     Race.objects.filter(user_connection__isnull=False).delete()
-    Evaluation.objects.exclude(agent_connection=None, user_connection=None).delete()
-    Run.objects.exclude(agent_connection=None, user_connection=None, judge_connection=None).delete()
+    Evaluation.objects.exclude(
+        agent_connection=None, user_connection=None, embedding_connection=None
+    ).delete()
+    Run.objects.exclude(
+        agent_connection=None,
+        user_connection=None,
+        judge_connection=None,
+        embedding_connection=None,
+    ).delete()
     Connection.objects.all().delete()
 
 

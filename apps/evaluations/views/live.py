@@ -86,7 +86,11 @@ def _page(request, form: EvaluationForm, preview):
                         for n in ("agent_model", "external_agent", "user_model", "judge_model")
                     ]
                     + [form["mode"]]
-                    + ([form["retrieval_config"]] if has_retrieval() else []),
+                    + (
+                        [form["retrieval_config"], form["embedding_model"]]
+                        if has_retrieval()
+                        else []
+                    ),
                 ),
                 ("Trials and limits", [form[n] for n in (*_PREFILLED[1:], "name")]),
             ],

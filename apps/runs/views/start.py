@@ -64,7 +64,7 @@ def run_new(request):
         for name in ("agent_model", "user_model", "judge_model", "max_steps", "timeout", "seed")
     ]
     if has_retrieval():  # a knowledge domain (banking_knowledge on τ² 1.x)
-        model_fields.append(form["retrieval_config"])
+        model_fields += [form["retrieval_config"], form["embedding_model"]]
     return render(
         request,
         "runs/new.html",
