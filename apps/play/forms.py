@@ -2,7 +2,7 @@ from django import forms
 from django.conf import settings
 
 from apps.bounds import integer_field
-from apps.connections.picker import RouteField, for_user
+from apps.connections.picker import EmbeddingField, RouteField, for_user
 from apps.runs import defaults
 from apps.runs.forms import has_retrieval, retrieval_clean, retrieval_field
 from apps.runs.models import Run
@@ -49,6 +49,7 @@ class PlayStartForm(forms.Form):
         help_text="Empty: τ²'s default.",
     )
     retrieval_config = forms.CharField(required=False)  # retrieval_field(), or none at all
+    embedding_model = EmbeddingField()  # with retrieval_config only
 
     def __init__(self, *args, user=None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -59,6 +60,7 @@ class PlayStartForm(forms.Form):
             self.fields["retrieval_config"] = retrieval_field()
         else:
             del self.fields["retrieval_config"]
+            del self.fields["embedding_model"]
         self.fields["task_id"].widget.attrs.update(
             {
                 "data-testid": "task-input",

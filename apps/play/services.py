@@ -14,19 +14,21 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import timedelta
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import F, Q, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from apps.connections.llm_routes import route_for
 from apps.play import schemas, selectors
 from apps.play.selectors import Phase
-from apps.runs import defaults, endings, queue
-from apps.runs.events import events_publish, judge_fields, status_publish
+from apps.runs import budgets, defaults, endings, queue
+from apps.runs.events import embedding_fields, events_publish, judge_fields, status_publish
 from apps.runs.lifecycle import execution_id, run_finish
 from apps.runs.models import Run, RunEvent
 from apps.runs.services import (
@@ -40,7 +42,7 @@ from apps.runs.spec import RunSpec, Side, spec_columns
 from apps.tasks.models import Task
 from tau2_env import config
 from tau2_env.engine import episodes
-from tau2_env.llm import gateway
+from tau2_env.llm import embeddings, gateway
 
 HUMAN_AGENT = "human"
 # What a session's end stores besides the run's own fields (``run_finish``).
@@ -77,18 +79,21 @@ def play_spec(
     seed: int | None = None,
     max_steps: int | None = None,
     retrieval_config: str = "",
+    embedder: Side | None = None,
 ) -> RunSpec:
     """A play session's spec: a person plays the agent against ``customer`` (None or no
     model: the server's default customer, τ²'s default LLM arguments); ``max_steps``
     None: the shared default (``apps.runs.defaults``), capped at the server's limit;
     ``seed`` the one that picked the task, if one did; ``retrieval_config`` a knowledge
-    domain's (""; its default, set by :func:`play_start`)."""
+    domain's (""; its default, set by :func:`play_start`); ``embedder`` the connection
+    model that embeds for one that embeds."""
     return RunSpec(
         agent=Side(HUMAN_AGENT, llm=False),
         customer=customer or Side(),
         max_steps=min(max_steps or defaults.max_steps(), settings.TAU2_RUN_MAX_STEPS),
         seed=seed,
         retrieval_config=retrieval_config,
+        embedder=embedder,
     )
 
 
@@ -303,13 +308,23 @@ def play_tool(*, run: Run, name: str, arguments: Any) -> list[RunEvent]:
     errors = schemas.argument_errors(schema, arguments)
     if errors:
         raise ArgumentsInvalid(errors)
+    refused = budgets.embedding_refusal(run=run)  # a search embeds on a budgeted connection
+    if refused is not None:
+        raise PlayRefused(refused)
     holder = _holder()
     _take(run=run, to=Phase.TOOL, allowed=(Phase.YOUR_TURN,), holder=holder)
     try:
         episode = play_episode(run=run, route=play_route(run), score_on_end=False)
         before = len(episode.messages)
-        episode.call_tool(name, arguments)
+        try:
+            episode.call_tool(name, arguments)
+        finally:
+            play_embeddings_count(run=run, episode=episode)
         events = events_publish(run=run, messages=episode.messages_json(before), worker=holder)
+    except embeddings.EmbeddingsError as exc:
+        # Nothing stored: the player may search again once the endpoint answers.
+        play_release(run_id=run.pk, holder=holder, to=Phase.YOUR_TURN)
+        raise PlayRefused(f"The search could not be made: {exc}") from None
     except BaseException:
         play_release(run_id=run.pk, holder=holder, to=Phase.YOUR_TURN)
         raise
@@ -353,14 +368,37 @@ def play_route(run: Run) -> gateway.Route:
     return route_for(connection=run.user_connection, model=run.user_model, user=run.created_by)
 
 
+def play_embeddings_count(*, run: Run, episode: episodes.Episode) -> None:
+    """Add what ``episode`` (one rebuild of the session) embedded to the run's embeddings
+    columns: tokens, and their cost at the embeddings model's price (unpriced: the tokens
+    only, the cost left unknown)."""
+    fields = embedding_fields(run=run, usage=episode.embedding_usage)
+    if not fields:
+        return
+    added = fields["embedding_cost_usd"]
+    Run.objects.filter(pk=run.pk).update(
+        embedding_prompt_tokens=F("embedding_prompt_tokens") + fields["embedding_prompt_tokens"],
+        embedding_cost_usd=None
+        if added is None
+        else Coalesce(F("embedding_cost_usd"), Value(Decimal(0))) + added,
+    )
+
+
 def play_episode(*, run: Run, route: gateway.Route, score_on_end: bool = True) -> episodes.Episode:
-    """τ²'s episode of the session, rebuilt from its stored events.
+    """τ²'s episode of the session, rebuilt from its stored events (its embeddings, an
+    embedding configuration's, on its connection model: the knowledge base read from the
+    cache after the first build).
 
     With ``score_on_end`` off, an action that ends the conversation (τ²'s limits) leaves
     it unscored, so a tool call in a web request never scores there: scoring may call
     the judge, which belongs on a worker.
     """
     messages = list(run.events.order_by("seq").values_list("message", flat=True))
+    embedder = None
+    if run.embedding_model:
+        embedder = route_for(
+            connection=run.embedding_connection, model=run.embedding_model, user=run.created_by
+        )
     return episodes.Episode(
         domain=run.domain,
         task_id=run.task.task_id,
@@ -371,6 +409,7 @@ def play_episode(*, run: Run, route: gateway.Route, score_on_end: bool = True) -
         max_steps=run.max_steps,
         score_on_end=score_on_end,
         retrieval_config=run.retrieval_config or None,
+        embedding_llm=embedder,
     )
 
 

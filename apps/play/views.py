@@ -108,12 +108,13 @@ def play_new(request):
             task = data.get("task") or services.play_task_pick(
                 domain=data["domain"], split=data["split"], seed=data.get("seed")
             )
-            customer = data.get("user_model")
+            customer, embedder = data.get("user_model"), data.get("embedding_model")
             spec = services.play_spec(
                 customer=Side(customer.model, customer.connection) if customer else None,
                 seed=data.get("seed"),
                 max_steps=data.get("max_steps"),
                 retrieval_config=data.get("retrieval_config") or "",
+                embedder=Side(embedder.model, embedder.connection) if embedder else None,
             )
             run = services.play_start(user=request.user, task=task, spec=spec)
         except ValidationError as exc:

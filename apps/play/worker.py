@@ -68,6 +68,7 @@ def customer_turn(*, run_id: int, at: int, worker: str) -> str:
         before = run.n_messages
         with _calls_told(run):
             episode.customer_turn()
+        services.play_embeddings_count(run=run, episode=episode)
         if episode.termination_reason == episodes.TerminationReason.USER_ERROR:
             services.play_release(
                 run_id=run.pk, holder=worker, to=Phase.NEEDS_CUSTOMER, error=episode.error or ""
@@ -111,6 +112,7 @@ def score(*, run_id: int, at: int, worker: str) -> str:
         before = run.n_messages
         with _calls_told(run):
             episode.finish()  # τ²'s stop if still open; then τ²'s evaluator
+        services.play_embeddings_count(run=run, episode=episode)
         if episode.reward_info is None:
             services.play_release(
                 run_id=run.pk, holder=worker, to=Phase.NEEDS_SCORING, error=episode.error or ""

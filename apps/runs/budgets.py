@@ -729,7 +729,11 @@ def play_turn_refusal(*, run: Run) -> str | None:
     connection — no price for its model there (its spend could not be counted), or the
     connection's (or its person's) budget reached this month — or ``None``. A play
     session holds no reservation: each customer turn is one call, checked before it."""
-    return _unpriced(run, _budgeted_sides(run)) or budget_reached(run=run)
+    return (
+        _unpriced(run, _budgeted_sides(run))
+        or embedding_refusal(run=run)
+        or budget_reached(run=run)
+    )
 
 
 def episode_turn_refusal(*, run_id: int) -> str | None:

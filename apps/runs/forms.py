@@ -149,19 +149,26 @@ def retrieval_clean(form: forms.Form, data: dict[str, Any], domain: str | None) 
     """Refuses a retrieval configuration ``domain`` has not, or this server cannot run,
     on the form's ``retrieval_config`` field, saying why; one that embeds without an
     embeddings model (or an embeddings model for one that does not), on the form's
-    ``embedding_model`` field when it has one."""
+    ``embedding_model`` field — and on a form without one (a race's), on
+    ``retrieval_config``: it cannot name one."""
     chosen = data.get("retrieval_config") or None
     if not domain:
         return
     embeds = "embedding_model" in form.fields
     given = data.get("embedding_model") is not None
-    why = catalog.retrieval_refusal(
-        domain=domain, retrieval_config=chosen, embeddings=given if embeds else None
-    )
+    why = catalog.retrieval_refusal(domain=domain, retrieval_config=chosen, embeddings=given)
     if why is None:
         return
-    plain = catalog.retrieval_refusal(domain=domain, retrieval_config=chosen)
-    form.add_error("embedding_model" if embeds and plain is None else "retrieval_config", why)
+    if catalog.retrieval_refusal(domain=domain, retrieval_config=chosen) is not None:
+        form.add_error("retrieval_config", why)
+    elif embeds:
+        form.add_error("embedding_model", why)
+    else:
+        form.add_error(
+            "retrieval_config",
+            f"{why} — this form has no embeddings model: start a run, an evaluation or a "
+            "play session for it",
+        )
 
 
 def timeout_field() -> forms.FloatField:

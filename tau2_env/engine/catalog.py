@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from tau2_env.generations import task_set_version, tau2_version
-from tau2_env.llm import tau2_gen
+from tau2_env.llm import compat, embeddings, tau2_gen
 from tau2_env.llm._tau2 import registry
 
 __all__ = [
@@ -310,9 +310,13 @@ def _variant_environment(domain: str, retrieval_config: str):
     refusal = retrieval_refusal(domain=domain, retrieval_config=retrieval_config)
     if refusal:
         raise ValueError(refusal)
-    return tau2_gen.build_environment(
-        domain=domain, env_kwargs={"retrieval_variant": retrieval_config}
-    )
+    # Read for its tools and policy only: one that embeds is built without embedding
+    # anything (its tools' schemas and its prompt do not depend on the vectors).
+    compat.install()
+    with embeddings.listing():
+        return tau2_gen.build_environment(
+            domain=domain, env_kwargs={"retrieval_variant": retrieval_config}
+        )
 
 
 def _played_default(domain: str, retrieval_config: str) -> bool:

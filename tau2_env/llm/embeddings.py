@@ -44,6 +44,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import openai
@@ -58,6 +59,7 @@ __all__ = [
     "cache_root",
     "failures",
     "install",
+    "listing",
     "scope",
 ]
 
@@ -99,6 +101,39 @@ def failures() -> Iterator[list[EmbeddingsError]]:
         yield found
     finally:
         _failures.reset(token)
+
+
+_listing: contextvars.ContextVar[bool] = contextvars.ContextVar(
+    "tau2_embeddings_listing", default=False
+)
+
+
+@contextmanager
+def listing() -> Iterator[None]:
+    """Within the block, an environment is built only to read its tools and its policy
+    (the catalogue's): nothing is embedded or sent, every vector is a zero, and no cache
+    is read or written. Never for a conversation: its searches would find nothing."""
+    token = _listing.set(True)
+    try:
+        yield
+    finally:
+        _listing.reset(token)
+
+
+class _NoCache:
+    """τ²'s ``EmbeddingsCache`` while :func:`listing`: never read, never written."""
+
+    def get(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+    def put(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+def _zeros(kwargs: dict[str, Any]) -> Any:
+    inputs = kwargs.get("input")
+    count = 1 if isinstance(inputs, str) else len(inputs or ())
+    return SimpleNamespace(data=[SimpleNamespace(embedding=[0.0]) for _ in range(count)])
 
 
 def _failed(error: EmbeddingsError) -> EmbeddingsError:
@@ -146,6 +181,8 @@ def _base_url(route: gateway.Route) -> str:
 
 def _create(kwargs: dict[str, Any]) -> Any:
     """``embeddings.create(**kwargs)`` along the current embedder route (see the module)."""
+    if _listing.get():
+        return _zeros(kwargs)
     route = _route()
     gateway.redact_in_logs(route)
     client = openai.OpenAI(
@@ -221,17 +258,19 @@ def _embedder_classes() -> dict[str, type]:
     return {"openai": RoutedOpenAIEmbedder, "openrouter": RoutedOpenRouterEmbedder}
 
 
-_caches: dict[str, Any] = {}
+_caches: dict[tuple[Path, str], Any] = {}
 _caches_lock = threading.Lock()
 
 
 def _embeddings_cache() -> Any:
     """τ²'s ``EmbeddingsCache`` of the current route's connection model."""
-    key = scope(_route())
+    if _listing.get():
+        return _NoCache()
+    key = (cache_root(), scope(_route()))
     with _caches_lock:
         if key not in _caches:
             cache_module = importlib.import_module("tau2.knowledge.embeddings_cache")
-            _caches[key] = cache_module.EmbeddingsCache(cache_dir=str(cache_root() / key))
+            _caches[key] = cache_module.EmbeddingsCache(cache_dir=str(key[0] / key[1]))
         return _caches[key]
 
 
@@ -261,10 +300,13 @@ def install() -> None:
     )
 
     def get_cached_query_embedding(query, embedder_type, embedder_config=None):
+        if _listing.get():
+            return None
         return get_cached(query, embedder_type, _scoped(embedder_config))
 
     def cache_query_embedding(query, embedding, embedder_type, embedder_config=None):
-        put_cached(query, embedding, embedder_type, _scoped(embedder_config))
+        if not _listing.get():
+            put_cached(query, embedding, embedder_type, _scoped(embedder_config))
 
     encoder.get_cached_query_embedding = get_cached_query_embedding
     encoder.cache_query_embedding = cache_query_embedding
