@@ -273,6 +273,11 @@ class EvaluationStartSerializer(serializers.Serializer):
         help_text="banking_knowledge only: the retrieval configuration, as tau2 run "
         "--retrieval-config (empty: the domain's default, bm25).",
     )
+    embedding_model = serializers.CharField(
+        required=False,
+        help_text="For a retrieval configuration that embeds (openai_embeddings, "
+        "qwen_embeddings…): the connection model that embeds, @connection/model.",
+    )
     num_trials = serializers.IntegerField(required=False, help_text="k: each task k times.")
     seed = serializers.IntegerField(required=False)
     max_steps = serializers.IntegerField(required=False)

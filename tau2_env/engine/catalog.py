@@ -212,7 +212,8 @@ def retrieval_refusal(
         return known[retrieval_config]
     embedder = retrieval_embedder(domain=domain, retrieval_config=retrieval_config)
     if embedder and not embeddings:
-        provider = tau2_gen.RETRIEVAL_EMBEDDERS[domain][retrieval_config][0]
+        kind = tau2_gen.RETRIEVAL_EMBEDDERS[domain][retrieval_config][0]
+        provider = {"openai": "OpenAI", "openrouter": "OpenRouter"}.get(kind, kind)
         return (
             f"{retrieval_config} embeds its documents and the agent's searches with "
             f"{provider} embeddings ({embedder}): choose an embeddings model on one of your "

@@ -137,4 +137,6 @@ def test_the_api_starts_a_banking_evaluation_with_a_configuration_and_says_it(
         "/api/evaluations/", key=key, body={**body, "retrieval_config": "openai_embeddings"}
     )
     assert refused.status_code == 400
-    assert "OpenAI embeddings" in refused.json()["retrieval_config"][0]
+    # It runs with its embeddings on a connection: without an embeddings model, refused.
+    assert "OpenAI embeddings" in refused.json()["embedding_model"][0]
+    assert "choose an embeddings model" in refused.json()["embedding_model"][0]

@@ -8,19 +8,21 @@ an endpoint that cannot be reached fails the run saying why — never left "runn
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.db import connections
 from django.utils import timezone
 
+from apps.evaluations.models import Evaluation
 from apps.runs import budgets
 from apps.runs.models import Run
 from apps.runs.presenters import cost_view
 from apps.runs.runner import run_execute
 from apps.runs.services import model_run_build
-from apps.runs.spec import RunSpec, Side
+from apps.runs.spec import RunSpec, Side, spec_columns, spec_read
 from apps.tasks.models import Task
 from tau2_env.engine.evaluation import trial_seeds
 from tests.support import connections as with_connections
@@ -160,3 +162,41 @@ def test_an_unreachable_embeddings_endpoint_fails_the_run_saying_why(
     assert "Team embeddings" in run.error and "refused the connection" in run.error
     assert EMBED_KEY not in run.error
     assert run.finished_at is not None  # ended, never left "running"
+
+
+def test_an_evaluation_keeps_its_embeddings_model_for_every_run_and_its_export(
+    staff, alice, llm_server
+):
+    chat, embeds = _connections(llm_server, by=staff)
+    spec = RunSpec(
+        agent=Side(CHAT_MODEL, chat),
+        customer=Side(CHAT_MODEL, chat),
+        seed=300,
+        retrieval_config=CONFIG,
+        embedder=Side(EMBED_MODEL, embeds),
+    )
+    evaluation = Evaluation(**spec_columns(spec, seed_field="seed"), domain=DOMAIN)
+    assert evaluation.embedding_model == EMBED_MODEL
+    assert evaluation.embedding_connection == embeds
+    read = spec_read(evaluation, seed_field="seed")
+    assert read.embedder == Side(EMBED_MODEL, embeds) and read.retrieval_config == CONFIG
+    # Each of its runs is built from that spec: the same embeddings model.
+    run = model_run_build(
+        user=alice,
+        task=Task.objects.get(domain_id=DOMAIN, task_id=TASK),
+        spec=read,
+        trial=0,
+        trial_seed=1,
+        prices=None,
+    )
+    assert (run.embedding_model, run.embedding_connection) == (EMBED_MODEL, embeds)
+    # Without one, a configuration that embeds is refused, saying what to choose.
+    with pytest.raises(ValidationError, match="choose an embeddings model"):
+        model_run_build(
+            user=alice,
+            task=Task.objects.get(domain_id=DOMAIN, task_id=TASK),
+            spec=replace(read, embedder=None),
+            trial=0,
+            trial_seed=1,
+            prices=None,
+        )
