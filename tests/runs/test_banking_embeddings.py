@@ -17,7 +17,9 @@ from django.db import connections
 from django.utils import timezone
 
 from apps.evaluations.models import Evaluation
+from apps.races.forms import RaceForm
 from apps.runs import budgets
+from apps.runs.forms import RunForm, spec_from
 from apps.runs.models import Run
 from apps.runs.presenters import cost_view
 from apps.runs.runner import run_execute
@@ -200,3 +202,34 @@ def test_an_evaluation_keeps_its_embeddings_model_for_every_run_and_its_export(
             trial_seed=1,
             prices=None,
         )
+
+
+def test_the_run_and_race_forms_take_an_embeddings_model_on_a_connection(staff, alice, llm_server):
+    chat, embeds = _connections(llm_server, by=staff)
+    data = {
+        "domain": DOMAIN,
+        "task_id": TASK,
+        "agent_model": f"@{chat.slug}/{CHAT_MODEL}",
+        "user_model": f"@{chat.slug}/{CHAT_MODEL}",
+        "max_steps": 20,
+        "retrieval_config": CONFIG,
+    }
+    embedding = f"@{embeds.slug}/{EMBED_MODEL}"
+    form = RunForm({**data, "embedding_model": embedding}, user=alice)
+    assert form.is_valid(), form.errors
+    assert spec_from(form.cleaned_data).embedder == Side(EMBED_MODEL, embeds)
+
+    race = RaceForm(
+        {**data, "agent_model": [data["agent_model"], embedding], "embedding_model": embedding},
+        user=alice,
+    )
+    assert race.is_valid(), race.errors
+    assert spec_from(race.cleaned_data, lanes=True).embedder == Side(EMBED_MODEL, embeds)
+
+    refused = RunForm(data, user=alice)
+    assert not refused.is_valid()
+    assert "choose an embeddings model" in refused.errors["embedding_model"][0]
+    # The router has no embeddings API.
+    router = RunForm({**data, "embedding_model": "deepseek-ai/DeepSeek-V4.1-Flash"}, user=alice)
+    assert not router.is_valid()
+    assert "Embeddings run on a connection" in router.errors["embedding_model"][0]
