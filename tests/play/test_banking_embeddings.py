@@ -6,7 +6,6 @@ refuses the configuration without one, saying what to choose."""
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass
 from decimal import Decimal
 
 import pytest
@@ -28,14 +27,9 @@ EMBED_KEY = "sk-embed-CANARY-play-5a2c8e91d7"
 EMBED_MODEL = "text-embedding-3-large"
 
 
-@dataclass(frozen=True)
-class _Endpoint:
-    base_url: str
-
-
 def _embeds(llm, *, by, slug: str = "team-embeddings"):
     return openai_compatible_connection(
-        _Endpoint(llm.base_url),
+        llm,
         by=by,
         name="Team embeddings",
         slug=slug,

@@ -8,7 +8,7 @@ an endpoint that cannot be reached fails the run saying why — never left "runn
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from decimal import Decimal
 
 import pytest
@@ -44,11 +44,6 @@ EMBED_KEY = "sk-embed-CANARY-3f9a1c7e55d2b804"
 EMBED_PRICE = Decimal("0.13")  # USD per 1M input tokens
 
 
-@dataclass(frozen=True)
-class _Endpoint:
-    base_url: str
-
-
 @pytest.fixture
 def fresh_cache(tmp_path, monkeypatch):
     """No knowledge base embedded yet: each test's run pays for it."""
@@ -61,8 +56,9 @@ def _connections(llm, *, by, base_url: str | None = None, **team):
         llm, by=by, name="Team vLLM", models=[(CHAT_MODEL, (Decimal("1"), Decimal("2")))]
     )
     embeds = openai_compatible_connection(
-        _Endpoint(base_url or llm.base_url),
+        llm,
         by=by,
+        base_url=base_url,
         name="Team embeddings",
         api_key=EMBED_KEY,
         models=[(EMBED_MODEL, (EMBED_PRICE, Decimal("0")))],

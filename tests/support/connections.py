@@ -61,16 +61,18 @@ def openai_compatible_connection(
     owner=None,
     slug: str = "",
     headers=None,
+    base_url: str | None = None,
     **team,
 ):
     """A connection of kind ``openai_compatible`` at ``llm.base_url`` (the scripted
-    server's ``/v1``), created by ``by`` through the service, as the pages do; ``team``:
-    the fields of ``apps.connections.services.TeamSettings``."""
+    server's ``/v1``; ``base_url``: another endpoint), created by ``by`` through the
+    service, as the pages do; ``team``: the fields of
+    ``apps.connections.services.TeamSettings``."""
     from apps.connections.services import ConnectionFields, TeamSettings, connection_create
 
     fields = ConnectionFields(
         name=name,
-        base_url=llm.base_url,
+        base_url=base_url or llm.base_url,
         api_key=api_key,
         headers=headers,
         models=tuple(models),
