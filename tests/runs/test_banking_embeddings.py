@@ -19,6 +19,7 @@ from django.utils import timezone
 from apps.evaluations.models import Evaluation
 from apps.races.forms import RaceForm
 from apps.runs import budgets
+from apps.runs.exports import run_export_tau2
 from apps.runs.forms import RunForm, spec_from
 from apps.runs.models import Run
 from apps.runs.presenters import cost_view
@@ -123,6 +124,10 @@ def test_a_run_embeds_on_its_connection_with_its_key_and_counts_the_cost(
     assert embedder["model"] == EMBED_MODEL and embedder["tau2_model"] == EMBED_MODEL
     assert embedder["connection"]["name"] == "Team embeddings"
     assert EMBED_KEY not in str(run.provenance)
+    # Its τ² results file: the configuration as tau2 run records it, and the model.
+    info = run_export_tau2(run)["info"]
+    assert info["retrieval_config"] == CONFIG
+    assert info["tau2_studio"]["embedding_model"] == f"openai/{EMBED_MODEL}"
 
 
 def test_a_run_whose_embeddings_connection_spent_its_budget_is_refused_before_it_starts(
