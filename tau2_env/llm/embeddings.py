@@ -9,8 +9,8 @@ from its public registry (``EMBEDDER_REGISTRY[embedder_type](**embedder_params)`
 ``OpenAI(api_key=os.getenv("OPENAI_API_KEY"))`` (OpenRouter's likewise): the server's key,
 for everyone. :func:`install` (called by ``tau2_env.llm.compat.install``) puts
 :class:`RoutedOpenAIEmbedder` and :class:`RoutedOpenRouterEmbedder` in those registries:
-τ²'s own classes — the same texts, Qwen's query instruction, ``encoding_format``, the
-OpenRouter retries — whose client is the current conversation's embedder route
+τ²'s own classes — the same texts, Qwen's query instruction, ``encoding_format`` —
+whose client is the current conversation's embedder route
 (``gateway.conversation(embedder=…)``, a connection's model, its key and base URL):
 
 * the request is ``POST <base URL>/embeddings`` with the route's key, through the
@@ -96,11 +96,14 @@ def failures() -> Iterator[list[EmbeddingsError]]:
     yields — also those τ² caught: a failed search is a tool error to τ², which the
     conversation would otherwise go on past."""
     found: list[EmbeddingsError] = []
+    outer = _failures.get()
     token = _failures.set(found)
     try:
         yield found
     finally:
         _failures.reset(token)
+        if outer is not None:
+            outer.extend(found)  # an enclosing block hears of them too
 
 
 _listing: contextvars.ContextVar[bool] = contextvars.ContextVar(
@@ -254,6 +257,18 @@ def _embedder_classes() -> dict[str, type]:
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             kwargs["api_key"] = _UNUSED_KEY
             super().__init__(*args, **kwargs)
+
+        def embed(self, texts: list[str], max_retries: int = 3) -> Any:
+            # τ²'s OpenRouter embedder tries again (1, 2, 4 s) on a message that says
+            # "json" and then raises its own RuntimeError: the call's own retries are the
+            # SDK's, and its failure is raised as it is, saying why.
+            with failures() as failed:
+                try:
+                    return super().embed(texts, max_retries=1)
+                except Exception:
+                    if failed:
+                        raise failed[0] from None
+                    raise
 
     return {"openai": RoutedOpenAIEmbedder, "openrouter": RoutedOpenRouterEmbedder}
 

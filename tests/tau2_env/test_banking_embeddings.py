@@ -154,3 +154,32 @@ def test_a_search_whose_embeddings_fail_ends_the_run_with_the_reason(llm_server,
     assert episode.run() == "failed"
     assert episode.error.startswith("The knowledge base's embeddings failed: Embeddings on")
     assert "Team endpoint" in episode.error and EMBEDDING_KEY not in episode.error
+
+
+def test_a_qwen_configuration_sends_what_tau2s_openrouter_embedder_sends(llm_server, cache_dir):
+    """τ²'s own OpenRouter embedder's texts (Qwen's query instruction on searches, none on
+    documents) and ``encoding_format``, with the connection's model and key."""
+    banking_script(llm_server)
+    embedder = _route(llm_server, "qwen/qwen3-embedding-8b", key=EMBEDDING_KEY)
+    episode = _episode(llm_server, embedder=embedder, config="qwen_embeddings")
+    assert episode.run() == "ended", episode.error
+    assert episode.reward == 1.0
+
+    documents, *searches = llm_server.embedding_requests()
+    assert documents.body["encoding_format"] == "float"
+    assert not documents.body["input"][0].startswith("Instruct:")
+    assert searches[0].body["input"] == [
+        "Instruct: Given a web search query, retrieve relevant passages that answer the "
+        f"query\nQuery:{QUERY}"
+    ]
+    assert {r.token for r in llm_server.embedding_requests()} == {EMBEDDING_KEY}
+
+
+def test_an_endpoint_that_answers_no_embeddings_fails_a_qwen_search_saying_why(
+    llm_server, cache_dir
+):
+    banking_script(llm_server)
+    embedder = _route(llm_server, "qwen-embed-unknown", key=EMBEDDING_KEY)
+    llm_server.embeddings_reply = error(404, "The model does not exist")
+    with pytest.raises(embeddings.EmbeddingsError, match="Embeddings on Team endpoint"):
+        _episode(llm_server, embedder=embedder, config="qwen_embeddings")
