@@ -7,12 +7,12 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
     dependencies = [
         ("connections", "0002_connectiontestpress"),
-        ("runs", "0021_standing_review"),
+        ("evaluations", "0012_evaluation_timeout"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name="run",
+            model_name="evaluation",
             name="embedding_connection",
             field=models.ForeignKey(
                 blank=True,
@@ -23,24 +23,8 @@ class Migration(migrations.Migration):
             ),
         ),
         migrations.AddField(
-            model_name="run",
-            name="embedding_cost_usd",
-            field=models.DecimalField(
-                blank=True,
-                decimal_places=6,
-                help_text="The embeddings' calls; empty when unpriced or none.",
-                max_digits=12,
-                null=True,
-            ),
-        ),
-        migrations.AddField(
-            model_name="run",
+            model_name="evaluation",
             name="embedding_model",
             field=models.CharField(blank=True, default="", max_length=255),
-        ),
-        migrations.AddField(
-            model_name="run",
-            name="embedding_prompt_tokens",
-            field=models.PositiveBigIntegerField(default=0),
         ),
     ]
