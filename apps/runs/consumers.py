@@ -60,6 +60,7 @@ class RunConsumer(Keepalive, AsyncJsonWebsocketConsumer):
         self.with_calls = self._query("calls", "") == "1"
         self.sent_status: str | None = None
         self.final_sent = False
+        self.current_sent: tuple | None = None  # the kept call notice sent on connect
         # One catch-up at a time: a keepalive tick's and a group message's reads would
         # otherwise interleave, and an older status could follow a newer one.
         self.catching_up = asyncio.Lock()
@@ -81,9 +82,16 @@ class RunConsumer(Keepalive, AsyncJsonWebsocketConsumer):
         await self._catch_up()
 
     async def run_call(self, message):
-        """One of the run's LLM calls started or ended: passed on as it came."""
-        if self.with_calls:
-            await self.send_json(_call_frame(message))
+        """One of the run's LLM calls started or ended: passed on as it came, but for the
+        live copy of the notice :meth:`_send_current_call` already sent (it arrived while
+        the socket connected: the group was joined before the record was read)."""
+        if not self.with_calls:
+            return
+        if _call_key(message) == self.current_sent:
+            self.current_sent = None
+            return
+        self.current_sent = None
+        await self.send_json(_call_frame(message))
 
     async def _send_current_call(self):
         """A page opened mid-call hears of the call under way at once (its ``seconds``
@@ -93,6 +101,7 @@ class RunConsumer(Keepalive, AsyncJsonWebsocketConsumer):
             return
         current = await read_in_pool(call_current)(run_id=self.run_id)
         if current is not None:
+            self.current_sent = _call_key(current)
             await self.send_json(_call_frame(current))
 
     async def keepalive_tick(self) -> bool:
@@ -170,6 +179,12 @@ class RunConsumer(Keepalive, AsyncJsonWebsocketConsumer):
 
 
 _CALL_KEYS = ("side", "phase", "seconds", "timeout", "attempt", "attempts", "reason", "wait")
+
+
+def _call_key(message: dict) -> tuple:
+    """What tells one notice of a call from another (not its ``seconds``, brought up to
+    now when a kept notice is sent)."""
+    return tuple(message.get(key) for key in ("side", "phase", "attempt", "attempts", "reason"))
 
 
 def _call_frame(message: dict) -> dict:

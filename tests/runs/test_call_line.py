@@ -142,6 +142,41 @@ async def test_a_page_opened_mid_call_hears_the_retry_under_way_at_once(run, ali
     }
 
 
+async def test_the_live_copy_of_the_notice_sent_on_connect_is_not_sent_again(
+    run,  # noqa: F811
+    alice_client,
+    monkeypatch,
+):
+    """The worker's live notice can reach the group while the socket connects (joined
+    first, then the kept record read): the page hears the retry once, then what follows."""
+    from apps.runs import consumers
+
+    second = _notice("retrying", attempt=2, attempts=3, reason="timed out after 8 s", wait=0.0)
+    await publish(run_id=run.pk, notice=second)
+
+    def read_then_the_live_copy_arrives(*, run_id):
+        kept = current_call.call_current(run_id=run_id)
+        call_publish(run_id=run_id, notice=second)  # the same notice, live, mid-connect
+        return kept
+
+    monkeypatch.setattr(consumers, "call_current", read_then_the_live_copy_arrives)
+    socket = communicator(run.pk, client=alice_client, after="2&calls=1")
+    connected, _ = await socket.connect(timeout=10)
+    assert connected
+    try:
+        status, kept = await frames(socket, 2)
+        await publish(
+            run_id=run.pk,
+            notice=_notice("retrying", attempt=3, attempts=3, reason="timed out after 8 s"),
+        )
+        calls = [kept, *await frames(socket, 1)]
+        assert await socket.receive_nothing(timeout=0.5)
+    finally:
+        await socket.disconnect(timeout=10)
+    assert status["type"] == "status"
+    assert [(c["phase"], c["attempt"]) for c in calls] == [("retrying", 2), ("retrying", 3)]
+
+
 @pytest.mark.parametrize("ending", ["answered", "failed", "run ended"])
 async def test_a_page_opened_after_the_call_ended_hears_of_no_call(run, alice_client, ending):  # noqa: F811
     await publish(run_id=run.pk, notice=_notice("waiting", attempt=1, attempts=3))
