@@ -51,6 +51,7 @@ def tau2_cli_run(
     user: str | None = None,
     retrieval_config: str | None = None,
     timeout: float | None = None,
+    env: dict[str, str] | None = None,
 ) -> Path:
     """Run ``tau2 run`` in ``directory`` and return the results file it wrote.
 
@@ -62,10 +63,12 @@ def tau2_cli_run(
     ``agent``/``user`` pick τ²'s agent and user implementations (``--agent
     llm_agent_solo --user dummy_user`` for the ablations). ``retrieval_config`` is
     passed as ``--retrieval-config`` (banking_knowledge, τ² 1.x), ``timeout`` as
-    ``--timeout`` (τ² 1.x).
+    ``--timeout`` (τ² 1.x). ``env``: more variables for the CLI (τ²'s OpenAI embedder
+    reads its base URL from ``OPENAI_BASE_URL``, which is dropped otherwise).
     """
+    given = env or {}
     env = {name: value for name, value in os.environ.items() if name not in _DROPPED}
-    env.update({key_variable: key, "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+    env.update({key_variable: key, "LITELLM_LOCAL_MODEL_COST_MAP": "True", **given})
     command = [str(Path(sys.executable).with_name("tau2")), "run", "--domain", domain]
     if agent:
         command += ["--agent", agent]

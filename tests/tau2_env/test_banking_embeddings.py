@@ -10,6 +10,8 @@ The scripted server embeds (``POST /v1/embeddings``) and plays task_001
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from tau2_env.engine import catalog
@@ -17,6 +19,7 @@ from tau2_env.engine.episodes import Episode
 from tau2_env.llm import embeddings, gateway
 from tests.support.llm_server import ScriptedLLM, error
 from tests.support.scripts import banking_script
+from tests.support.tau2_cli import tau2_cli_run
 
 pytestmark = pytest.mark.upstream
 
@@ -183,3 +186,41 @@ def test_an_endpoint_that_answers_no_embeddings_fails_a_qwen_search_saying_why(
     llm_server.embeddings_reply = error(404, "The model does not exist")
     with pytest.raises(embeddings.EmbeddingsError, match="Embeddings on Team endpoint"):
         _episode(llm_server, embedder=embedder, config="qwen_embeddings")
+
+
+def test_an_episode_embeds_what_tau2_run_embeds(llm_server, cache_dir, tmp_path):
+    """`tau2 run --retrieval-config openai_embeddings`, its OpenAI embedder pointed at the
+    scripted server, and an episode whose connection serves τ²'s own embeddings model send
+    the same embeddings requests, in order: the knowledge base, then each search."""
+    banking_script(llm_server)
+    tau2_model = "text-embedding-3-large"  # what τ²'s openai_embeddings asks for
+    cli_dir = tmp_path / "cli"
+    cli_dir.mkdir()
+    results = tau2_cli_run(
+        cli_dir,
+        domain=DOMAIN,
+        task_ids=[TASK],
+        seed=300,
+        max_steps=20,
+        agent_llm="openai/scripted-agent",
+        user_llm="openai/scripted-customer",
+        agent_args={"temperature": 0, "api_base": llm_server.base_url},
+        user_args={"temperature": 0, "api_base": llm_server.base_url},
+        retrieval_config=CONFIG,
+        key=EMBEDDING_KEY,
+        env={"OPENAI_BASE_URL": llm_server.base_url},
+    )
+    (simulation,) = json.loads(results.read_text())["simulations"]
+    cli = [r.body for r in llm_server.embedding_requests()]
+    # The knowledge base in one request, then the scripted search, all on τ²'s model.
+    assert len(cli[0]["input"]) == len(catalog.documents(DOMAIN))
+    assert [QUERY] in [body["input"] for body in cli[1:]]
+    assert {body["model"] for body in cli} == {tau2_model}
+
+    llm_server.requests.clear()
+    banking_script(llm_server)
+    episode = _episode(llm_server, embedder=_route(llm_server, tau2_model, key=EMBEDDING_KEY))
+    assert episode.run() == "ended", episode.error
+    ours = [r.body for r in llm_server.embedding_requests()]
+    assert ours == cli
+    assert episode.reward == simulation["reward_info"]["reward"] == 1.0
