@@ -9,13 +9,17 @@ from django.conf import settings
 from apps.runs import autoreview, lifecycle, queue, runner
 
 
-@shared_task(bind=True, name=queue.EXECUTE_RUN, acks_late=True, ignore_result=True, max_retries=20)
+# A fault is tried again up to 20 times; a wait for the person's other runs, without limit
+# (Celery reads retry(max_retries=None) as "the task's own": so the task's is None).
+@shared_task(
+    bind=True, name=queue.EXECUTE_RUN, acks_late=True, ignore_result=True, max_retries=None
+)
 def execute_run(self, run_id: int) -> str:
     """Drive run ``run_id`` to its end (or let go if another worker holds it). After an
     infrastructure fault (database or broker restarting) it is tried again later."""
     status = runner.run_execute(run_id=run_id, worker=lifecycle.execution_id())
     if status == lifecycle.RETRY:
-        raise self.retry(countdown=min(2 ** min(self.request.retries, 5), 30))
+        raise self.retry(countdown=min(2 ** min(self.request.retries, 5), 30), max_retries=20)
     if status == lifecycle.WAIT:
         # Its person's other runs on their own endpoints first: asked again, as long as
         # they go on (a wait is no failure, so it has no limit of tries).

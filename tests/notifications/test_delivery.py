@@ -322,3 +322,21 @@ def test_a_receiver_gets_a_signed_regressed_message_when_an_evaluation_ends_wors
     body = json.loads(got.body)
     assert body["evaluation"]["id"] == later.pk and body["verdict"]["outcome"] == "worse"
     assert body["verdict"]["baseline"] == base.pk
+
+
+def test_a_delivery_is_tried_again_past_celerys_default_of_three_retries(monkeypatch):
+    """The walk saw delivery 4 end in MaxRetriesExceededError while the page promised six
+    more tries: retry(max_retries=None) is "the task's own", Celery's default of 3."""
+    from apps.notifications import tasks
+
+    answers = iter([30.0, None])  # one more wait, then delivered
+    tried: list[int] = []
+
+    def attempt(*, delivery_id: int) -> float | None:
+        tried.append(delivery_id)
+        return next(answers)
+
+    monkeypatch.setattr(services, "delivery_attempt", attempt)
+    result = tasks.deliver.apply(args=[41], retries=6, throw=False)
+    assert result.state != "FAILURE", result.result
+    assert tried == [41, 41]  # the 7th try waited, the 8th delivered
