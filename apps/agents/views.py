@@ -19,6 +19,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_http_methods, require_POST
 
 from apps.accounts.access import signin_required_to_start
+from apps.accounts.shown_once import secret_hold, secret_take
 from apps.agents import services as key_services
 from apps.agents.forms import ApiKeyForm, PlaygroundForm
 from apps.agents.models import ApiKey
@@ -264,6 +265,10 @@ def playground(request):
     )
 
 
+# The session's slot for a key just made, until the keys page has shown it.
+_NEW_KEY = "agents.new_key"
+
+
 def _keys_page(request, *, form: ApiKeyForm, created_key: str = "", status: int = 200):
     response = render(
         request,
@@ -289,9 +294,12 @@ def _keys_page(request, *, form: ApiKeyForm, created_key: str = "", status: int 
 @require_http_methods(["GET", "POST"])
 def api_keys(request):
     """The person's studio API keys; POST creates one (with its own cap of sessions at
-    once, if given) and shows it, this once."""
+    once, if given) and redirects here, where the next GET shows it, this once
+    (POST/redirect/GET: a reload makes no second key)."""
     if request.method == "GET":
-        return _keys_page(request, form=ApiKeyForm())
+        return _keys_page(
+            request, form=ApiKeyForm(), created_key=secret_take(request, slot=_NEW_KEY)
+        )
     form = ApiKeyForm(request.POST)
     if not form.is_valid():
         return _keys_page(request, form=form, status=400)
@@ -307,7 +315,8 @@ def api_keys(request):
             for error in errors:
                 form.add_error(field, error)
         return _keys_page(request, form=form, status=400)
-    return _keys_page(request, form=ApiKeyForm(), created_key=raw)
+    secret_hold(request, slot=_NEW_KEY, secret=raw)
+    return redirect("keys:list")
 
 
 @signin_required_to_start

@@ -17,8 +17,8 @@ from django.http import Http404
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_http_methods, require_POST
 
-from apps.accounts import crypto
 from apps.accounts.access import signin_required_to_start
+from apps.accounts.shown_once import secret_hold, secret_take
 from apps.notifications import selectors, services
 from apps.notifications.forms import SubscriptionForm
 from apps.notifications.models import Delivery, Subscription
@@ -52,25 +52,19 @@ def _log_context(request, subscription: Subscription) -> dict:
     }
 
 
-# The session's key for a secret just made, until its page has shown it.
+# The session's slot for a secret just made, until its page has shown it.
 _JUST_MADE = "notifications.new_secret"
 
 
 def _show_secret_once(request, subscription: Subscription, secret: str):
-    """Redirect to ``subscription``'s page, which shows ``secret`` on its next GET only
-    (kept sealed in the session until then: POST/redirect/GET)."""
-    request.session[_JUST_MADE] = {"pk": subscription.pk, "sealed": crypto.seal(secret)}
+    """Redirect to ``subscription``'s page, which shows ``secret`` on its next GET only."""
+    secret_hold(request, slot=_JUST_MADE, secret=secret, owner=subscription.pk)
     return redirect(subscription.get_absolute_url())
 
 
 def _take_secret(request, subscription: Subscription) -> str:
-    """The secret just made for ``subscription``, taken out of the session (""); another
-    subscription's stays for its own page."""
-    held = request.session.get(_JUST_MADE)
-    if not held or held.get("pk") != subscription.pk:
-        return ""
-    del request.session[_JUST_MADE]
-    return crypto.unseal(held["sealed"])
+    """The secret just made for ``subscription`` (""); another subscription's stays."""
+    return secret_take(request, slot=_JUST_MADE, owner=subscription.pk)
 
 
 def _detail(request, subscription: Subscription, *, secret: str = ""):

@@ -91,8 +91,11 @@ def _everything_in_the_database() -> str:
 
 
 def test_alice_creates_a_key_that_is_shown_once_and_kept_only_hashed(alice, alice_client):
-    response = alice_client.post("/accounts/keys/", {"name": "my RL trainer"})
+    response = alice_client.post("/accounts/keys/", {"name": "my RL trainer"}, follow=True)
 
+    # POST/redirect/GET: the key is on the page the redirect lands on, and a reload of
+    # that page posts nothing again (the walk made a second key by reloading).
+    assert response.redirect_chain == [("/accounts/keys/", 302)]
     assert response.status_code == 200
     assert response["Cache-Control"] == "no-store"
     page = response.content.decode()
@@ -101,7 +104,7 @@ def test_alice_creates_a_key_that_is_shown_once_and_kept_only_hashed(alice, alic
     assert raw.startswith(f"tau2s_{key.key_id}_") and len(raw) > 50
     assert page.count(raw) == 1 and 'data-testid="key-created"' in page
     everything = _everything_in_the_database()
-    assert raw not in everything
+    assert raw not in everything  # the session holds it sealed until the page shows it
     assert raw.split("_", 2)[2] not in everything
 
     again = alice_client.get("/accounts/keys/").content.decode()
@@ -147,7 +150,7 @@ def test_alice_revokes_her_key_and_it_is_refused_from_then_on(alice, alice_clien
 
 
 def test_a_new_key_is_shown_whole_with_a_copy_button_and_revoke_asks_first(alice, alice_client):
-    response = alice_client.post("/accounts/keys/", {"name": "ci"})
+    response = alice_client.post("/accounts/keys/", {"name": "ci"}, follow=True)
 
     page = response.content.decode()
     raw = response.context["created_key"]
@@ -163,7 +166,9 @@ def test_a_new_key_is_shown_whole_with_a_copy_button_and_revoke_asks_first(alice
 def test_alice_gives_a_trainers_key_a_cap_of_its_own_when_she_makes_it(
     alice, alice_client, settings
 ):
-    response = alice_client.post("/accounts/keys/", {"name": "grpo", "max_sessions": "64"})
+    response = alice_client.post(
+        "/accounts/keys/", {"name": "grpo", "max_sessions": "64"}, follow=True
+    )
     plain = api_key_create(user=alice, name="notebook")[1]
 
     key = ApiKey.objects.get(user=alice, name="grpo")
@@ -182,8 +187,12 @@ def test_alice_gives_a_trainers_key_a_cap_of_its_own_when_she_makes_it(
 def test_alice_makes_a_read_only_key_that_the_faces_refuse_and_keys_may_start_by_default(
     alice, alice_client
 ):
-    response = alice_client.post("/accounts/keys/", {"name": "dashboard", "scope": "read"})
-    older = alice_client.post("/accounts/keys/", {"name": "trainer"})  # no scope: as before
+    response = alice_client.post(
+        "/accounts/keys/", {"name": "dashboard", "scope": "read"}, follow=True
+    )
+    older = alice_client.post(
+        "/accounts/keys/", {"name": "trainer"}, follow=True
+    )  # no scope: as before
 
     reader = ApiKey.objects.get(user=alice, name="dashboard")
     assert response.status_code == 200 and reader.scope == ApiKey.Scope.READ
@@ -206,7 +215,9 @@ def test_a_keys_cap_is_bounded_by_the_servers_maximum(alice, alice_client, setti
     over = alice_client.post("/accounts/keys/", {"name": "big", "max_sessions": "101"})
     zero = alice_client.post("/accounts/keys/", {"name": "none", "max_sessions": "0"})
     words = alice_client.post("/accounts/keys/", {"name": "odd", "max_sessions": "many"})
-    most = alice_client.post("/accounts/keys/", {"name": "most", "max_sessions": "100"})
+    most = alice_client.post(
+        "/accounts/keys/", {"name": "most", "max_sessions": "100"}, follow=True
+    )
 
     for refused in (over, zero, words):
         assert refused.status_code == 400
