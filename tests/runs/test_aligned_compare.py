@@ -82,6 +82,9 @@ def test_each_column_starts_with_its_database_diff_and_first_divergent_write(
     assert path.startswith("users.ethan_martin_2396.payment_methods.certificate_")
     # 0.2 expects a $150 certificate: the amount differs. 1.x expects none: it is added.
     assert path.endswith(".amount") == GOLD_CERTIFICATE
+    # In the run page's words ("only in this run", "missing here"), not the raw kind.
+    [kind] = re.findall(r'data-testid="compare-db-path"[^>]*><span class="db-kind">([^<]+)<', page)
+    assert kind == ("changed" if GOLD_CERTIFICATE else "only in this run")
     firsts = re.findall(r'data-testid="compare-first-divergent">([^<]+)<', page)
     assert firsts == ["no divergent write", "send_certificate"]
     head = page.split('data-testid="aligned-row"')[0]
