@@ -4,7 +4,11 @@ customer with respond_to_user and ends with done — the conversation is drawn a
 goes and τ²'s reward with its breakdown at the end, as on a run page. The socket runs
 on her own session: no token in the page. dana, signed in with the laptop's developer
 sign-in (no Hugging Face token), picks her own endpoint's model as the customer in the
-one model picker and plays on that connection's key."""
+one model picker and plays on that connection's key.
+
+Task 27's gold differs by generation (tests/support/scripts.py): τ² 0.2 expects the $150
+certificate, 1.x the lookup alone. On 1.x alice still fills the write's form (its schema,
+its required field), but she sends the certificate only where it is owed."""
 
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ from tests.support.connections import (
 )
 from tests.support.llm_server import text
 from tests.support.people import ALICE_TOKEN
-from tests.support.scripts import gold_script
+from tests.support.scripts import GOLD_CERTIFICATE, gold_script
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -71,14 +75,23 @@ def test_alice_plays_an_episode_by_hand_to_its_reward_at_400_px(page, alice, bas
     expect(frames).to_contain_text('"tool_name": "get_user_details"')
     expect(status).to_contain_text("get_user_details:")
 
-    call(page, "send_certificate", user_id=GOLD_USER, amount="150")
-    expect(frames.get_by_test_id("pg-frame").first).to_contain_text("Certificate", timeout=SLOW)
-    expect(frames).to_contain_text('"amount": 150')  # a number, as the schema says
+    calls = 1 + GOLD_CERTIFICATE
+    if GOLD_CERTIFICATE:  # τ² 0.2's task 27 owes the $150 certificate; 1.x's none
+        call(page, "send_certificate", user_id=GOLD_USER, amount="150")
+        expect(frames.get_by_test_id("pg-frame").first).to_contain_text("Certificate", timeout=SLOW)
+        expect(frames).to_contain_text('"amount": 150')  # a number, as the schema says
+    else:  # the write's form still checks its required field before sending anything
+        sent = frames.locator(".sent").count()
+        call(page, "send_certificate", amount="150")
+        box = page.get_by_test_id("pg-tool-send_certificate")
+        expect(box.get_by_test_id("field-error").first).to_have_text("Required.")
+        assert frames.locator(".sent").count() == sent
 
     # Each call is in the conversation as the run page shows one: the call, its result.
-    expect(talk.get_by_test_id("pg-tool-call")).to_have_count(2)
-    expect(talk.get_by_test_id("pg-tool-call").last).to_contain_text("send_certificate")
-    expect(talk.get_by_test_id("pg-tool-result").last).to_contain_text("Certificate")
+    expect(talk.get_by_test_id("pg-tool-call")).to_have_count(calls)
+    if GOLD_CERTIFICATE:
+        expect(talk.get_by_test_id("pg-tool-call").last).to_contain_text("send_certificate")
+        expect(talk.get_by_test_id("pg-tool-result").last).to_contain_text("Certificate")
 
     call(page, "respond_to_user", message="Is there anything else I can do?")
     expect(status).to_contain_text("respond_to_user: Hi, my flight", timeout=SLOW)
@@ -99,10 +112,10 @@ def test_alice_plays_an_episode_by_hand_to_its_reward_at_400_px(page, alice, bas
     expect(verdict).to_contain_text("The final database matches the expected one.")
     expect(verdict.get_by_test_id("check-met").first).to_be_visible()
     expect(verdict.get_by_test_id("check-unmet")).to_have_count(0)
-    expect(talk.get_by_test_id("pg-tool-call")).to_have_count(2)
+    expect(talk.get_by_test_id("pg-tool-call")).to_have_count(calls)
     kinds = talk.get_by_test_id("pg-event").evaluate_all("els => els.map(e => e.dataset.kind)")
     assert kinds[:2] == ["agent", "customer"]  # τ²'s greeting, then the customer
-    assert kinds.count("tool_result") == 2
+    assert kinds.count("tool_result") == calls
     # τ²'s stop words are a line, as on the run page, never text.
     expect(talk.get_by_test_id("stop-marker").first).to_be_visible()
     assert "###STOP###" not in talk.inner_text()

@@ -11,13 +11,15 @@ from playwright.sync_api import expect
 
 from apps.runs.models import Run
 from tests.support.scored_runs import LOOKUP, certificate, stored_run
+from tests.support.scripts import GOLD_CERTIFICATE
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 
 @pytest.fixture
 def failed_run(alice, llm_server) -> Run:
-    """alice's run of airline/27 that sent a $149 certificate instead of $150."""
+    """alice's run of airline/27 that sent a $149 certificate: on τ² 0.2 instead of the
+    $150 one the task expects, on 1.x where it expects none (an extra write)."""
     return stored_run(alice, llm_server, [LOOKUP, certificate(149)], model="org/model-a")
 
 
@@ -37,13 +39,21 @@ def test_the_diagnosis_shows_the_wrong_field_and_holds_at_any_width(
     expect(panel).to_be_visible()
     change = panel.get_by_test_id("db-change")
     expect(change).to_have_count(1)
-    expect(change).to_contain_text(".amount")
-    expect(change).to_contain_text("150")
+    if GOLD_CERTIFICATE:  # 0.2: the expected certificate's amount differs
+        expect(change).to_have_attribute("data-kind", "changed")
+        expect(change).to_contain_text(".amount")
+        expect(change).to_contain_text("150")
+    else:  # 1.x: a certificate the expected database does not have
+        expect(change).to_have_attribute("data-kind", "added")
+        expect(change).to_contain_text("only in this run")
+        expect(change).to_contain_text("payment_methods.certificate_")
     expect(change).to_contain_text("149")
     expect(page.get_by_test_id("first-divergent")).to_contain_text("send_certificate")
     badges = page.get_by_test_id("conversation").get_by_test_id("trace-badge")
     expect(badges).to_have_count(2)
-    expect(badges.nth(1)).to_have_text("write with different arguments")
+    expect(badges.nth(1)).to_have_text(
+        "write with different arguments" if GOLD_CERTIFICATE else "extra write"
+    )
     expect(badges.nth(1)).to_be_visible()
     scroll = page.evaluate("document.documentElement.scrollWidth")
     assert scroll <= width, f"the run page is {scroll} px wide at {width} px"

@@ -9,7 +9,11 @@ from django.test import Client
 from playwright.sync_api import expect
 
 from apps.evaluations.models import Evaluation
-from tests.support.scripts import AGENT_MODEL, gold_script, refresh_agent_models
+from tests.support.scripts import AGENT_MODEL, GOLD_CERTIFICATE, gold_script, refresh_agent_models
+
+# Matches airline/27 and /38 of the train split on τ² 0.2 and 1.x alike (1.x's expected
+# actions have no send_certificate, so a search by that tool finds no task there).
+SEARCH = "delayed+customer+service"
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -29,9 +33,11 @@ def test_alice_evaluates_a_model_from_the_explorer_and_watches_pass_k_drawn(
     signed_in_page, celery_worker, llm_server
 ):
     page = signed_in_page
-    gold_script(llm_server, delay=0.2)  # solves airline/27; on 38 the same moves are wrong
+    # Solves airline/27. On 38 the same moves are wrong on τ² 0.2 (it expects a $50
+    # certificate for noah_muller_9847); 1.x's 38 expects reads only, so they score 1 there.
+    gold_script(llm_server, delay=0.2)
 
-    page.goto("/tasks/?domain=airline&split=train&q=send_certificate")
+    page.goto(f"/tasks/?domain=airline&split=train&q={SEARCH}")
     evaluate = page.get_by_test_id("evaluate-tasks")
     expect(evaluate).to_have_text("Evaluate a model on these 2 tasks")
     evaluate.click()
@@ -55,18 +61,21 @@ def test_alice_evaluates_a_model_from_the_explorer_and_watches_pass_k_drawn(
     # The runs finish on the worker; the page fills in over the WebSocket.
     expect(page.get_by_test_id("evaluation-status")).to_have_text("completed", timeout=120_000)
     passed = page.locator('[data-testid="cell"].c-pass')
-    expect(passed).to_have_count(2)
+    solved = ["27"] if GOLD_CERTIFICATE else ["27", "38"]
+    expect(passed).to_have_count(2 * len(solved))
     expect(passed.first).to_have_text("1.00")
     # Compared as sets: sorted as text, /runs/10/ comes before /runs/9/.
-    run_ids = evaluation.runs.filter(task__task_id="27").values_list("id", flat=True)
+    run_ids = evaluation.runs.filter(task__task_id__in=solved).values_list("id", flat=True)
     hrefs = passed.evaluate_all("cells => cells.map(c => c.getAttribute('href'))")
-    assert len(hrefs) == 2 and set(hrefs) == {f"/runs/{run_id}/" for run_id in run_ids}
+    assert len(hrefs) == len(run_ids) and set(hrefs) == {f"/runs/{pk}/" for pk in run_ids}
     assert page.evaluate("() => window.stillTheSamePage") is True  # no reload: live
 
-    # τ²'s pass^k: task 27 2/2, task 38 0/2 → pass^1 = pass^2 = 0.5, drawn on the canvas.
-    expect(page.get_by_test_id("pass-1")).to_contain_text("0.500")
+    # τ²'s pass^k, drawn on the canvas: on 0.2 task 27 2/2, task 38 0/2 → pass^1 = pass^2
+    # = 0.5; on 1.x both 2/2 → 1.
+    share = len(solved) / 2
+    expect(page.get_by_test_id("pass-1")).to_contain_text(f"{share:.3f}")
     points = page.evaluate("() => window.tau2Evaluation.passChart.data.datasets[0].data")
-    assert points == [0.5, 0.5]
+    assert points == [share, share]
     canvas = page.get_by_test_id("pass-k-chart")
     assert canvas.evaluate("c => c.width > 0 && c.height > 0")
     bars = page.evaluate("() => window.tau2Evaluation.rewardChart.data.labels")
@@ -81,9 +90,7 @@ def test_a_form_changed_before_its_scripts_loaded_still_gets_its_preview(signed_
     page = signed_in_page
     held = []
     page.route("**/htmx-*.js", lambda route: held.append(route))  # held until the form changed
-    page.goto(
-        "/evaluations/new/?domain=airline&split=train&q=send_certificate", wait_until="commit"
-    )
+    page.goto(f"/evaluations/new/?domain=airline&split=train&q={SEARCH}", wait_until="commit")
     page.get_by_test_id("model-picker").select_option(AGENT_MODEL)
     page.locator("#id_num_trials").fill("2")
     for _ in range(200):

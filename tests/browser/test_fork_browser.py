@@ -14,10 +14,13 @@ from apps.tasks.models import Task
 from tests.runs.conftest import AGENT_MODEL, agent_models, finished, gold_script, wait_for  # noqa: F401
 from tests.support.browser import page_signed_in_as
 from tests.support.run_page import run_body_html, wait_until_ended_live
+from tests.support.scripts import GOLD_CLOSING_SEQ
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
-AFTER_THE_WRITE = 6  # τ²'s greeting, the customer, two calls and their results, then this
+# The agent's closing answer: after the write (the $150 certificate) on τ² 0.2, after the
+# lookup on 1.x (its task 27 owes no certificate; the answer says so).
+AFTER_THE_WRITE = GOLD_CLOSING_SEQ
 
 
 def test_alice_forks_her_run_here_and_the_fork_page_shows_its_lineage(

@@ -1,6 +1,9 @@
 """alice plays airline task 27 as the agent in Chromium, through the tool form, against the
 scripted customer on a real Celery worker, and reaches reward 1.0; the session resumes
-after a reload and lands in the team's history and on the compare page."""
+after a reload and lands in the team's history and on the compare page.
+
+Task 27's gold differs by generation (tests/support/scripts.py): τ² 0.2 expects the $150
+certificate, 1.x the lookup alone, so there she sends none and says so."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from playwright.sync_api import expect
 from apps.runs.models import Run
 from tests.play.conftest import customer_says
 from tests.support.people import ALICE_TOKEN
+from tests.support.scripts import GOLD_CERTIFICATE, GOLD_CLOSING
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -75,14 +79,17 @@ def test_alice_plays_task_27_to_reward_one_through_the_form(
     expect(events).to_have_count(4)
     expect(page.get_by_test_id("say-text")).to_be_enabled()
 
-    call_tool(page, "send_certificate", user_id="ethan_martin_2396", amount="150")
-    expect(page.get_by_test_id("tool-preview")).to_contain_text('"amount": 150')
-    page.get_by_test_id("call-tool").click()
-    expect(events).to_have_count(6, timeout=SLOW)
+    if GOLD_CERTIFICATE:  # τ² 0.2's task 27 owes the $150 certificate; 1.x's none
+        call_tool(page, "send_certificate", user_id="ethan_martin_2396", amount="150")
+        expect(page.get_by_test_id("tool-preview")).to_contain_text('"amount": 150')
+        page.get_by_test_id("call-tool").click()
+        expect(events).to_have_count(6, timeout=SLOW)
 
-    page.get_by_test_id("say-text").fill("I have sent you a $150 certificate for the delay.")
+    page.get_by_test_id("say-text").fill(
+        "I have sent you a $150 certificate for the delay." if GOLD_CERTIFICATE else GOLD_CLOSING
+    )
     page.get_by_test_id("say-text").press("Enter")
-    expect(events.nth(7)).to_contain_text("Wonderful", timeout=SLOW)
+    expect(events.nth(5 + 2 * GOLD_CERTIFICATE)).to_contain_text("Wonderful", timeout=SLOW)
     expect(page.get_by_test_id("say-text")).to_be_enabled(timeout=SLOW)
 
     page.get_by_test_id("end").click()

@@ -9,6 +9,7 @@ from playwright.sync_api import expect
 
 from apps.runs.models import Run
 from tests.runs.conftest import agent_models, gold_script  # noqa: F401
+from tests.support.scripts import GOLD_CALLS
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -41,7 +42,8 @@ def test_alice_runs_a_model_from_the_task_page_to_the_reward(
     # Events arrive over the WebSocket while the run goes on.
     expect(conversation.get_by_test_id("event").first).to_be_visible(timeout=30_000)
     expect(
-        conversation.get_by_test_id("tool-call").filter(has_text="send_certificate")
+        # The gold conversation's last call: the certificate on τ² 0.2, the lookup on 1.x.
+        conversation.get_by_test_id("tool-call").filter(has_text=GOLD_CALLS[-1][0])
     ).to_be_visible(timeout=60_000)
     expect(page.get_by_test_id("reward")).to_have_text("1.00", timeout=60_000)
     expect(page.get_by_test_id("status")).to_have_text("completed")

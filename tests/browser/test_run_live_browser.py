@@ -25,6 +25,7 @@ from tests.runs.conftest import (  # noqa: F401
 from tests.support.browser import page_signed_in_as
 from tests.support.review import staff_member
 from tests.support.run_page import run_body_html, wait_until_ended_live
+from tests.support.scripts import GOLD_CLOSING_SEQ
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -39,7 +40,7 @@ def assert_same(live: str, reloaded: str) -> None:
 
 def held_before_its_last_message(llm_server) -> threading.Event:
     """The gold script, with the customer's last reply held until the returned event is
-    set: till then the run is going, its messages 0..6 stored."""
+    set: till then the run is going, its messages 0..GOLD_CLOSING_SEQ stored."""
     gold_script(llm_server)
     gold = llm_server.responder
     release = threading.Event()
@@ -73,8 +74,8 @@ def test_a_run_watched_to_its_end_shows_what_a_reload_shows(
 
         # While it goes on, the messages that came live are a reload's: each with its menu
         # and stella's label slot.
-        expect(page.locator("#message-6")).to_be_visible(timeout=60_000)
-        expect(page.locator("#review-6")).to_have_count(1)
+        expect(page.locator(f"#message-{GOLD_CLOSING_SEQ}")).to_be_visible(timeout=60_000)
+        expect(page.locator(f"#review-{GOLD_CLOSING_SEQ}")).to_have_count(1)
         reload = page.context.new_page()
         reload.goto(f"/runs/{run.pk}/")
         assert reload.locator("#run").get_attribute("data-final") == "false"

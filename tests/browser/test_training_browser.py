@@ -15,12 +15,10 @@ from websockets.sync.client import connect
 from apps.agents.credentials import install
 from apps.agents.services import api_key_create
 from tests.support.browser import page_signed_in_as
-from tests.support.scripts import gold_script
+from tests.support.scripts import GOLD_CALLS, GOLD_CERTIFICATE, GOLD_CLOSING, gold_script
 from tests.support.training import training_episodes
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
-
-GOLD_USER = "ethan_martin_2396"
 
 
 def _episode(base_url: str, raw: str, *, solve: bool) -> float | None:
@@ -30,11 +28,10 @@ def _episode(base_url: str, raw: str, *, solve: bool) -> float | None:
     headers = {"Authorization": f"Bearer {raw}", "X-Tau2-Training-Session": "grpo"}
     calls = [("done", {})]
     if solve:
-        calls = [
-            ("get_user_details", {"user_id": GOLD_USER}),
-            ("send_certificate", {"user_id": GOLD_USER, "amount": 150}),
-            ("respond_to_user", {"message": "Your certificate is sent."}),
-        ]
+        # Task 27 as each τ² expects it: 0.2 the lookup and the $150 certificate, 1.x the
+        # lookup alone (and the answer that none is owed).
+        closing = "Your certificate is sent." if GOLD_CERTIFICATE else GOLD_CLOSING
+        calls = [*GOLD_CALLS, ("respond_to_user", {"message": closing})]
     with connect(url, additional_headers=headers) as ws:
         ws.send(json.dumps({"type": "reset", "data": {"task_id": "27", "split": "train"}}))
         ws.recv()

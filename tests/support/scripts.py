@@ -26,6 +26,9 @@ GOLD_CALLS: tuple[tuple[str, dict], ...] = (
     ("get_user_details", {"user_id": "ethan_martin_2396"}),
     *((("send_certificate", {"user_id": "ethan_martin_2396", "amount": 150}),) * GOLD_CERTIFICATE),
 )
+# The gold conversation's closing agent message's seq: after τ²'s greeting, the customer's
+# opening and each call with its result (6 on τ² 0.2, 4 on 1.x).
+GOLD_CLOSING_SEQ = 2 + 2 * len(GOLD_CALLS)
 _SENT = "I have sent you a $150 certificate. Anything else?"
 GOLD_CLOSING = (
     _SENT
