@@ -15,6 +15,7 @@ from websockets.sync.client import connect
 from apps.agents.credentials import install
 from apps.agents.services import api_key_create
 from tests.support.browser import page_signed_in_as
+from tests.support.scored_runs import certificate
 from tests.support.scripts import GOLD_CALLS, GOLD_CERTIFICATE, GOLD_CLOSING, gold_script
 from tests.support.training import training_episodes
 
@@ -23,10 +24,13 @@ pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
 def _episode(base_url: str, raw: str, *, solve: bool) -> float | None:
     """One episode of airline task 27 in training session "grpo", solved (τ²'s reward 1)
-    or ended at once with ``done`` (0); returns the reward."""
+    or failed (0): ended at once with ``done`` on τ² 0.2; on 1.x, whose task 27 expects
+    reads only (so ending at once keeps the expected database), after a $150 certificate
+    none is owed. Returns the reward."""
     url = base_url.replace("http://", "ws://") + "/ws"
     headers = {"Authorization": f"Bearer {raw}", "X-Tau2-Training-Session": "grpo"}
-    calls = [("done", {})]
+    owed_none = () if GOLD_CERTIFICATE else (certificate(150),)
+    calls = [*owed_none, ("done", {})]
     if solve:
         # Task 27 as each τ² expects it: 0.2 the lookup and the $150 certificate, 1.x the
         # lookup alone (and the answer that none is owed).
