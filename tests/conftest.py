@@ -143,9 +143,22 @@ def _delete_people_and_runs() -> None:
     from django.contrib.auth import get_user_model
 
     _let_workers_go()
+    _let_recorders_finish()
     for label in ("evaluations.Evaluation", "runs.Run", "runs.RunEvent"):
         apps.get_model(label).objects.all().delete()
     get_user_model().objects.all().delete()
+
+
+def _let_recorders_finish() -> None:
+    """An outside agent's episode is stored by the live server's recorder threads after
+    the client has its reward: a test ending then would delete runs whose events are still
+    being written (a foreign-key error in teardown, then the next test's people clash).
+    Wait for their queued writes, if this process recorded any."""
+    import sys
+
+    recording = sys.modules.get("apps.agents.recording")
+    if recording is not None:
+        recording.recordings_drain(timeout=_LET_GO_S)
 
 
 # How long a worker may take to let go of a run it is playing once asked to stop (it
