@@ -14,14 +14,16 @@ from apps.runs.models import DEFAULT_MAX_ERRORS, Run
 from apps.runs.services import run_create
 from apps.runs.spec import RunSpec, Side
 from apps.tasks.models import Task
+from tests.support.people import ALICE_TOKEN, person
 from tests.support.scripts import AGENT_MODEL, GOLD_TASK
 
 backfill = importlib.import_module("apps.runs.migrations.0008_run_settings")
 
 
 @pytest.fixture
-def alice(django_user_model):
-    return django_user_model.objects.create(username="alice")
+def alice(db):
+    # Signed in with Hugging Face: a run on the router is refused before it is made without.
+    return person("alice", ALICE_TOKEN)
 
 
 @pytest.fixture
