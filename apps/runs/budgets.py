@@ -421,6 +421,24 @@ def rooms(*, connection: Connection, user, exclude_run: int | None = None) -> li
     return found
 
 
+def _full_room(
+    *,
+    connection: Connection,
+    user,
+    exclude_run: int | None = None,
+    pending: Decimal = Decimal(0),
+    committed: bool = False,
+) -> Room | None:
+    """The first of ``connection``'s budgets for ``user`` (:func:`rooms`) that its month's
+    spend — ``committed`` (holdings counted) or spent, plus ``pending`` — has reached;
+    ``None`` when none has."""
+    for room in rooms(connection=connection, user=user, exclude_run=exclude_run):
+        used = room.spend.committed if committed else room.spend.spent
+        if used + pending >= room.budget:
+            return room
+    return None
+
+
 def unpriced_refusal(*, connection: Connection, model: str) -> str:
     """Why a budgeted connection refuses a model it has no price for."""
     return (
@@ -589,12 +607,14 @@ def embedding_refusal(*, run: Run) -> str | None:
     if prices_of(connection=connection, model=run.embedding_model) is None:
         refusal = unpriced_refusal(connection=connection, model=run.embedding_model)
         return f"{refusal}; {_then(run)}."
-    for room in rooms(connection=connection, user=run.created_by, exclude_run=run.pk):
-        if room.spend.committed >= room.budget:
-            return (
-                f"{room.sentence()}, and this run's embeddings are made on it. Raise the "
-                f"budget or wait for next month; {_then(run)}."
-            )
+    room = _full_room(
+        connection=connection, user=run.created_by, exclude_run=run.pk, committed=True
+    )
+    if room is not None:
+        return (
+            f"{room.sentence()}, and this run's embeddings are made on it. Raise the "
+            f"budget or wait for next month; {_then(run)}."
+        )
     return None
 
 
@@ -674,22 +694,22 @@ def budget_reached(*, run: Run) -> str | None:
     if not ids:
         return None
     for connection in Connection.objects.filter(pk__in=ids).order_by("pk"):
-        for room in rooms(connection=connection, user=run.created_by):
-            if room.spend.spent >= room.budget:
-                whose = (
-                    f"The connection “{connection.name}”"
-                    if room.person is None
-                    else f"{_who(room.person)}'s budget on the connection “{connection.name}”"
-                )
-                stopped = {
-                    Run.Kind.HUMAN: "the customer's turn waits, the conversation kept",
-                    Run.Kind.AGENT: "the episode ended here, its messages kept",
-                }.get(run.kind, "the run stopped here, its messages kept")
-                return (
-                    f"{whose} reached its {dollars(room.budget)} budget this month "
-                    f"({dollars(room.spend.spent)} spent): {stopped}. Raise the budget or "
-                    f"wait for next month; {_then(run)}."
-                )
+        room = _full_room(connection=connection, user=run.created_by)
+        if room is not None:
+            whose = (
+                f"The connection “{connection.name}”"
+                if room.person is None
+                else f"{_who(room.person)}'s budget on the connection “{connection.name}”"
+            )
+            stopped = {
+                Run.Kind.HUMAN: "the customer's turn waits, the conversation kept",
+                Run.Kind.AGENT: "the episode ended here, its messages kept",
+            }.get(run.kind, "the run stopped here, its messages kept")
+            return (
+                f"{whose} reached its {dollars(room.budget)} budget this month "
+                f"({dollars(room.spend.spent)} spent): {stopped}. Raise the budget or "
+                f"wait for next month; {_then(run)}."
+            )
     return None
 
 
@@ -711,16 +731,16 @@ def judge_refusal(
     if connection is None:
         return None
     connection = Connection.objects.get(pk=connection.pk)  # its budget as it is now
-    if connection.monthly_budget_usd is None and connection.person_monthly_budget_usd is None:
+    if not connection.budgeted:
         return None
     if prices is None:
         return unpriced_refusal(connection=connection, model=model)
-    for room in rooms(connection=connection, user=user):
-        if room.spend.spent + pending >= room.budget:
-            return (
-                f"{room.sentence()}: its budget is reached, so the judge was not asked. Raise "
-                "the budget or wait for next month, then re-grade again"
-            )
+    room = _full_room(connection=connection, user=user, pending=pending)
+    if room is not None:
+        return (
+            f"{room.sentence()}: its budget is reached, so the judge was not asked. Raise "
+            "the budget or wait for next month, then re-grade again"
+        )
     return None
 
 
